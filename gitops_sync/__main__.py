@@ -1,0 +1,3 @@
+from gitops_sync.cli import main
+
+main()
