@@ -1,0 +1,154 @@
+"""Which objects this source applied before: a kubectl-compatible ApplySet.
+
+Members carry the label `applyset.kubernetes.io/part-of=<id>`; a parent ConfigMap carries the id
+and records the group-kinds and namespaces to look in. Prune lists exactly those and deletes only
+labelled members that left Git, so an object this tool did not create is never a candidate.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass, field
+
+from gitops_sync import FIELD_MANAGER, __version__
+from gitops_sync.cluster.client import APPLY_PATCH, Client
+from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.errors import ApiError
+from gitops_sync.resource import Manifest, ObjectKey
+
+PART_OF = "applyset.kubernetes.io/part-of"
+ID_LABEL = "applyset.kubernetes.io/id"
+TOOLING = "applyset.kubernetes.io/tooling"
+GROUP_KINDS = "applyset.kubernetes.io/contains-group-kinds"
+NAMESPACES = "applyset.kubernetes.io/additional-namespaces"
+# Ours: set on objects that existed before we first applied them; prune releases them, never deletes.
+ADOPTED = "gitops-sync.io/adopted"
+REVISION = "gitops-sync.io/revision"
+SOURCE = "gitops-sync.io/source"
+
+
+def applyset_id(name: str, namespace: str, kind: str = "ConfigMap", group: str = "") -> str:
+    """The id kubectl derives for a parent: base64url(sha256(name.namespace.kind.group)), unpadded."""
+    digest = hashlib.sha256(f"{name}.{namespace}.{kind}.{group}".encode()).digest()
+    return "applyset-" + base64.urlsafe_b64encode(digest).decode().rstrip("=") + "-v1"
+
+
+@dataclass
+class Inventory:
+    name: str
+    namespace: str
+    group_kinds: set[str] = field(default_factory=set)
+    namespaces: set[str] = field(default_factory=set)
+    exists: bool = False
+
+    @property
+    def id(self) -> str:
+        return applyset_id(self.name, self.namespace)
+
+    @property
+    def parent_path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/configmaps/{self.name}"
+
+    def label_member(self, manifest: Manifest) -> None:
+        manifest.setdefault("metadata", {}).setdefault("labels", {})[PART_OF] = self.id
+
+    def parent_manifest(self, group_kinds: set[str], namespaces: set[str], revision: str, source: str) -> Manifest:
+        extra = sorted(n for n in namespaces if n and n != self.namespace)
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": {ID_LABEL: self.id},
+                "annotations": {
+                    TOOLING: f"{FIELD_MANAGER}/v{__version__}",
+                    GROUP_KINDS: ",".join(sorted(group_kinds)),
+                    NAMESPACES: ",".join(extra),
+                    REVISION: revision,
+                    SOURCE: source,
+                },
+            },
+        }
+
+
+def load(client: Client, name: str, namespace: str) -> Inventory:
+    inv = Inventory(name=name, namespace=namespace)
+    live = client.get_or_none(inv.parent_path)
+    if live is None:
+        return inv
+    meta = live.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(ID_LABEL) != inv.id:
+        raise ApiError(
+            409,
+            "Conflict",
+            f"ConfigMap {namespace}/{name} exists but is not the ApplySet parent of this source "
+            f"(label {ID_LABEL} is {labels.get(ID_LABEL)!r}); choose another --name",
+        )
+    ann = meta.get("annotations") or {}
+    inv.group_kinds = {g for g in str(ann.get(GROUP_KINDS, "")).split(",") if g}
+    inv.namespaces = {n for n in str(ann.get(NAMESPACES, "")).split(",") if n} | {namespace}
+    inv.exists = True
+    return inv
+
+
+def save(
+    client: Client,
+    inv: Inventory,
+    group_kinds: set[str],
+    namespaces: set[str],
+    *,
+    field_manager: str,
+    revision: str = "",
+    source: str = "",
+) -> None:
+    """Record the parent. Before applying, record the union of old and new so a crash never hides members."""
+    body = inv.parent_manifest(group_kinds, namespaces, revision, source)
+    client.request(
+        "PATCH",
+        inv.parent_path,
+        query={"fieldManager": field_manager, "force": True},
+        body=body,
+        content_type=APPLY_PATCH,
+    )
+    inv.group_kinds, inv.namespaces, inv.exists = set(group_kinds), set(namespaces) | {inv.namespace}, True
+
+
+def list_members(client: Client, discovery: Discovery, inv: Inventory) -> dict[ObjectKey, Manifest]:
+    """Every live object labelled as a member, looked up in the recorded group-kinds."""
+    members: dict[ObjectKey, Manifest] = {}
+    selector = f"{PART_OF}={inv.id}"
+    for gk in sorted(inv.group_kinds):
+        kind, _, group = gk.partition(".")
+        info = discovery.preferred(group, kind)
+        if info is None:
+            continue  # the kind is gone from the cluster (CRD deleted): nothing left to prune
+        try:
+            items = _list(client, info.path(None), selector)
+        except ApiError as exc:
+            if exc.status != 403 or not info.namespaced:
+                raise
+            # No cluster-wide list permission (a namespaced install): look in each recorded namespace.
+            items = [i for ns in sorted(inv.namespaces) for i in _list(client, info.path(ns), selector)]
+        _add(members, items, info.api_version, kind)
+    return members
+
+
+def _list(client: Client, path: str, selector: str) -> list[Manifest]:
+    out: list[Manifest] = []
+    cont = ""
+    while True:
+        doc = client.get(path, {"labelSelector": selector, "limit": 500, "continue": cont or None})
+        out.extend(doc.get("items") or [])
+        cont = (doc.get("metadata") or {}).get("continue") or ""
+        if not cont:
+            return out
+
+
+def _add(members: dict[ObjectKey, Manifest], items: list[Manifest], api_version: str, kind: str) -> None:
+    for item in items:
+        item.setdefault("apiVersion", api_version)
+        item.setdefault("kind", kind)
+        members[ObjectKey.of(item)] = item

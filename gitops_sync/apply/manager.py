@@ -1,0 +1,335 @@
+"""The ResourceManager: read live state, apply (or dry-run) in stages, delete, wait.
+
+Every write is a server-side apply under our field manager. A `diff` is the same code path with
+`dryRun=All`, so what `diff` promises is what `sync` does.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+import structlog
+
+from gitops_sync import FIELD_MANAGER
+from gitops_sync.apply import ordering
+from gitops_sync.apply.inventory import ADOPTED, PART_OF
+from gitops_sync.cluster.client import APPLY_PATCH, JSON_PATCH, Client
+from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.errors import ApiError, ClusterError, ConflictError, NotFoundError
+from gitops_sync.health import Status, assess
+from gitops_sync.plan import ownership
+from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.plan.planner import INTENT_HASH, Target, explain, is_unchanged, without_conflicts
+from gitops_sync.resource import Manifest, ObjectKey
+
+log = structlog.get_logger(__name__)
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+LiveMap = dict[ObjectKey, Manifest | None]
+OnEntry = Callable[[Entry], None]
+
+# Collections with at least this many targets are read with one LIST instead of a GET each.
+_LIST_THRESHOLD = 4
+
+
+class ConflictPolicy(enum.StrEnum):
+    REPORT = "report"  # apply everything else, leave the conflicting fields to their owner, say so
+    FORCE = "force"  # take ownership (Git wins)
+    SKIP = "skip"  # leave conflicted objects entirely alone
+
+
+@dataclass
+class WaitResult:
+    key: ObjectKey
+    status: Status
+    message: str
+
+
+class ResourceManager:
+    def __init__(
+        self,
+        client: Client,
+        discovery: Discovery,
+        *,
+        field_manager: str = FIELD_MANAGER,
+        concurrency: int = 8,
+    ) -> None:
+        self.client = client
+        self.discovery = discovery
+        self.field_manager = field_manager
+        self.concurrency = max(1, concurrency)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def fetch_live(self, targets: Sequence[Target]) -> LiveMap:
+        """Live state of every target: one LIST per busy collection, GETs for the rest, concurrently."""
+        by_collection: dict[str, list[Target]] = defaultdict(list)
+        for t in targets:
+            by_collection[t.collection].append(t)
+        live: LiveMap = {t.key: None for t in targets}
+
+        def read(collection: str) -> None:
+            group = by_collection[collection]
+            if len(group) >= _LIST_THRESHOLD:
+                try:
+                    items = self._list_all(collection)
+                except ApiError as exc:
+                    if exc.status != 403:
+                        raise
+                else:
+                    wanted = {t.key.name: t for t in group}
+                    for item in items:
+                        t = wanted.get((item.get("metadata") or {}).get("name", ""))
+                        if t is not None:
+                            item.setdefault("apiVersion", t.info.api_version)
+                            item.setdefault("kind", t.key.kind)
+                            live[t.key] = item
+                    return
+            for t in group:
+                live[t.key] = self.client.get_or_none(t.path)
+
+        self._each(read, list(by_collection))
+        return live
+
+    def _list_all(self, collection: str) -> list[Manifest]:
+        items: list[Manifest] = []
+        cont = ""
+        while True:
+            doc = self.client.get(collection, {"limit": 500, "continue": cont or None})
+            items.extend(doc.get("items") or [])
+            cont = (doc.get("metadata") or {}).get("continue") or ""
+            if not cont:
+                return items
+
+    # -- applying ---------------------------------------------------------------------------
+
+    def apply_all(
+        self,
+        targets: Sequence[Target],
+        live: LiveMap,
+        *,
+        policy: ConflictPolicy = ConflictPolicy.REPORT,
+        dry_run: bool = False,
+        on_entry: OnEntry | None = None,
+        wait_crds: float = 60.0,
+    ) -> list[Entry]:
+        """Plan (dry_run) or apply every target, stage by stage; never raises for one object's error."""
+        entries: list[Entry] = []
+        new_namespaces = {t.key.name for t in targets if t.key.kind == "Namespace" and live.get(t.key) is None}
+        new_crds = {
+            _crd_group_kind(t.manifest)
+            for t in targets
+            if t.key.kind == "CustomResourceDefinition" and live.get(t.key) is None
+        }
+        for index, stage in enumerate(ordering.stages(targets, lambda t: t.key)):
+            if not stage:
+                continue
+
+            def one(t: Target) -> Entry:
+                pending = _pending_reason(t, new_namespaces, new_crds) if dry_run else ""
+                entry = self._apply_one(t, live.get(t.key), policy=policy, dry_run=dry_run, pending=pending)
+                if on_entry:
+                    on_entry(entry)
+                return entry
+
+            stage_entries = self._each(one, stage)
+            entries.extend(stage_entries)
+            if index == 0 and not dry_run:
+                self._wait_crds_established([t for t in stage if t.key.kind == "CustomResourceDefinition"], wait_crds)
+        return entries
+
+    def _apply_one(
+        self, t: Target, live: Manifest | None, *, policy: ConflictPolicy, dry_run: bool, pending: str = ""
+    ) -> Entry:
+        try:
+            if is_unchanged(t, live):
+                return explain(t, live, live, self.field_manager, dry_run=dry_run)
+            if pending:
+                entry = explain(t, None, None, self.field_manager, dry_run=True)
+                entry.message = f"would create ({pending})"
+                return entry
+            if dry_run:
+                return self._dry_run(t, live)
+            return self._apply(t, live, policy)
+        except ClusterError as exc:
+            log.warning("apply failed", object=str(t.key), error=str(exc))
+            return Entry(t.key, t.info.api_version, Action.ERROR, message=str(exc), origin=t.origin)
+
+    def _dry_run(self, t: Target, live: Manifest | None) -> Entry:
+        try:
+            result = self._ssa(t, t.manifest, force=False, dry_run=True)
+            return explain(t, live, result, self.field_manager, dry_run=True)
+        except ConflictError as exc:
+            conflicts = ownership.parse_conflicts(exc.body, live=live)
+            if not conflicts:
+                raise
+            result = self._ssa(t, t.manifest, force=True, dry_run=True)
+            return explain(t, live, result, self.field_manager, conflicts=conflicts, dry_run=True)
+
+    def _apply(self, t: Target, live: Manifest | None, policy: ConflictPolicy) -> Entry:
+        if policy is ConflictPolicy.FORCE:
+            result = self._ssa(t, t.manifest, force=True, dry_run=False)
+            return explain(t, live, result, self.field_manager, dry_run=False)
+        try:
+            result = self._ssa(t, t.manifest, force=False, dry_run=False)
+            return explain(t, live, result, self.field_manager, dry_run=False)
+        except ConflictError as exc:
+            conflicts = ownership.parse_conflicts(exc.body, live=live)
+            if not conflicts:
+                raise
+        if policy is ConflictPolicy.SKIP:
+            entry = explain(t, live, None, self.field_manager, conflicts=conflicts, dry_run=False)
+            entry.message = f"skipped: {len(conflicts)} conflicting field(s); nothing applied to this object"
+            return entry
+        # REPORT: apply all but the contested fields; a field that became contested meanwhile is
+        # dropped on one retry.
+        body = without_conflicts(t.manifest, conflicts)
+        try:
+            result = self._ssa(t, body, force=False, dry_run=False)
+        except ConflictError as exc:
+            more = ownership.parse_conflicts(exc.body, live=live)
+            if not more:
+                raise
+            conflicts += more
+            result = self._ssa(t, without_conflicts(t.manifest, conflicts), force=False, dry_run=False)
+        entry = explain(t, live, result, self.field_manager, conflicts=conflicts, dry_run=False)
+        entry.message = (
+            f"applied all but {len(conflicts)} conflicting field(s), left to their owner "
+            "(use --on-conflict force to take them)"
+        )
+        return entry
+
+    def _ssa(self, t: Target, body: Manifest, *, force: bool, dry_run: bool) -> Manifest:
+        result: Manifest = self.client.request(
+            "PATCH",
+            t.path,
+            query={"fieldManager": self.field_manager, "force": force, "dryRun": "All" if dry_run else None},
+            body=body,
+            content_type=APPLY_PATCH,
+        )
+        return result
+
+    def _wait_crds_established(self, crds: list[Target], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for t in crds:
+            while True:
+                obj = self.client.get_or_none(t.path)
+                if obj is not None and assess(obj).status is Status.CURRENT:
+                    break
+                if time.monotonic() > deadline:
+                    log.warning("CRD not established in time", crd=t.key.name)
+                    break
+                time.sleep(0.2)
+
+    # -- pruning ----------------------------------------------------------------------------
+
+    def prune(self, members: Iterable[Manifest], *, dry_run: bool, on_entry: OnEntry | None = None) -> list[Entry]:
+        """Delete members that left Git; objects we adopted are released (label removed), not deleted."""
+        by_key = {ObjectKey.of(m): m for m in members}
+        entries: list[Entry] = []
+        for stage in ordering.prune_order(list(by_key)):
+
+            def one(key: ObjectKey) -> Entry:
+                entry = self._prune_one(by_key[key], key, dry_run=dry_run)
+                if on_entry:
+                    on_entry(entry)
+                return entry
+
+            entries.extend(self._each(one, stage))
+        return entries
+
+    def _prune_one(self, obj: Manifest, key: ObjectKey, *, dry_run: bool) -> Entry:
+        api_version = str(obj.get("apiVersion", ""))
+        entry = Entry(key, api_version, Action.PRUNE)
+        info = self.discovery.lookup(api_version, key.kind)
+        if info is None:
+            entry.action, entry.message = Action.ERROR, "kind no longer served; cannot prune"
+            return entry
+        path = info.path(key.namespace or None, key.name)
+        adopted = ((obj.get("metadata") or {}).get("annotations") or {}).get(ADOPTED) == "true"
+        verb = "would " if dry_run else ""
+        try:
+            if adopted:
+                entry.message = f"{verb}release (not created by gitops-sync: label removed, object kept)"
+                if not dry_run:
+                    self._release(path, obj)
+            else:
+                entry.message = f"{verb}delete (left Git)" if dry_run else "deleted (left Git)"
+                query = {"propagationPolicy": "Background", "dryRun": "All" if dry_run else None}
+                precondition = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {
+                    "uid": (obj.get("metadata") or {}).get("uid")}}
+                self.client.request("DELETE", path, query=query, body=precondition)
+        except NotFoundError:
+            entry.message = "already gone"
+        except ClusterError as exc:
+            entry.action, entry.message = Action.ERROR, f"prune failed: {exc}"
+        return entry
+
+    def _release(self, path: str, obj: Manifest) -> None:
+        """Drop our label and annotations with a JSON patch guarded by resourceVersion."""
+        meta = obj.get("metadata") or {}
+        ops: list[dict[str, object]] = [{"op": "test", "path": "/metadata/resourceVersion",
+                                         "value": meta.get("resourceVersion")}]
+        if PART_OF in (meta.get("labels") or {}):
+            ops.append({"op": "remove", "path": "/metadata/labels/" + _escape(PART_OF)})
+        for ann in (ADOPTED, INTENT_HASH):
+            if ann in (meta.get("annotations") or {}):
+                ops.append({"op": "remove", "path": "/metadata/annotations/" + _escape(ann)})
+        self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+
+    # -- waiting ----------------------------------------------------------------------------
+
+    def wait(self, targets: Sequence[Target], timeout: float, interval: float = 0.5) -> list[WaitResult]:
+        """Poll until every target is Current (kstatus rules); returns the ones that are not."""
+        deadline = time.monotonic() + timeout
+        pending = list(targets)
+        last: dict[ObjectKey, WaitResult] = {}
+        while pending:
+            def check(t: Target) -> WaitResult:
+                obj = self.client.get_or_none(t.path)
+                if obj is None:
+                    return WaitResult(t.key, Status.NOT_FOUND, "not found")
+                h = assess(obj)
+                return WaitResult(t.key, h.status, h.message)
+
+            results = self._each(check, pending)
+            last = {r.key: r for r in results}
+            failed = [r for r in results if r.status is Status.FAILED]
+            pending = [t for t, r in zip(pending, results, strict=True) if r.status is not Status.CURRENT]
+            if failed or not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(interval)
+        return [last[t.key] for t in pending]
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _each(self, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+        if len(items) <= 1 or self.concurrency == 1:
+            return [fn(i) for i in items]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
+            return list(pool.map(fn, items))
+
+
+def _pending_reason(t: Target, new_namespaces: set[str], new_crds: set[tuple[str, str]]) -> str:
+    """Why a dry-run cannot ask the server yet: its namespace or CRD is created in the same pass."""
+    if t.key.namespace and t.key.namespace in new_namespaces:
+        return f"namespace {t.key.namespace} is created first"
+    if (t.key.group, t.key.kind) in new_crds:
+        return "its CustomResourceDefinition is created first"
+    return ""
+
+
+def _crd_group_kind(crd: Manifest) -> tuple[str, str]:
+    spec = crd.get("spec") or {}
+    return str(spec.get("group", "")), str((spec.get("names") or {}).get("kind", ""))
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")

@@ -1,0 +1,186 @@
+"""One reconciliation pass: source -> render -> plan -> apply -> prune -> wait -> change set.
+
+`diff`, `sync` and every daemon pass call `Engine.run`; they differ only in options and in where
+live state comes from (fresh reads, or the daemon's watch cache).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from gitops_sync import FIELD_MANAGER
+from gitops_sync.apply import inventory
+from gitops_sync.apply.manager import ConflictPolicy, LiveMap, OnEntry, ResourceManager
+from gitops_sync.cluster.client import Client
+from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.errors import GitOpsError
+from gitops_sync.plan import planner
+from gitops_sync.plan.changeset import Action, ChangeSet
+from gitops_sync.plan.planner import Target
+from gitops_sync.render import RenderOptions, render
+from gitops_sync.resource import DesiredObject, ObjectKey
+from gitops_sync.source import Checkout, fetch
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class SourceOptions:
+    repo: str
+    revision: str | None = None
+    path: str | None = None
+    cache_dir: Path | None = None
+    render: RenderOptions = field(default_factory=RenderOptions)
+
+
+@dataclass
+class PassOptions:
+    namespace: str = "default"
+    prune: bool = False
+    allow_empty: bool = False
+    dry_run: bool = False
+    policy: ConflictPolicy = ConflictPolicy.REPORT
+    wait: bool = False
+    timeout: float = 300.0
+    name: str | None = None  # ApplySet (inventory) name; derived from the source when not given
+    inventory_namespace: str | None = None
+
+
+def load(source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
+    """Fetch and render; raises SourceError/RenderError before anything touches the cluster."""
+    checkout = fetch(source.repo, source.revision, source.path, cache_dir=source.cache_dir)
+    opts = source.render
+    return checkout, render(checkout.root, opts)
+
+
+def default_inventory_name(repo: str, path: str | None) -> str:
+    """A stable, DNS-safe name from the repository's last path element and the sub-directory."""
+    base = re.sub(r"\.git$", "", repo.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]) or "source"
+    raw = "-".join(p for p in ("gitops-sync", base, (path or "").strip("/")) if p)
+    slug = re.sub(r"[^a-z0-9-]+", "-", raw.lower()).strip("-")
+    return re.sub(r"-+", "-", slug)[:63].rstrip("-")
+
+
+class Engine:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        field_manager: str = FIELD_MANAGER,
+        concurrency: int = 8,
+        discovery: Discovery | None = None,
+    ) -> None:
+        self.client = client
+        self.discovery = discovery or Discovery(client)
+        self.manager = ResourceManager(client, self.discovery, field_manager=field_manager, concurrency=concurrency)
+        self.field_manager = field_manager
+
+    def resolve(self, objects: Sequence[DesiredObject], opts: PassOptions) -> list[Target]:
+        """Needs discovery, so it is the first cluster access; keep the result for every pass of a revision."""
+        return planner.resolve(objects, self.discovery, opts.namespace)
+
+    def run(
+        self,
+        checkout: Checkout,
+        all_targets: Sequence[Target],
+        opts: PassOptions,
+        *,
+        apply: bool,
+        live_of: Callable[[Sequence[Target]], LiveMap] | None = None,
+        on_entry: OnEntry | None = None,
+        only: set[ObjectKey] | None = None,
+    ) -> ChangeSet:
+        """Plan (apply=False or opts.dry_run) or converge. Per-object failures land in the change set.
+
+        `only` narrows the pass to some objects (the daemon's per-object work items); such a partial
+        pass never prunes and never rewrites the inventory, which need the whole picture.
+        """
+        dry_run = opts.dry_run or not apply
+        cs = ChangeSet(revision=checkout.revision, source=_source_label(checkout), dry_run=dry_run)
+        targets = list(all_targets) if only is None else [t for t in all_targets if t.key in only]
+        inv = inventory.load(
+            self.client, opts.name or default_inventory_name(checkout.repo, None), self._inv_ns(opts)
+        )
+        live = (live_of or self.manager.fetch_live)(targets)
+        for t in targets:
+            planner.finalize(t, live.get(t.key), inv.id)
+        group_kinds = {t.key.group_kind for t in targets}
+        namespaces = {t.key.namespace for t in targets if t.key.namespace}
+
+        partial = only is not None
+        if not dry_run and targets and not partial:
+            inventory.save(
+                self.client, inv, inv.group_kinds | group_kinds, inv.namespaces | namespaces,
+                field_manager=self.field_manager, revision=checkout.revision, source=cs.source,
+            )
+        cs.entries = self.manager.apply_all(
+            targets, live, policy=opts.policy, dry_run=dry_run, on_entry=on_entry
+        )
+
+        pruned_all = True
+        if opts.prune and not partial:
+            pruned_all = self._prune(cs, inv, targets, opts, dry_run, on_entry)
+        if not dry_run and targets and pruned_all and not partial and not cs.has_errors:
+            # Shrink the recorded group-kinds only once every member outside them is gone.
+            final_kinds = group_kinds if opts.prune else inv.group_kinds | group_kinds
+            final_ns = namespaces if opts.prune else inv.namespaces | namespaces
+            inventory.save(
+                self.client, inv, final_kinds, final_ns,
+                field_manager=self.field_manager, revision=checkout.revision, source=cs.source,
+            )
+        if opts.wait and not dry_run:
+            self._wait(cs, targets, opts.timeout)
+        return cs
+
+    def _inv_ns(self, opts: PassOptions) -> str:
+        return opts.inventory_namespace or opts.namespace
+
+    def _prune(
+        self,
+        cs: ChangeSet,
+        inv: inventory.Inventory,
+        targets: Sequence[Target],
+        opts: PassOptions,
+        dry_run: bool,
+        on_entry: OnEntry | None,
+    ) -> bool:
+        if cs.has_errors:
+            cs.errors.append("prune skipped: some objects failed to apply; nothing is deleted on a failed pass")
+            return False
+        if not inv.exists:
+            return True
+        members = inventory.list_members(self.client, self.discovery, inv)
+        wanted = {t.key for t in targets}
+        gone = [m for k, m in members.items() if k not in wanted]
+        if not targets and gone and not opts.allow_empty:
+            cs.errors.append(
+                f"the source rendered zero objects: refusing to prune {len(gone)} object(s) "
+                "(pass --allow-empty if the repository is meant to be empty)"
+            )
+            return False
+        entries = self.manager.prune(gone, dry_run=dry_run, on_entry=on_entry)
+        cs.entries.extend(entries)
+        return all(e.action is Action.PRUNE for e in entries)
+
+    def _wait(self, cs: ChangeSet, targets: Sequence[Target], timeout: float) -> None:
+        started = time.monotonic()
+        not_ready = self.manager.wait(targets, timeout)
+        by_key: dict[ObjectKey, str] = {r.key: f"{r.status.value}: {r.message}" for r in not_ready}
+        for e in cs.entries:
+            e.health = by_key.get(e.key, "Current") if e.action is not Action.PRUNE else ""
+        if not_ready:
+            names = "; ".join(f"{r.key} ({r.status.value}: {r.message})" for r in not_ready)
+            cs.errors.append(f"not ready after {time.monotonic() - started:.0f}s: {names}")
+
+
+def _source_label(checkout: Checkout) -> str:
+    return f"{checkout.repo}@{checkout.ref}" if checkout.ref else checkout.repo
+
+
+__all__ = ["Engine", "GitOpsError", "PassOptions", "SourceOptions", "default_inventory_name", "load"]

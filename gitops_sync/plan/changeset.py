@@ -1,0 +1,143 @@
+"""The result of a pass: one entry per object with an explicit action, and field-level detail.
+
+This is the schema of `diff -o json`, `sync -o json` and the daemon's `/status`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from gitops_sync.resource import ObjectKey
+
+
+class Action(enum.StrEnum):
+    CREATE = "create"
+    UPDATE = "update"
+    UNCHANGED = "unchanged"
+    PRUNE = "prune"
+    CONFLICT = "conflict"
+    ERROR = "error"
+
+    @property
+    def is_change(self) -> bool:
+        return self in (Action.CREATE, Action.UPDATE, Action.PRUNE, Action.CONFLICT)
+
+
+_ABSENT: Any = None
+
+
+@dataclass
+class FieldChange:
+    """A field whose live value is not the desired one, and the manager that owns the live value.
+
+    `manager` is the manager owning the field live: another manager for drift or a conflict, our own
+    name when the difference comes from a new Git revision, "" when nobody owns it (the field is absent).
+    """
+
+    path: str
+    desired: Any = _ABSENT
+    live: Any = _ABSENT
+    manager: str = ""
+    operation: str = ""
+    subresource: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "desired": self.desired,
+            "live": self.live,
+            "manager": self.manager,
+            "operation": self.operation,
+            "subresource": self.subresource,
+        }
+
+
+@dataclass
+class CoOwner:
+    """Another manager that owns fields we set (shared ownership: same value, no conflict today)."""
+
+    manager: str
+    operation: str
+    subresource: str
+    fields: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "manager": self.manager,
+            "operation": self.operation,
+            "subresource": self.subresource,
+            "fields": self.fields,
+        }
+
+
+@dataclass
+class Entry:
+    key: ObjectKey
+    api_version: str
+    action: Action
+    drift: list[FieldChange] = field(default_factory=list)
+    conflicts: list[FieldChange] = field(default_factory=list)
+    co_owners: list[CoOwner] = field(default_factory=list)
+    message: str = ""
+    origin: str = ""
+    health: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "apiVersion": self.api_version,
+            "kind": self.key.kind,
+            "namespace": self.key.namespace,
+            "name": self.key.name,
+            "action": self.action.value,
+            "drift": [d.to_dict() for d in self.drift],
+            "conflicts": [c.to_dict() for c in self.conflicts],
+            "coOwners": [c.to_dict() for c in self.co_owners],
+            "message": self.message,
+            "origin": self.origin,
+        }
+        if self.health:
+            out["health"] = self.health
+        return out
+
+
+@dataclass
+class ChangeSet:
+    revision: str = ""
+    source: str = ""
+    entries: list[Entry] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # pass-level errors (render, source, wait)
+    dry_run: bool = False
+
+    def summary(self) -> dict[str, int]:
+        counts = Counter(e.action for e in self.entries)
+        out = {a.value: counts.get(a, 0) for a in Action}
+        out["error"] += len(self.errors)
+        return out
+
+    @property
+    def has_changes(self) -> bool:
+        return any(e.action.is_change for e in self.entries)
+
+    @property
+    def has_conflicts(self) -> bool:
+        return any(e.action is Action.CONFLICT or e.conflicts for e in self.entries)
+
+    @property
+    def has_errors(self) -> bool:
+        return bool(self.errors) or any(e.action is Action.ERROR for e in self.entries)
+
+    def sorted_entries(self) -> list[Entry]:
+        return sorted(self.entries, key=lambda e: (e.key.namespace, e.key.group, e.key.kind, e.key.name))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "revision": self.revision,
+            "source": self.source,
+            "dryRun": self.dry_run,
+            "summary": self.summary(),
+            "objects": [e.to_dict() for e in self.sorted_entries()],
+            "errors": list(self.errors),
+        }

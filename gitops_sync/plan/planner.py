@@ -1,0 +1,231 @@
+"""From rendered manifests to targets, and from (desired, live, server answer) to a change entry.
+
+No I/O here: the ResourceManager does the requests and hands the answers to these functions, so
+the decisions are unit-testable and the same for `diff`, `sync` and the daemon.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gitops_sync.apply.inventory import ADOPTED, PART_OF
+from gitops_sync.cluster.discovery import Discovery, ResourceInfo
+from gitops_sync.errors import RenderError
+from gitops_sync.plan import diff as _diff
+from gitops_sync.plan import fieldpath, ownership
+from gitops_sync.plan.changeset import Action, CoOwner, Entry, FieldChange
+from gitops_sync.plan.masking import mask_diff
+from gitops_sync.plan.normalize import prepare_desired
+from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
+
+INTENT_HASH = "gitops-sync.io/intent-hash"
+# Paths we write for our own bookkeeping: differences there are not drift worth reporting.
+_BOOKKEEPING = (
+    f'.metadata.labels["{PART_OF}"]',
+    f".metadata.labels.{PART_OF}",
+    f'.metadata.annotations["{INTENT_HASH}"]',
+    f".metadata.annotations.{INTENT_HASH}",
+    f'.metadata.annotations["{ADOPTED}"]',
+    f".metadata.annotations.{ADOPTED}",
+)
+
+
+@dataclass
+class Target:
+    """A desired object resolved against the cluster: where it lives and exactly what we will apply."""
+
+    key: ObjectKey
+    info: ResourceInfo
+    manifest: Manifest  # prepared, labelled, hashed: the apply body
+    origin: str
+
+    @property
+    def path(self) -> str:
+        return self.info.path(self.key.namespace or None, self.key.name)
+
+    @property
+    def collection(self) -> str:
+        return self.info.path(self.key.namespace or None)
+
+
+def resolve(
+    objects: Iterable[DesiredObject], discovery: Discovery, default_namespace: str
+) -> list[Target]:
+    """Default namespaces, check kinds and scopes against discovery (and CRDs in the same set), dedupe."""
+    objects = list(objects)
+    for obj in objects:
+        if obj.kind == "CustomResourceDefinition" and obj.api_version.startswith("apiextensions.k8s.io/"):
+            discovery.add_crd(obj.manifest)
+    targets: dict[ObjectKey, Target] = {}
+    for obj in objects:
+        info = discovery.lookup(obj.api_version, obj.kind)
+        name = f"{obj.kind}/{(obj.manifest.get('metadata') or {}).get('name', '?')}"
+        if info is None:
+            raise RenderError(
+                f"kind {obj.kind} ({obj.api_version}) is not served by the cluster and no "
+                "CustomResourceDefinition in the source defines it",
+                file=obj.origin,
+                obj=name,
+            )
+        manifest = prepare_desired(obj.manifest)
+        meta = manifest.setdefault("metadata", {})
+        if info.namespaced:
+            meta["namespace"] = meta.get("namespace") or default_namespace
+        elif meta.get("namespace"):
+            raise RenderError(
+                f"{obj.kind} is cluster-scoped but has metadata.namespace {meta['namespace']!r}",
+                file=obj.origin,
+                obj=name,
+            )
+        key = ObjectKey.of(manifest)
+        if key in targets:
+            raise RenderError(
+                f"duplicate object {key}: also defined in {targets[key].origin}", file=obj.origin, obj=name
+            )
+        targets[key] = Target(key=key, info=info, manifest=manifest, origin=obj.origin)
+    return list(targets.values())
+
+
+def finalize(target: Target, live: Manifest | None, applyset_id: str | None) -> None:
+    """Add membership, adoption and intent-hash bookkeeping to the apply body, given what is live."""
+    meta = target.manifest.setdefault("metadata", {})
+    annotations = meta.setdefault("annotations", {})
+    annotations.pop(INTENT_HASH, None)
+    if applyset_id:
+        meta.setdefault("labels", {})[PART_OF] = applyset_id
+        live_meta = (live or {}).get("metadata") or {}
+        live_ann = live_meta.get("annotations") or {}
+        already_member = (live_meta.get("labels") or {}).get(PART_OF) == applyset_id
+        if live is not None and (live_ann.get(ADOPTED) == "true" or not already_member):
+            annotations[ADOPTED] = "true"  # existed before we applied it: release, never delete, on prune
+    annotations[INTENT_HASH] = intent_hash(target.manifest)
+
+
+def intent_hash(manifest: Manifest) -> str:
+    body = copy.deepcopy(manifest)
+    ((body.get("metadata") or {}).get("annotations") or {}).pop(INTENT_HASH, None)
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def is_unchanged(target: Target, live: Manifest | None) -> bool:
+    """The fast path: exact without a request when the live object carries this very intent.
+
+    Same intent hash = we last applied exactly this, so nothing needs removing; every field we set
+    still holds its value = nobody drifted it. Any doubt falls through to a server-side apply.
+    """
+    if live is None:
+        return False
+    live_ann = (live.get("metadata") or {}).get("annotations") or {}
+    want = (target.manifest.get("metadata") or {}).get("annotations", {}).get(INTENT_HASH)
+    if live_ann.get(INTENT_HASH) != want:
+        return False
+    return not _diff.diff_intent(target.manifest, live)
+
+
+def explain(
+    target: Target,
+    live: Manifest | None,
+    result: Manifest | None,
+    field_manager: str,
+    *,
+    conflicts: list[ownership.Conflict] | None = None,
+    dry_run: bool,
+) -> Entry:
+    """Compare the object as the server would store it (`result`) with `live` and say who owns what."""
+    entry = Entry(key=target.key, api_version=target.info.api_version, action=Action.UNCHANGED, origin=target.origin)
+    verb = "would " if dry_run else ""
+    if live is None:
+        entry.action = Action.CREATE
+        entry.message = f"{verb}create" if dry_run else "created"
+        return entry
+    changes: list[FieldChange] = []
+    bookkeeping = False
+    if result is not None:
+        for d in _diff.diff_objects(result, live):
+            if d.path in _BOOKKEEPING:
+                bookkeeping = True
+                continue
+            changes.append(_field_change(live, d.path, d.desired, d.live, field_manager))
+    entry.drift = _masked(target.key, changes)
+    if conflicts:
+        entry.conflicts = _masked(target.key, [_conflict_change(target, live, c) for c in conflicts])
+        entry.action = Action.CONFLICT
+        entry.message = f"{len(conflicts)} field(s) owned by other managers with different values"
+    elif changes:
+        entry.action = Action.UPDATE
+        entry.message = f"{verb}update {len(changes)} field(s)"
+    elif bookkeeping:
+        entry.action = Action.UPDATE
+        entry.message = f"{verb}record gitops-sync ownership (no field value changes)"
+    entry.co_owners = co_owners(target.manifest, live, field_manager)
+    return entry
+
+
+def co_owners(desired: Manifest, live: Manifest, field_manager: str) -> list[CoOwner]:
+    """Other managers owning fields we set, for the report: who else would fight over them."""
+    ours = {p for p in fieldpath.leaf_paths(desired) if p not in _BOOKKEEPING}
+    out = []
+    for mf in ownership.managed_fields(live):
+        if mf.manager == field_manager and mf.operation == "Apply":
+            continue
+        shared = sorted(ours & {fieldpath.format_path(p) for p in mf.fields})
+        if shared:
+            out.append(CoOwner(mf.manager, mf.operation, mf.subresource, shared))
+    return out
+
+
+def without_conflicts(manifest: Manifest, conflicts: list[ownership.Conflict]) -> Manifest:
+    """The apply body minus the conflicting fields: everything else still applies (policy `report`)."""
+    body = manifest
+    for c in conflicts:
+        body = fieldpath.remove(body, c.path)
+    return body
+
+
+def _field_change(live: Manifest, path: str, desired: Any, live_value: Any, field_manager: str) -> FieldChange:
+    owner = _owner(live, path, field_manager)
+    return FieldChange(
+        path=path,
+        desired=_plain(desired),
+        live=_plain(live_value),
+        manager=owner.manager if owner else "",
+        operation=owner.operation if owner else "",
+        subresource=owner.subresource if owner else "",
+    )
+
+
+def _conflict_change(target: Target, live: Manifest, c: ownership.Conflict) -> FieldChange:
+    return FieldChange(
+        path=c.path,
+        desired=_plain(fieldpath.get(target.manifest, c.path)),
+        live=_plain(fieldpath.get(live, c.path)),
+        manager=c.manager,
+        operation=c.operation,
+        subresource=c.subresource,
+    )
+
+
+def _owner(live: Manifest, path: str, field_manager: str) -> ownership.ManagedFieldsEntry | None:
+    """Prefer another manager (who drifted it) over ourselves (a Git change)."""
+    found = ownership.owners(live, path)
+    others = [e for e in found if not (e.manager == field_manager and e.operation == "Apply")]
+    return (others or found or [None])[0]
+
+
+def _plain(value: Any) -> Any:
+    return None if value is fieldpath.MISSING else value
+
+
+def _masked(key: ObjectKey, changes: list[FieldChange]) -> list[FieldChange]:
+    if key.kind != "Secret" or key.group:
+        return changes
+    diffs = [_diff.FieldDiff(c.path, c.desired, c.live) for c in changes]
+    for c, d in zip(changes, mask_diff(key.kind, diffs), strict=True):
+        c.desired, c.live = d.desired, d.live
+    return changes
