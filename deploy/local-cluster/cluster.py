@@ -1,0 +1,858 @@
+#!/usr/bin/env python3
+"""Launcher for the local Kubernetes control plane built from Go modules (see README.md beside this file).
+
+    cluster.py build    build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm
+    cluster.py up       build when needed, start everything on loopback, wait for /readyz and a Ready node
+    cluster.py down     stop every process started from the state dir (by pid) and remove the state dir
+    cluster.py status   show each component's pid and health (exit 1 unless all are healthy)
+    cluster.py env      print the `export KUBECONFIG=...` and `export PATH=...` lines
+
+Standard library only (Python 3.11), so it runs before any virtual env exists. Progress goes to stderr;
+`up` and `env` print only the export lines on stdout, so `eval "$(python3 cluster.py up)"` works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import fcntl
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+# Go packages built, and the name each binary gets (go build names etcd's after its last path element).
+PACKAGES = {
+    "etcd": "go.etcd.io/etcd/server/v3",
+    "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+    "kwok": "sigs.k8s.io/kwok/cmd/kwok",
+    "helm": "helm.sh/helm/v4/cmd/helm",
+}
+GO_OUTPUT_NAME = {"etcd": "server"}
+
+# Components in start order, and the default loopback port of each (below Linux's ephemeral range).
+COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+PORTS = {
+    "etcd": 12379,
+    "etcd-peer": 12380,
+    "kube-apiserver": 16443,
+    "kube-controller-manager": 10357,
+    "kube-scheduler": 10359,
+    "kwok": 10347,
+}
+PORT_OWNER = {"etcd-peer": "etcd"}
+PORT_ENV = {
+    "etcd": "LOCAL_CLUSTER_ETCD_PORT",
+    "etcd-peer": "LOCAL_CLUSTER_ETCD_PEER_PORT",
+    "kube-apiserver": "LOCAL_CLUSTER_APISERVER_PORT",
+    "kube-controller-manager": "LOCAL_CLUSTER_CONTROLLER_MANAGER_PORT",
+    "kube-scheduler": "LOCAL_CLUSTER_SCHEDULER_PORT",
+    "kwok": "LOCAL_CLUSTER_KWOK_PORT",
+}
+
+SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service's ClusterIP: first address of SERVICE_CIDR
+POD_CIDR = "10.244.0.0/16"
+NODE_NAME = "kwok-node-0"
+STATE_MARKER = ".local-cluster-state"  # `down` only deletes a directory that carries this file
+
+
+class ClusterError(Exception):
+    """A failure to report as `error: ...` with exit status 1."""
+
+
+def log(msg: str) -> None:
+    print(f"[local-cluster] {msg}", file=sys.stderr, flush=True)
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"    (no log at {path})"
+    body = text.splitlines()[-lines:]
+    return "\n".join("    " + line for line in body) if body else f"    ({path} is empty)"
+
+
+# ---------------------------------------------------------------------------------------------- build
+
+
+def go_mod_version(module: str) -> str:
+    """The version go.mod requires (or replaces) for a module."""
+    text = (HERE / "go.mod").read_text()
+    m = re.search(rf"^\s*{re.escape(module)}\s*=>\s*\S+\s+(v\S+)", text, re.M)
+    if not m:
+        m = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.M)
+    if not m:
+        raise ClusterError(f"go.mod does not require {module}")
+    return m.group(1)
+
+
+def ldflags() -> str:
+    kube = go_mod_version("k8s.io/kubernetes")  # e.g. v1.37.2
+    helm = go_mod_version("helm.sh/helm/v4")
+    m = re.fullmatch(r"v(\d+)\.(\d+)\.\d+.*", kube)
+    if not m:
+        raise ClusterError(f"cannot parse the Kubernetes version {kube!r}")
+    major, minor = m.groups()
+    flags = ["-s", "-w"]
+    # kubectl's client version comes from client-go, the servers' from component-base: stamp both.
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={kube}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.gitCommit=",
+        ]
+    # Helm v4 has no ldflags variable for the Kubernetes version: its offline default Capabilities derive
+    # v1.<minor>.0 from the client-go module version in the binary's build info; against a cluster (install,
+    # template --dry-run=server) it uses the API server's real version.
+    flags += [
+        f"-X helm.sh/helm/v4/internal/version.version={helm}",
+        "-X helm.sh/helm/v4/internal/version.gitTreeState=clean",
+    ]
+    return " ".join(flags)
+
+
+def go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(CGO_ENABLED="0", GOTOOLCHAIN="local", GOFLAGS="-mod=readonly -buildvcs=false")
+    return env
+
+
+def build_stamp(flags: str) -> str:
+    go = shutil.which("go")
+    if not go:
+        raise ClusterError("component go build: `go` is not on PATH (Go 1.24 or newer is needed)")
+    goversion = subprocess.run([go, "version"], capture_output=True, text=True, check=False).stdout.strip()
+    h = hashlib.sha256()
+    for part in ((HERE / "go.mod").read_bytes(), (HERE / "go.sum").read_bytes(), flags.encode(), goversion.encode()):
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()
+
+
+def build(cache_dir: Path, force: bool = False) -> Path:
+    """Build all seven binaries into <cache>/bin unless the stamp says they are current. Returns the bin dir."""
+    bin_dir = cache_dir / "bin"
+    stamp_file = bin_dir / ".stamp"
+    flags = ldflags()
+    stamp = build_stamp(flags)
+
+    def current() -> bool:
+        return (
+            stamp_file.is_file()
+            and stamp_file.read_text().strip() == stamp
+            and all(os.access(bin_dir / name, os.X_OK) for name in PACKAGES)
+        )
+
+    if current() and not force:
+        log(f"binaries are current ({bin_dir})")
+        return bin_dir
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent build of the same tree waits for this one
+        if current() and not force:
+            return bin_dir
+        build_log = cache_dir / "build.log"
+        out_dir = Path(tempfile.mkdtemp(prefix="bin.", dir=cache_dir))
+        cmd = ["go", "build", "-trimpath", "-ldflags", flags, "-o", str(out_dir) + "/", *PACKAGES.values()]
+        log(f"building {', '.join(PACKAGES)} (log: {build_log}); a cold build takes tens of minutes")
+        t0 = time.monotonic()
+        with open(build_log, "w") as out:
+            out.write("$ " + " ".join(cmd) + "\n")
+            out.flush()
+            rc = subprocess.run(cmd, cwd=HERE, env=go_env(), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, check=False).returncode
+        if rc != 0:
+            shutil.rmtree(out_dir, ignore_errors=True)
+            raise ClusterError(f"component go build failed (exit {rc}) building {', '.join(PACKAGES)}; "
+                               f"tail of {build_log}:\n{tail(build_log, 40)}")
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        for name in PACKAGES:
+            # rename, never overwrite in place: processes running the old binary keep their inode
+            os.replace(out_dir / GO_OUTPUT_NAME.get(name, name), bin_dir / name)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        stamp_file.write_text(stamp + "\n")
+        log(f"built in {time.monotonic() - t0:.1f} s into {bin_dir}")
+    return bin_dir
+
+
+# ---------------------------------------------------------------------------------------------- config
+
+
+@dataclass
+class Config:
+    state_dir: Path
+    cache_dir: Path
+    ports: dict[str, int]
+    timeout: float
+
+    @property
+    def pki(self) -> Path:
+        return self.state_dir / "pki"
+
+    @property
+    def logs(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def pids(self) -> Path:
+        return self.state_dir / "pids"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def tools_dir(self) -> Path:
+        return self.state_dir / "bin"
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.cache_dir / "bin"
+
+    def env_lines(self) -> str:
+        return (f"export KUBECONFIG={self.kubeconfig}\n"
+                f"export PATH={self.tools_dir}:$PATH\n")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_config(args: argparse.Namespace) -> Config:
+    state = Path(args.dir or os.environ.get("LOCAL_CLUSTER_DIR") or REPO / ".local-cluster").resolve()
+    cache = Path(args.cache_dir or os.environ.get("LOCAL_CLUSTER_CACHE") or REPO / ".cache" / "local-cluster")
+    ports = dict(PORTS)
+    saved = state / "state.json"
+    if saved.is_file() and getattr(args, "command", "") != "up":
+        # status/env/down talk to whatever the state dir says was started
+        with contextlib.suppress(ValueError, OSError):
+            ports.update(json.loads(saved.read_text())["ports"])
+    else:
+        auto = getattr(args, "auto_ports", False) or os.environ.get("LOCAL_CLUSTER_AUTO_PORTS") == "1"
+        for comp in PORTS:
+            flag = getattr(args, comp.replace("-", "_") + "_port", None)
+            if flag:
+                ports[comp] = flag
+            elif os.environ.get(PORT_ENV[comp]):
+                ports[comp] = int(os.environ[PORT_ENV[comp]])
+            elif auto:
+                ports[comp] = free_port()
+    return Config(state_dir=state, cache_dir=cache.resolve(), ports=ports, timeout=args.timeout)
+
+
+# ---------------------------------------------------------------------------------------------- pki
+
+
+def openssl(*args: str) -> None:
+    r = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise ClusterError(f"component pki: openssl {' '.join(args[:2])} failed:\n{r.stderr.strip()}")
+
+
+def make_cert(pki: Path, name: str, subject: str, ext: str, ca: bool = False) -> None:
+    key, crt = pki / f"{name}.key", pki / f"{name}.crt"
+    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(key))
+    extfile = pki / f"{name}.ext"
+    extfile.write_text(f"[ext]\n{ext}\n")
+    if ca:
+        openssl("req", "-x509", "-new", "-key", str(key), "-subj", subject, "-days", "3650",
+                "-config", str(extfile), "-extensions", "ext", "-out", str(crt))
+    else:
+        csr = pki / f"{name}.csr"
+        openssl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr))
+        openssl("x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
+                "-CAcreateserial", "-days", "3650", "-extfile", str(extfile), "-extensions", "ext",
+                "-out", str(crt))
+        csr.unlink()
+    extfile.unlink()
+    key.chmod(0o600)
+
+
+CLIENT_EXT = ("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+              "extendedKeyUsage=clientAuth")
+# Client identities: (file name, subject). system:masters bypasses RBAC for the admin; the control-plane
+# components get the users that RBAC's bootstrap policy binds to their ClusterRoles.
+CLIENTS = [
+    ("admin", "/O=system:masters/CN=local-cluster-admin"),
+    ("kube-controller-manager", "/CN=system:kube-controller-manager"),
+    ("kube-scheduler", "/CN=system:kube-scheduler"),
+    ("kwok", "/O=system:masters/CN=kwok-controller"),
+]
+
+
+def make_pki(cfg: Config) -> None:
+    pki = cfg.pki
+    pki.mkdir(parents=True, exist_ok=True)
+    make_cert(pki, "ca", "/CN=local-cluster-ca", "basicConstraints=critical,CA:TRUE\n"
+              "keyUsage=critical,keyCertSign,cRLSign,digitalSignature\nsubjectKeyIdentifier=hash", ca=True)
+    sans = ",".join([
+        "IP:127.0.0.1", f"IP:{SERVICE_IP}", "DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default",
+        "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local",
+    ])
+    make_cert(pki, "apiserver", "/CN=kube-apiserver", "basicConstraints=critical,CA:FALSE\n"
+              "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+              f"subjectAltName={sans}")
+    for name, subject in CLIENTS:
+        make_cert(pki, name, subject, CLIENT_EXT)
+    # service-account token signing key (the API server verifies with the same file)
+    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(pki / "sa.key"))
+    (pki / "sa.key").chmod(0o600)
+
+
+def b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def kubeconfig_text(cfg: Config, user: str, embed: bool) -> str:
+    pki = cfg.pki
+    server = f"https://127.0.0.1:{cfg.ports['kube-apiserver']}"
+    if embed:
+        ca = f"certificate-authority-data: {b64(pki / 'ca.crt')}"
+        cert = f"client-certificate-data: {b64(pki / (user + '.crt'))}"
+        key = f"client-key-data: {b64(pki / (user + '.key'))}"
+    else:
+        ca = f"certificate-authority: {pki / 'ca.crt'}"
+        cert = f"client-certificate: {pki / (user + '.crt')}"
+        key = f"client-key: {pki / (user + '.key')}"
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: {server}
+    {ca}
+users:
+- name: {user}
+  user:
+    {cert}
+    {key}
+contexts:
+- name: local
+  context:
+    cluster: local
+    user: {user}
+    namespace: default
+current-context: local
+preferences: {{}}
+"""
+
+
+def write_kubeconfigs(cfg: Config) -> None:
+    cfg.kubeconfig.write_text(kubeconfig_text(cfg, "admin", embed=True))
+    cfg.kubeconfig.chmod(0o600)
+    for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+        p = cfg.state_dir / f"{name}.kubeconfig"
+        p.write_text(kubeconfig_text(cfg, name, embed=False))
+        p.chmod(0o600)
+
+
+# ---------------------------------------------------------------------------------------------- http
+
+
+class Api:
+    """A tiny HTTPS client for the API server with the admin certificate."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.port = cfg.ports["kube-apiserver"]
+        self.ctx = ssl.create_default_context(cafile=str(cfg.pki / "ca.crt"))
+        self.ctx.load_cert_chain(str(cfg.pki / "admin.crt"), str(cfg.pki / "admin.key"))
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float = 3.0) -> tuple[int, bytes]:
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx, timeout=timeout)
+        try:
+            data = json.dumps(body).encode() if body is not None else None
+            headers = {"Content-Type": "application/json", "Accept": "application/json"} if data else {}
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def ok(self, path: str) -> bool:
+        try:
+            status, _ = self.request("GET", path, timeout=2.0)
+            return status == 200
+        except (OSError, http.client.HTTPException):
+            return False
+
+    def get_json(self, path: str) -> dict[str, Any] | None:
+        try:
+            status, data = self.request("GET", path)
+        except (OSError, http.client.HTTPException):
+            return None
+        return json.loads(data) if status == 200 else None
+
+
+def https_ok(port: int, path: str) -> bool:
+    """Health endpoint of a component serving a self-signed certificate (kube-controller-manager, scheduler)."""
+    ctx = ssl._create_unverified_context()
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=2.0)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+def http_ok(port: int, path: str) -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2.0)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------------------------------------- processes
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # SO_REUSEADDR: a port in TIME_WAIT after a recent `down` is free for the Go servers (they set it too);
+        # only a live listener makes bind fail.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def pid_cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (exited, not yet reaped) is not alive
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+@dataclass
+class Proc:
+    name: str
+    pid: int
+    exe: str
+    popen: subprocess.Popen[bytes] | None = None
+
+    def alive(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return pid_alive(self.pid) and self.is_ours()
+
+    def is_ours(self) -> bool:
+        """The pid still runs the binary we started (guards against pid reuse before signalling it)."""
+        cmd = pid_cmdline(self.pid)
+        return bool(cmd) and cmd[0] == self.exe
+
+
+def read_pids(cfg: Config) -> list[Proc]:
+    procs = []
+    if cfg.pids.is_dir():
+        for f in sorted(cfg.pids.glob("*.pid")):
+            with contextlib.suppress(ValueError, OSError, KeyError):
+                data = json.loads(f.read_text())
+                procs.append(Proc(name=f.stem, pid=int(data["pid"]), exe=data["exe"]))
+    return procs
+
+
+def stop(procs: list[Proc], timeout: float = 15.0) -> None:
+    """TERM each process and its process group, wait, then KILL whatever is left."""
+    targets = [p for p in procs if p.alive()]
+    for p in targets:
+        log(f"stopping {p.name} (pid {p.pid})")
+        for sig_target in (lambda: os.killpg(p.pid, signal.SIGTERM), lambda: os.kill(p.pid, signal.SIGTERM)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                sig_target()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(p.alive() for p in targets):
+        for p in targets:
+            if p.popen is not None:
+                p.popen.poll()
+        time.sleep(0.05)
+    for p in targets:
+        if p.alive():
+            log(f"{p.name} (pid {p.pid}) ignored SIGTERM for {timeout:.0f} s: SIGKILL")
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p.pid, signal.SIGKILL)
+        if p.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.popen.wait(timeout=5)
+    # the process group may hold children of a component (none of ours fork, but be thorough)
+    for p in targets:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def component_args(cfg: Config, name: str) -> list[str]:
+    b, pki, st, ports = cfg.bin_dir, cfg.pki, cfg.state_dir, cfg.ports
+    if name == "etcd":
+        client, peer = f"http://127.0.0.1:{ports['etcd']}", f"http://127.0.0.1:{ports['etcd-peer']}"
+        return [str(b / "etcd"), "--name=local", f"--data-dir={st / 'etcd'}",
+                f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=local={peer}", "--initial-cluster-state=new",
+                "--unsafe-no-fsync",  # throw-away test data: durability is not worth the fsync latency
+                "--auto-compaction-mode=periodic", "--auto-compaction-retention=5m",
+                "--quota-backend-bytes=4294967296", "--log-level=warn"]
+    if name == "kube-apiserver":
+        return [str(b / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
+                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                f"--secure-port={ports['kube-apiserver']}", f"--cert-dir={pki / 'apiserver-generated'}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                "--authorization-mode=Node,RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={pki / 'sa.key'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",
+                f"--audit-policy-file={HERE / 'audit-policy.yaml'}",
+                f"--audit-log-path={cfg.logs / 'audit.log'}",
+                "--audit-log-maxsize=200", "--audit-log-maxbackup=1",
+                "--shutdown-delay-duration=0s"]
+    if name == "kube-controller-manager":
+        kc = st / "kube-controller-manager.kubeconfig"
+        return [str(b / "kube-controller-manager"),
+                f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+                "--bind-address=127.0.0.1", f"--secure-port={ports['kube-controller-manager']}",
+                f"--cert-dir={pki / 'kube-controller-manager-generated'}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                f"--cluster-signing-cert-file={pki / 'ca.crt'}", f"--cluster-signing-key-file={pki / 'ca.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--cluster-name=local-cluster"]
+    if name == "kube-scheduler":
+        kc = st / "kube-scheduler.kubeconfig"
+        return [str(b / "kube-scheduler"),
+                f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+                "--bind-address=127.0.0.1", f"--secure-port={ports['kube-scheduler']}",
+                f"--cert-dir={pki / 'kube-scheduler-generated'}",
+                "--leader-elect=false"]
+    if name == "kwok":
+        return [str(b / "kwok"),
+                f"--kubeconfig={st / 'kwok.kubeconfig'}",
+                f"--config={HERE / 'kwok-stages.yaml'}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--node-ip=127.0.0.1", f"--node-port={ports['kwok']}",
+                f"--server-address=127.0.0.1:{ports['kwok']}",
+                f"--cidr={POD_CIDR}",
+                "--node-lease-duration-seconds=40"]
+    raise ValueError(name)
+
+
+def start(cfg: Config, name: str) -> Proc:
+    args = component_args(cfg, name)
+    logf = open(cfg.logs / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it from here on
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "ETCDCTL_API")}
+    popen = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             cwd=cfg.state_dir, env=env, start_new_session=True)
+    logf.close()
+    proc = Proc(name=name, pid=popen.pid, exe=args[0], popen=popen)
+    (cfg.pids / f"{name}.pid").write_text(json.dumps({"pid": popen.pid, "exe": args[0]}) + "\n")
+    return proc
+
+
+# ---------------------------------------------------------------------------------------------- up
+
+
+def node_ready(node: dict[str, Any] | None) -> bool:
+    if not node:
+        return False
+    conds = node.get("status", {}).get("conditions", [])
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+    # the node lifecycle controller lifts the not-ready taint once it sees Ready: only then can Pods land
+    tainted = any(t.get("key", "").startswith("node.kubernetes.io/") for t in node.get("spec", {}).get("taints") or [])
+    return ready and not tainted
+
+
+NODE = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {
+        "name": NODE_NAME,
+        "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        "labels": {
+            "kubernetes.io/hostname": NODE_NAME,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+        },
+    },
+    "spec": {},
+}
+
+
+@dataclass
+class Starter:
+    cfg: Config
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    def check_alive(self) -> None:
+        for p in self.procs.values():
+            if not p.alive():
+                rc = p.popen.returncode if p.popen is not None else "?"
+                log_path = self.cfg.logs / f"{p.name}.log"
+                raise ClusterError(f"component {p.name} exited (status {rc}) during start-up; "
+                                   f"tail of {log_path}:\n{tail(log_path)}")
+
+    def wait(self, what: str, component: str, check: Any, deadline: float) -> None:
+        while True:
+            self.check_alive()
+            if check():
+                return
+            if time.monotonic() > deadline:
+                log_path = self.cfg.logs / f"{component}.log"
+                raise ClusterError(f"component {component} did not become ready ({what}) within "
+                                   f"{self.cfg.timeout:.0f} s; tail of {log_path}:\n{tail(log_path)}")
+            time.sleep(0.1)
+
+
+def healthy(cfg: Config) -> bool:
+    """A cluster from this state dir is running: every component alive, /readyz ok, the node Ready."""
+    if not (cfg.state_dir / "state.json").is_file() or not cfg.pki.joinpath("admin.crt").is_file():
+        return False
+    with contextlib.suppress(ValueError, OSError, KeyError):
+        # talk to the ports the running cluster was started with, whatever this invocation asked for
+        cfg = Config(cfg.state_dir, cfg.cache_dir, json.loads((cfg.state_dir / "state.json").read_text())["ports"],
+                     cfg.timeout)
+    procs = {p.name: p for p in read_pids(cfg)}
+    if set(procs) != set(COMPONENTS) or not all(p.alive() for p in procs.values()):
+        return False
+    api = Api(cfg)
+    return api.ok("/readyz") and node_ready(api.get_json(f"/api/v1/nodes/{NODE_NAME}"))
+
+
+def lock_state(cfg: Config) -> Any:
+    cfg.state_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(cfg.state_dir.parent / f".{cfg.state_dir.name}.lock", "w")  # noqa: SIM115
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
+
+
+def up(cfg: Config) -> None:
+    lock = lock_state(cfg)
+    try:
+        if healthy(cfg):
+            log(f"a cluster from {cfg.state_dir} is already up: starting nothing")
+            sys.stdout.write(cfg.env_lines())
+            return
+        if cfg.state_dir.exists():
+            log(f"{cfg.state_dir} holds a stopped or unhealthy cluster: removing it")
+            down(cfg, locked=True)
+        build(cfg.cache_dir)
+        for comp, port in cfg.ports.items():
+            if port_in_use(port):
+                owner = PORT_OWNER.get(comp, comp)
+                raise ClusterError(f"component {owner}: port 127.0.0.1:{port} ({comp}) is already in use; "
+                                   f"stop what listens there or choose another port with --{comp}-port "
+                                   f"or {PORT_ENV[comp]}")
+        _up(cfg)
+    finally:
+        lock.close()
+    sys.stdout.write(cfg.env_lines())
+
+
+def _up(cfg: Config) -> None:
+    t0 = time.monotonic()
+    deadline = t0 + cfg.timeout
+    for d in (cfg.state_dir, cfg.logs, cfg.pids, cfg.tools_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    (cfg.state_dir / STATE_MARKER).write_text("created by deploy/local-cluster/cluster.py\n")
+    (cfg.state_dir / "state.json").write_text(json.dumps({"ports": cfg.ports, "node": NODE_NAME,
+                                                          "bin_dir": str(cfg.bin_dir)}, indent=1) + "\n")
+    make_pki(cfg)
+    write_kubeconfigs(cfg)
+    for tool in ("kubectl", "helm"):
+        (cfg.tools_dir / tool).symlink_to(cfg.bin_dir / tool)
+    (cfg.state_dir / "env.sh").write_text(cfg.env_lines())
+
+    s = Starter(cfg)
+    try:
+        # etcd and the API server start together: the API server retries its etcd connection
+        for name in ("etcd", "kube-apiserver"):
+            s.procs[name] = start(cfg, name)
+        s.wait("GET /health", "etcd", lambda: http_ok(cfg.ports["etcd"], "/health"), deadline)
+        api = Api(cfg)
+        # /healthz first: kube-controller-manager gives up when the API server is not healthy in 10 s
+        s.wait("GET /healthz", "kube-apiserver", lambda: api.ok("/healthz"), deadline)
+        log(f"kube-apiserver healthy after {time.monotonic() - t0:.1f} s")
+        for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+            s.procs[name] = start(cfg, name)
+
+        def create_node() -> bool:
+            try:
+                status, body = api.request("POST", "/api/v1/nodes", NODE)
+            except (OSError, http.client.HTTPException):
+                return False
+            if status in (201, 409):
+                return True
+            if status >= 500 or status == 429:
+                return False
+            raise ClusterError(f"component kube-apiserver refused the node: {status} {body[:300]!r}")
+
+        s.wait("create Node", "kube-apiserver", create_node, deadline)
+        s.wait("GET /readyz", "kube-apiserver", lambda: api.ok("/readyz"), deadline)
+        s.wait("GET /healthz", "kube-controller-manager",
+               lambda: https_ok(cfg.ports["kube-controller-manager"], "/healthz"), deadline)
+        s.wait("GET /healthz", "kube-scheduler",
+               lambda: https_ok(cfg.ports["kube-scheduler"], "/healthz"), deadline)
+        s.wait(f"node {NODE_NAME} Ready", "kwok",
+               lambda: node_ready(api.get_json(f"/api/v1/nodes/{NODE_NAME}")), deadline)
+        # the service-account controller runs with its own credentials: its `default` SA proves it works
+        s.wait("ServiceAccount default/default", "kube-controller-manager",
+               lambda: api.get_json("/api/v1/namespaces/default/serviceaccounts/default") is not None, deadline)
+        s.check_alive()
+    except BaseException:
+        stop(list(s.procs.values()))
+        for f in cfg.pids.glob("*.pid"):
+            f.unlink()
+        log(f"start-up failed: every process was stopped; logs are kept in {cfg.logs}")
+        raise
+    log(f"cluster ready in {time.monotonic() - t0:.1f} s: kube-apiserver https://127.0.0.1:"
+        f"{cfg.ports['kube-apiserver']}, node {NODE_NAME}, state {cfg.state_dir}")
+
+
+# ---------------------------------------------------------------------------------------------- down/status
+
+
+def down(cfg: Config, locked: bool = False) -> None:
+    lock = None if locked else lock_state(cfg)
+    try:
+        procs = read_pids(cfg)
+        foreign = [p for p in procs if pid_alive(p.pid) and not p.is_ours()]
+        for p in foreign:
+            log(f"pid {p.pid} recorded for {p.name} now runs something else: leaving it alone")
+        stop([p for p in procs if p not in foreign])
+        if cfg.state_dir.exists():
+            if not (cfg.state_dir / STATE_MARKER).is_file():
+                raise ClusterError(f"{cfg.state_dir} has no {STATE_MARKER}: not a local-cluster state dir, "
+                                   "not removing it")
+            shutil.rmtree(cfg.state_dir)
+            log(f"removed {cfg.state_dir}")
+        else:
+            log(f"nothing at {cfg.state_dir}")
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def status(cfg: Config) -> int:
+    if not (cfg.state_dir / "state.json").is_file():
+        print(f"no cluster in {cfg.state_dir}")
+        return 1
+    procs = {p.name: p for p in read_pids(cfg)}
+    api = Api(cfg)
+    checks = {
+        "etcd": lambda: http_ok(cfg.ports["etcd"], "/health"),
+        "kube-apiserver": lambda: api.ok("/readyz"),
+        "kube-controller-manager": lambda: https_ok(cfg.ports["kube-controller-manager"], "/healthz"),
+        "kube-scheduler": lambda: https_ok(cfg.ports["kube-scheduler"], "/healthz"),
+        "kwok": lambda: node_ready(api.get_json(f"/api/v1/nodes/{NODE_NAME}")),
+    }
+    good = True
+    for name in COMPONENTS:
+        p = procs.get(name)
+        alive = p is not None and p.alive()
+        ok = alive and checks[name]()
+        good &= ok
+        port = cfg.ports[name]
+        print(f"{name:24} pid {p.pid if p else '-':>7}  port {port:>5}  "
+              f"{'running' if alive else 'NOT RUNNING'}  {'healthy' if ok else 'UNHEALTHY'}")
+    print(f"kubeconfig: {cfg.kubeconfig}")
+    return 0 if good else 1
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", help="state dir (env LOCAL_CLUSTER_DIR; default <repo>/.local-cluster)")
+    parser.add_argument("--cache-dir", help="binary cache (env LOCAL_CLUSTER_CACHE; default <repo>/.cache/local-cluster)")
+    parser.add_argument("--timeout", type=float, default=float(os.environ.get("LOCAL_CLUSTER_TIMEOUT", "90")),
+                        help="seconds `up` waits for readiness (env LOCAL_CLUSTER_TIMEOUT; default 90)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build the binaries (skipped when current); prints the bin dir")
+    b.add_argument("--force", action="store_true", help="run go build even when the stamp matches")
+    u = sub.add_parser("up", help="start the cluster (building first when needed)")
+    u.add_argument("--auto-ports", action="store_true",
+                   help="pick free loopback ports instead of the defaults (env LOCAL_CLUSTER_AUTO_PORTS=1)")
+    for comp, port in PORTS.items():
+        u.add_argument(f"--{comp}-port", type=int, help=f"default {port} (env {PORT_ENV[comp]})")
+    sub.add_parser("down", help="stop every process by pid and remove the state dir")
+    sub.add_parser("status", help="pid, port and health of each component")
+    sub.add_parser("env", help="print the export lines for KUBECONFIG and PATH")
+    args = parser.parse_args(argv)
+    try:
+        cfg = make_config(args)
+        if args.command == "build":
+            print(build(cfg.cache_dir, force=args.force))
+        elif args.command == "up":
+            up(cfg)
+        elif args.command == "down":
+            down(cfg)
+        elif args.command == "status":
+            return status(cfg)
+        elif args.command == "env":
+            if not cfg.kubeconfig.is_file():
+                raise ClusterError(f"no cluster in {cfg.state_dir}: run `cluster.py up` first")
+            sys.stdout.write(cfg.env_lines())
+    except ClusterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

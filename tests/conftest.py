@@ -1,0 +1,108 @@
+"""Shared pytest fixtures.
+
+Cluster fixtures (deploy/local-cluster): `kube` (session) gives a real control plane, `namespace` (function) a
+fresh namespace in it. Tests using them are marked `@pytest.mark.cluster`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LAUNCHER = REPO / "deploy" / "local-cluster" / "cluster.py"
+
+
+@dataclass(frozen=True)
+class KubeCluster:
+    """A running cluster: `kubeconfig` (admin), `bin_dir` (holds kubectl and helm), `env` for subprocesses."""
+
+    kubeconfig: Path
+    bin_dir: Path
+    env: dict[str, str]
+    started_here: bool  # False when an already running cluster (KUBECONFIG) is reused
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against the cluster; raises with its stderr when `check` and it fails."""
+        return _run([str(self.bin_dir / "kubectl"), *args], self.env, input, check, timeout)
+
+    def helm(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return _run([str(self.bin_dir / "helm"), *args], self.env, None, check, timeout)
+
+
+def _run(cmd: list[str], env: dict[str, str], input: str | None, check: bool,
+         timeout: float) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(cmd, env=env, input=input, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd[:4])} ... failed ({r.returncode}):\n{r.stderr}{r.stdout}")
+    return r
+
+
+def _env_for(kubeconfig: Path, bin_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["KUBECONFIG"] = str(kubeconfig)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _reachable(kubeconfig: Path, kubectl: Path) -> bool:
+    try:
+        r = subprocess.run([str(kubectl), f"--kubeconfig={kubeconfig}", "get", "--raw=/readyz",
+                            "--request-timeout=5s"], capture_output=True, text=True, timeout=15, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0 and r.stdout.strip() == "ok"
+
+
+def _launcher(*args: str) -> str:
+    r = subprocess.run([sys.executable, str(LAUNCHER), *args], stdout=subprocess.PIPE, text=True, check=False)
+    if r.returncode != 0:  # the launcher's stderr (passed through) names the component and its log tail
+        pytest.fail(f"cluster.py {' '.join(args)} failed with exit status {r.returncode}", pytrace=False)
+    return r.stdout
+
+
+@pytest.fixture(scope="session")
+def kube() -> Iterator[KubeCluster]:
+    """Reuse the cluster KUBECONFIG points at when its /readyz answers ok; else start one for this session."""
+    existing = os.environ.get("KUBECONFIG")
+    if existing and Path(existing).is_file():
+        kubeconfig = Path(existing)
+        local_bin = kubeconfig.parent / "bin"  # a cluster.py state dir carries kubectl and helm
+        bin_dir = local_bin if (local_bin / "kubectl").exists() else Path(_launcher("build").strip().splitlines()[-1])
+        if _reachable(kubeconfig, bin_dir / "kubectl"):
+            yield KubeCluster(kubeconfig, bin_dir, _env_for(kubeconfig, bin_dir), started_here=False)
+            return
+    state = Path(tempfile.mkdtemp(prefix="gitops-sync-cluster-"))
+    state.rmdir()  # the launcher creates (and `down` removes) its state dir
+    try:
+        _launcher("--dir", str(state), "up", "--auto-ports")
+        kubeconfig, bin_dir = state / "kubeconfig", state / "bin"
+        yield KubeCluster(kubeconfig, bin_dir, _env_for(kubeconfig, bin_dir), started_here=True)
+    finally:
+        _launcher("--dir", str(state), "down")
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture
+def namespace(kube: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new namespace named after the test, deleted (without waiting) when the test ends."""
+    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{stem}-{uuid.uuid4().hex[:6]}"
+    kube.kubectl("create", "namespace", name)
+    # Pods are refused until the service-account controller has created the namespace's `default` SA.
+    kube.kubectl("wait", "--for=create", f"--namespace={name}", "serviceaccount/default", "--timeout=30s")
+    try:
+        yield name
+    finally:
+        kube.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
