@@ -1,0 +1,342 @@
+"""Turn `--repo/--revision/--path` into a directory to render and the commit it came from.
+
+Remote repositories are fetched into a bare cache repository and each commit is materialised once into
+its own directory (written aside, then renamed into place), so concurrent readers never see a
+half-updated tree and the user's own work tree is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import posixpath
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import git
+from git.exc import GitCommandError, GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
+
+from gitops_sync.errors import SourceError
+
+_REMOTE_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://", "git+ssh://", "ssh+git://")
+_SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:(?!//)")  # git@github.com:org/repo.git
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+_REMOTE_HEAD = "refs/gitops-sync/remote-head"
+_KEEP_TREES = 8  # materialised commits kept per repository; older ones are removed on the next fetch
+# Never prompt: a sync in CI must fail on bad credentials rather than hang on a password prompt.
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never", "GIT_ASKPASS": "true"}
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """The directory to render and where it came from (the revision appears in every report)."""
+
+    root: Path  # directory to render (repo work tree joined with --path)
+    revision: str  # full commit SHA; HEAD SHA + "-dirty" for a modified local work tree; "" for a plain dir
+    repo: str  # the URL or path as given
+    ref: str  # the revision as asked (branch/tag/sha) or ""
+    # The top of the repository as given (root without --path): the boundary symlinks may not leave and
+    # the base of relative values-file paths. None only when built by hand; then `root` serves.
+    repo_root: Path | None = None
+
+
+def mask_url(text: str) -> str:
+    """Hide `user:password@` in URLs: tokens embedded in a repo URL must never reach logs or reports."""
+    return _USERINFO.sub("***@", text)
+
+
+def is_remote(repo: str) -> bool:
+    """URLs and scp-like `user@host:path` are remote; anything else is a local path."""
+    return repo.startswith(_REMOTE_SCHEMES) or bool(_SCP_LIKE.match(repo))
+
+
+def fetch(
+    repo: str,
+    revision: str | None = None,
+    path: str | None = None,
+    *,
+    cache_dir: Path | None = None,
+    timeout: float = 60,
+) -> Checkout:
+    """Resolve the source to a directory on disk and the commit it shows.
+
+    `cache_dir` holds one sub-directory per repository (default `$XDG_CACHE_HOME/gitops-sync/repos`).
+    Remote repositories are fetched on every call so that a force-pushed branch is followed.
+    """
+    if revision is not None and revision.strip() in ("", "HEAD"):
+        revision = None
+    if revision is not None and revision.startswith("-"):
+        raise SourceError(f"invalid revision {revision!r} for {mask_url(repo)}")
+    cache = cache_dir if cache_dir is not None else _default_cache_dir()
+    if is_remote(repo):
+        return _fetch_remote(repo, revision, path, cache, timeout)
+    return _fetch_local(repo, revision, path, cache, timeout)
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gitops-sync" / "repos"
+
+
+def _fetch_remote(url: str, revision: str | None, path: str | None, cache: Path, timeout: float) -> Checkout:
+    masked = mask_url(url)
+    repo_cache = cache / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:24]
+    with _locked(repo_cache):
+        bare = _open_bare(repo_cache / "repo.git", masked)
+        refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
+        if revision is None:
+            refspecs.append(f"+HEAD:{_REMOTE_HEAD}")
+        _run(bare, timeout, url, "fetch", "--prune", "--force", "--no-write-fetch-head", "--", url, *refspecs)
+        sha = _resolve(bare, revision or _REMOTE_HEAD, masked, timeout)
+        if sha is None and revision is not None and re.fullmatch(r"[0-9a-fA-F]{40}", revision):
+            # A commit no branch or tag points at: servers that allow it hand it out by SHA.
+            with contextlib.suppress(SourceError):
+                _run(bare, timeout, url, "fetch", "--no-write-fetch-head", "--", url, revision)
+            sha = _resolve(bare, revision, masked, timeout)
+        if sha is None:
+            raise SourceError(f"unknown revision {revision!r} in {masked} (not a branch, tag or commit)")
+        tree = _materialise(bare, sha, repo_cache / "trees", masked, timeout)
+    return Checkout(_sub_path(tree, path, masked), sha, url, revision or "", tree)
+
+
+def _fetch_local(repo: str, revision: str | None, path: str | None, cache: Path, timeout: float) -> Checkout:
+    given = Path(repo).expanduser()
+    if not given.exists():
+        raise SourceError(f"{repo}: no such file or directory")
+    if not given.is_dir():
+        raise SourceError(f"{repo}: not a directory")
+    given = given.resolve()
+    try:
+        local = git.Repo(given, search_parent_directories=True)
+    except (InvalidGitRepositoryError, NoSuchPathError):
+        if revision is not None:
+            raise SourceError(f"{repo}: revision {revision!r} asked, but this is no Git repository") from None
+        return Checkout(_sub_path(given, path, repo), "", repo, "", given)
+    local.git.update_environment(**_GIT_ENV)
+    with local:
+        if revision is None and not local.bare:
+            root = _sub_path(given, path, repo)
+            return Checkout(root, _work_tree_revision(local, root, repo), repo, "", given)
+        # A revision of a local repository: materialise it in the cache, the user's tree stays as it is.
+        sha = _resolve(local, revision or "HEAD", repo, timeout)
+        if sha is None:
+            what = f"unknown revision {revision!r}" if revision else "no commit at HEAD"
+            raise SourceError(f"{what} in {repo}")
+        top = Path(local.working_tree_dir or local.git_dir).resolve()
+        repo_cache = cache / hashlib.sha256(str(top).encode()).hexdigest()[:24]
+        with _locked(repo_cache):
+            tree = _materialise(local, sha, repo_cache / "trees", repo, timeout)
+    base = tree / given.relative_to(top) if given.is_relative_to(top) else tree
+    if not base.is_dir():
+        raise SourceError(f"{repo}: directory {given.relative_to(top)} does not exist at revision {sha}")
+    return Checkout(_sub_path(base, path, repo), sha, repo, revision or "", base)
+
+
+def _work_tree_revision(local: git.Repo, root: Path, name: str) -> str:
+    """HEAD's SHA, `-dirty` when what we render differs from it (untracked files count: we render them)."""
+    try:
+        sha = local.head.commit.hexsha
+    except ValueError:  # no commit yet
+        return ""
+    top = Path(local.working_tree_dir or ".").resolve()
+    scope = str(root.relative_to(top)) if root.is_relative_to(top) else None
+    try:
+        dirty = local.is_dirty(untracked_files=True, path=scope)
+    except GitCommandError as err:
+        raise SourceError(f"{name}: cannot read the Git status: {_tail(err.stderr)}") from None
+    return f"{sha}-dirty" if dirty else sha
+
+
+def _sub_path(base: Path, path: str | None, name: str) -> Path:
+    """`--path` inside the repository: it must exist and must not lead out of it (`..`, symlinks)."""
+    if not path or path in (".", "./"):
+        return base
+    if Path(path).is_absolute():
+        raise SourceError(f"{mask_url(name)}: --path {path!r} must be relative to the repository")
+    top = base.resolve()
+    target = (base / path).resolve()
+    # Lexically (`../x` even when it comes back in) and after symlinks: both must stay inside.
+    if posixpath.normpath(path.replace("\\", "/")).startswith("..") or not target.is_relative_to(top):
+        raise SourceError(f"{mask_url(name)}: --path {path!r} leads outside the repository")
+    if not target.is_dir():
+        raise SourceError(f"{mask_url(name)}: --path {path!r} does not exist or is not a directory")
+    return target
+
+
+def _open_bare(git_dir: Path, name: str) -> git.Repo:
+    try:
+        bare = git.Repo(git_dir) if (git_dir / "HEAD").exists() else git.Repo.init(git_dir, bare=True)
+    except (InvalidGitRepositoryError, NoSuchPathError, GitCommandError):
+        # A cache broken by an interrupted first clone: start again rather than fail for ever.
+        shutil.rmtree(git_dir, ignore_errors=True)
+        try:
+            bare = git.Repo.init(git_dir, bare=True)
+        except GitCommandError as err:
+            raise SourceError(f"{name}: cannot create the cache at {git_dir}: {_tail(err.stderr)}") from None
+    bare.git.update_environment(**_GIT_ENV)
+    if not os.environ.get("GIT_SSH_COMMAND") and not os.environ.get("GIT_SSH"):
+        bare.git.update_environment(GIT_SSH_COMMAND="ssh -o BatchMode=yes")
+    return bare
+
+
+def _run(repo: git.Repo, timeout: float, url: str, *args: str) -> str:
+    """Run a git command against `url`, translating failures into a SourceError naming the host."""
+    try:
+        out: str = repo.git.execute(["git", *args], kill_after_timeout=timeout)
+    except GitCommandNotFound:
+        raise SourceError("the `git` command is not installed (GitPython needs it on PATH)") from None
+    except GitCommandError as err:
+        raise SourceError(_explain(url, str(err.stderr or ""), timeout)) from None
+    return out
+
+
+def _explain(url: str, stderr: str, timeout: float) -> str:
+    """A one-line reason a user can act on: which host, and whether it is network, auth or a wrong URL."""
+    masked = mask_url(url)
+    host = _host(url)
+    detail = mask_url(_tail(stderr)).replace(url, masked)
+    low = stderr.lower()
+    if "timeout: the command" in low or "timed out" in low:
+        return f"cannot reach {host}: no answer within {timeout:g}s fetching {masked}"
+    network = (
+        "could not resolve host",
+        "could not resolve hostname",
+        "name or service not known",
+        "connection refused",
+        "failed to connect",
+        "network is unreachable",
+        "no route to host",
+        "connection reset",
+        "could not read from remote repository",
+    )
+    auth = (
+        "authentication failed",
+        "could not read username",
+        "could not read password",
+        "permission denied",
+        "terminal prompts disabled",
+        "host key verification failed",
+    )
+    if any(m in low for m in ("does not appear to be a git repository", "repository not found", "404")):
+        return f"no Git repository at {masked}: {detail}"
+    if any(a in low for a in auth) or re.search(r"\b40[13]\b", low):
+        return f"authentication failed for {masked} (host {host}): {detail}"
+    if any(n in low for n in network):
+        return f"cannot reach {host} fetching {masked}: {detail}"
+    return f"git failed fetching {masked}: {detail}"
+
+
+def _host(url: str) -> str:
+    """The host to name in errors (the path for file:// and local repositories)."""
+    if url.startswith("file://"):
+        return urlsplit(url).path or url
+    if "://" in url:
+        return urlsplit(url).hostname or mask_url(url)
+    match = _SCP_LIKE.match(url)
+    return match.group(0).split("@", 1)[1].rstrip(":") if match else url
+
+
+def _resolve(repo: git.Repo, revision: str, name: str, timeout: float) -> str | None:
+    """Full SHA of a branch, tag (peeled), full or abbreviated SHA; None when nothing matches."""
+    try:
+        sha: str = repo.git.execute(
+            ["git", "rev-parse", "--verify", "--end-of-options", f"{revision}^{{commit}}"],
+            kill_after_timeout=timeout,
+        )
+    except GitCommandError as err:
+        stderr = str(err.stderr or "")
+        if "ambiguous" in stderr:
+            where = mask_url(name)
+            raise SourceError(f"revision {revision!r} is ambiguous in {where}: {_tail(stderr)}") from None
+        return None
+    return sha.strip() or None
+
+
+def _materialise(repo: git.Repo, sha: str, trees: Path, name: str, timeout: float) -> Path:
+    """The files of commit `sha` in `trees/<sha>`, written aside and renamed into place (atomic)."""
+    final = trees / sha
+    if final.is_dir():
+        os.utime(final)  # mark as recently used, so pruning keeps it
+        return final
+    trees.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{sha[:12]}-", dir=trees))
+    index = staging.with_suffix(".index")
+    # A private index and work tree: the repository's own index, HEAD and work tree are never touched.
+    env = {"GIT_INDEX_FILE": str(index)}
+    try:
+        for args in (["read-tree", sha], ["checkout-index", "--all", "--force"]):
+            repo.git.execute(["git", f"--work-tree={staging}", *args], env=env, kill_after_timeout=timeout)
+        os.rename(staging, final)
+    except GitCommandError as err:
+        raise SourceError(f"{mask_url(name)}: cannot check out {sha}: {_tail(err.stderr)}") from None
+    except OSError:
+        if not final.is_dir():  # someone else renamed the same commit into place first: theirs serves
+            raise
+    finally:
+        index.unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+    _prune_trees(trees, keep=final)
+    return final
+
+
+def _prune_trees(trees: Path, keep: Path) -> None:
+    """Drop all but the most recently used checkouts (renamed away first so no reader sees a partial tree).
+
+    Leftovers of an interrupted run (`.tmp-*`, `.trash-*`) older than an hour go too.
+    """
+    entries: list[Path] = []
+    for entry in trees.iterdir():
+        if entry.name.startswith("."):
+            if time.time() - entry.lstat().st_mtime > 3600:
+                _remove(entry)
+        elif entry.is_dir() and entry != keep:
+            entries.append(entry)
+    entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in entries[_KEEP_TREES - 1 :]:
+        trash = trees / f".trash-{old.name}-{os.getpid()}-{time.monotonic_ns()}"
+        with contextlib.suppress(OSError):
+            os.rename(old, trash)
+            _remove(trash)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """One fetch per repository cache at a time (git itself fails on concurrent ref updates)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handle = open(directory / "lock", "a+")  # noqa: SIM115 - held for the whole block
+    except OSError as err:
+        raise SourceError(f"cannot use the cache directory {directory}: {err.strerror}") from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _tail(text: object, lines: int = 5) -> str:
+    """The last lines of a command's stderr (GitPython wraps it as `stderr: '...'`): where git says why."""
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    body = str(text or "").strip()
+    if body.startswith("stderr:"):
+        body = body.removeprefix("stderr:").strip()
+        body = body[1:-1] if len(body) > 1 and body[0] == body[-1] == "'" else body
+    kept = [ln.strip() for ln in body.splitlines() if ln.strip()]
+    return " | ".join(kept[-lines:])
