@@ -1,0 +1,91 @@
+"""Secret values never leave the process: every report shows `***` in their place.
+
+Plain `***`, no hash or length: a hash of a low-entropy secret (a PIN, `changeme`) is as good as the
+value to anyone with a dictionary, and a length narrows it. That a diff entry exists already says
+the value changed; keys stay visible so a reader knows which one.
+Masked: `data` and `stringData` values, and the `last-applied-configuration` annotation, which
+carries the whole Secret as kubectl last applied it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any, Final
+
+from gitops_sync.plan.diff import FieldDiff
+from gitops_sync.plan.fieldpath import MISSING, Field, parse
+from gitops_sync.plan.normalize import LAST_APPLIED
+from gitops_sync.resource import Manifest, ObjectKey, split_api_version
+
+__all__ = ["MASK", "is_secret", "mask_diff", "mask_secret"]
+
+MASK: Final = "***"
+_VALUE_MAPS: Final = ("data", "stringData")
+_LAST_APPLIED_PATH: Final = f".metadata.annotations.{LAST_APPLIED}"
+
+
+def is_secret(key_or_kind: ObjectKey | Manifest | str) -> bool:
+    """A core-group Secret (a `Secret` kind of some other API group is not one)."""
+    if isinstance(key_or_kind, ObjectKey):
+        return key_or_kind.kind == "Secret" and not key_or_kind.group
+    if isinstance(key_or_kind, Mapping):
+        group, _ = split_api_version(str(key_or_kind.get("apiVersion", "")))
+        return key_or_kind.get("kind") == "Secret" and not group
+    return key_or_kind == "Secret"
+
+
+def _mask_value(value: Any) -> Any:
+    """`***` for a value, keys kept for a map of values; absence and null stay visible."""
+    if value is MISSING or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {k: None if v is None else MASK for k, v in value.items()}
+    return MASK
+
+
+def _mask_annotations(annotations: Any) -> Any:
+    if isinstance(annotations, Mapping) and LAST_APPLIED in annotations:
+        return {**annotations, LAST_APPLIED: MASK}
+    return annotations
+
+
+def _mask_object(obj: Manifest) -> Manifest:
+    out = copy.deepcopy(obj)
+    for name in _VALUE_MAPS:
+        if name in out:
+            out[name] = _mask_value(out[name])
+    meta = out.get("metadata")
+    if isinstance(meta, dict) and "annotations" in meta:
+        meta["annotations"] = _mask_annotations(meta["annotations"])
+    return out
+
+
+def mask_secret(obj: Manifest) -> Manifest:
+    """A copy of a Secret with every `data`/`stringData` value as `***`; other kinds as they are."""
+    return _mask_object(obj) if is_secret(obj) else obj
+
+
+def mask_diff(key_or_kind: ObjectKey | Manifest | str, diffs: Iterable[FieldDiff]) -> list[FieldDiff]:
+    """The diffs of one object with Secret values masked on both sides (non-Secrets unchanged)."""
+    if not is_secret(key_or_kind):
+        return list(diffs)
+    return [replace(d, desired=_mask_at(d.path, d.desired), live=_mask_at(d.path, d.live)) for d in diffs]
+
+
+def _mask_at(path: str, value: Any) -> Any:
+    if value is MISSING or value is None:
+        return value
+    if path.startswith(_LAST_APPLIED_PATH):
+        return MASK
+    elements = parse(path)
+    if not elements:
+        return _mask_object(dict(value)) if isinstance(value, Mapping) else MASK
+    if elements[0] in (Field("data"), Field("stringData")):
+        return MASK if len(elements) > 1 else _mask_value(value)
+    if path == ".metadata.annotations":
+        return _mask_annotations(value)
+    if path == ".metadata" and isinstance(value, Mapping) and "annotations" in value:
+        return {**value, "annotations": _mask_annotations(value["annotations"])}
+    return value
