@@ -104,9 +104,7 @@ class Engine:
         dry_run = opts.dry_run or not apply
         cs = ChangeSet(revision=checkout.revision, source=_source_label(checkout), dry_run=dry_run)
         targets = list(all_targets) if only is None else [t for t in all_targets if t.key in only]
-        inv = inventory.load(
-            self.client, opts.name or default_inventory_name(checkout.repo, None), self._inv_ns(opts)
-        )
+        inv = inventory.load(self.client, opts.name or default_inventory_name(checkout.repo, None), self._inv_ns(opts))
         live = (live_of or self.manager.fetch_live)(targets)
         for t in targets:
             planner.finalize(t, live.get(t.key), inv.id)
@@ -116,12 +114,15 @@ class Engine:
         partial = only is not None
         if not dry_run and targets and not partial:
             inventory.save(
-                self.client, inv, inv.group_kinds | group_kinds, inv.namespaces | namespaces,
-                field_manager=self.field_manager, revision=checkout.revision, source=cs.source,
+                self.client,
+                inv,
+                inv.group_kinds | group_kinds,
+                inv.namespaces | namespaces,
+                field_manager=self.field_manager,
+                revision=checkout.revision,
+                source=cs.source,
             )
-        cs.entries = self.manager.apply_all(
-            targets, live, policy=opts.policy, dry_run=dry_run, on_entry=on_entry
-        )
+        cs.entries = self.manager.apply_all(targets, live, policy=opts.policy, dry_run=dry_run, on_entry=on_entry)
 
         pruned_all = True
         if opts.prune and not partial:
@@ -131,8 +132,13 @@ class Engine:
             final_kinds = group_kinds if opts.prune else inv.group_kinds | group_kinds
             final_ns = namespaces if opts.prune else inv.namespaces | namespaces
             inventory.save(
-                self.client, inv, final_kinds, final_ns,
-                field_manager=self.field_manager, revision=checkout.revision, source=cs.source,
+                self.client,
+                inv,
+                final_kinds,
+                final_ns,
+                field_manager=self.field_manager,
+                revision=checkout.revision,
+                source=cs.source,
             )
         if opts.wait and not dry_run:
             self._wait(cs, targets, opts.timeout)

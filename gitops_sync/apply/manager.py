@@ -263,8 +263,11 @@ class ResourceManager:
             else:
                 entry.message = f"{verb}delete (left Git)" if dry_run else "deleted (left Git)"
                 query = {"propagationPolicy": "Background", "dryRun": "All" if dry_run else None}
-                precondition = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {
-                    "uid": (obj.get("metadata") or {}).get("uid")}}
+                precondition = {
+                    "kind": "DeleteOptions",
+                    "apiVersion": "v1",
+                    "preconditions": {"uid": (obj.get("metadata") or {}).get("uid")},
+                }
                 self.client.request("DELETE", path, query=query, body=precondition)
         except NotFoundError:
             entry.message = "already gone"
@@ -275,8 +278,9 @@ class ResourceManager:
     def _release(self, path: str, obj: Manifest) -> None:
         """Drop our label and annotations with a JSON patch guarded by resourceVersion."""
         meta = obj.get("metadata") or {}
-        ops: list[dict[str, object]] = [{"op": "test", "path": "/metadata/resourceVersion",
-                                         "value": meta.get("resourceVersion")}]
+        ops: list[dict[str, object]] = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")}
+        ]
         if PART_OF in (meta.get("labels") or {}):
             ops.append({"op": "remove", "path": "/metadata/labels/" + _escape(PART_OF)})
         for ann in (ADOPTED, INTENT_HASH):
@@ -292,6 +296,7 @@ class ResourceManager:
         pending = list(targets)
         last: dict[ObjectKey, WaitResult] = {}
         while pending:
+
             def check(t: Target) -> WaitResult:
                 obj = self.client.get_or_none(t.path)
                 if obj is None:

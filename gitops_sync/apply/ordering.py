@@ -16,9 +16,7 @@ T = TypeVar("T")
 
 # Groups served by Kubernetes itself; anything else is treated as a custom resource.
 _BUILTIN_SUFFIX = ".k8s.io"
-_BUILTIN_GROUPS = frozenset(
-    {"", "apps", "batch", "autoscaling", "policy", "extensions", "events.k8s.io"}
-)
+_BUILTIN_GROUPS = frozenset({"", "apps", "batch", "autoscaling", "policy", "extensions", "events.k8s.io"})
 
 _CLUSTER_FIRST = frozenset({"CustomResourceDefinition", "Namespace"})
 _FOUNDATION = frozenset(
@@ -73,4 +71,3 @@ def stages(items: Iterable[T], key_of: Callable[[T], ObjectKey]) -> list[list[T]
 def prune_order(keys: Sequence[ObjectKey]) -> list[list[ObjectKey]]:
     """Reverse of apply order: custom resources first, Namespaces and CRDs last."""
     return list(reversed(stages(keys, lambda k: k)))
-

@@ -148,9 +148,7 @@ class Client:
             return None
         return json.loads(resp.data)
 
-    def stream_lines(
-        self, path: str, *, query: _Query | None = None, timeout: float | None = None
-    ) -> Iterator[bytes]:
+    def stream_lines(self, path: str, *, query: _Query | None = None, timeout: float | None = None) -> Iterator[bytes]:
         """A streaming GET (watch): yields one JSON line per event until the server closes."""
         url, headers = self._prepare("GET", path, query, None, None)
         with self._stats_lock:

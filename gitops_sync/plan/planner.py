@@ -53,9 +53,7 @@ class Target:
         return self.info.path(self.key.namespace or None)
 
 
-def resolve(
-    objects: Iterable[DesiredObject], discovery: Discovery, default_namespace: str
-) -> list[Target]:
+def resolve(objects: Iterable[DesiredObject], discovery: Discovery, default_namespace: str) -> list[Target]:
     """Default namespaces, check kinds and scopes against discovery (and CRDs in the same set), dedupe."""
     objects = list(objects)
     for obj in objects:
@@ -215,7 +213,8 @@ def _owner(live: Manifest, path: str, field_manager: str) -> ownership.ManagedFi
     """Prefer another manager (who drifted it) over ourselves (a Git change)."""
     found = ownership.owners(live, path)
     others = [e for e in found if not (e.manager == field_manager and e.operation == "Apply")]
-    return (others or found or [None])[0]
+    candidates = others or found
+    return candidates[0] if candidates else None
 
 
 def _plain(value: Any) -> Any:

@@ -114,8 +114,9 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
     co = [(e, o) for e in shown for o in e.co_owners]
     if co:
         lines += ["<details><summary>other managers owning fields Git sets</summary>", ""]
-        lines += [f"- `{e.key}`: **{o.manager}** ({o.operation}) on {', '.join(f'`{f}`' for f in o.fields)}"
-                  for e, o in co]
+        lines += [
+            f"- `{e.key}`: **{o.manager}** ({o.operation}) on {', '.join(f'`{f}`' for f in o.fields)}" for e, o in co
+        ]
         lines += ["", "</details>", ""]
     lines += [f"> **error:** {_md(err)}" for err in cs.errors]
     return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,370 @@
+"""`gitops-sync sync` and `diff` end to end against the real local control plane.
+
+Each test runs the real CLI in a subprocess, as CI and users do, and checks the cluster with kubectl.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import git
+import pytest
+
+from tests.conftest import KubeCluster
+
+pytestmark = pytest.mark.cluster
+
+
+def gs(kube: KubeCluster, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gitops_sync", *args],
+        env=kube.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def report(r: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert r.stdout.strip(), f"no report on stdout (rc={r.returncode}):\n{r.stderr}"
+    data: dict[str, Any] = json.loads(r.stdout)
+    return data
+
+
+def by_name(rep: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{o['kind']}/{o['name']}": o for o in rep["objects"]}
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return root
+
+
+def deployment(name: str, replicas: int = 2, image: str = "registry.example/app:1.0") -> str:
+    return f"""
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata:
+      name: {name}
+      labels: {{app: {name}}}
+    spec:
+      replicas: {replicas}
+      selector: {{matchLabels: {{app: {name}}}}}
+      template:
+        metadata: {{labels: {{app: {name}}}}}
+        spec:
+          containers:
+          - name: api
+            image: {image}
+            ports: [{{containerPort: 8080}}]
+    """
+
+
+CONFIGMAP = """
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+data: {LOG_LEVEL: info}
+"""
+
+SECRET = """
+apiVersion: v1
+kind: Secret
+metadata: {name: creds}
+stringData: {password: s3cr3t-value-never-shown}
+"""
+
+
+def sync_args(repo: Path, ns: str, *extra: str) -> list[str]:
+    return ["sync", "--repo", str(repo), "-n", ns, "--name", f"t-{ns}", "-o", "json", *extra]
+
+
+def diff_args(repo: Path, ns: str, *extra: str) -> list[str]:
+    return ["diff", "--repo", str(repo), "-n", ns, "--name", f"t-{ns}", "-o", "json", *extra]
+
+
+def test_sync_creates_then_second_run_writes_nothing(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    repo = write(tmp_path / "repo", {"app.yaml": deployment("web"), "cm.yaml": CONFIGMAP, "s.yaml": SECRET})
+    first = gs(kube, *sync_args(repo, namespace))
+    assert first.returncode == 0, first.stderr
+    rep = report(first)
+    assert rep["summary"]["create"] == 3, rep
+    live = json.loads(kube.kubectl("get", "deploy/web", "-n", namespace, "-o", "json").stdout)
+    assert live["spec"]["replicas"] == 2
+    managers = {m["manager"]: m["operation"] for m in live["metadata"]["managedFields"]}
+    assert managers.get("gitops-sync") == "Apply"
+    assert live["metadata"]["labels"]["applyset.kubernetes.io/part-of"].startswith("applyset-")
+
+    rv_before = live["metadata"]["resourceVersion"]
+    second = gs(kube, *sync_args(repo, namespace), "--log-level", "info", "--log-format", "json")
+    assert second.returncode == 0, second.stderr
+    rep2 = report(second)
+    assert rep2["summary"]["unchanged"] == 3 and rep2["summary"]["update"] == 0, rep2
+    stats = [json.loads(line) for line in second.stderr.splitlines() if '"requests"' in line]
+    assert stats and stats[-1]["writes"] == 0 and stats[-1]["dry_runs"] == 0, second.stderr
+    live2 = json.loads(kube.kubectl("get", "deploy/web", "-n", namespace, "-o", "json").stdout)
+    assert live2["metadata"]["resourceVersion"] == rv_before
+
+
+def test_diff_reports_kubectl_scale_and_edit_drift_with_owner(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    repo = write(tmp_path / "repo", {"app.yaml": deployment("web", 3), "cm.yaml": CONFIGMAP})
+    assert gs(kube, *sync_args(repo, namespace)).returncode == 0
+    r = gs(kube, *diff_args(repo, namespace))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    kube.kubectl("scale", "deploy/web", "-n", namespace, "--replicas=10")
+    kube.kubectl("patch", "configmap/settings", "-n", namespace, "-p", '{"data":{"LOG_LEVEL":"debug"}}')
+    r = gs(kube, *diff_args(repo, namespace))
+    assert r.returncode == 1, r.stdout + r.stderr
+    objs = by_name(report(r))
+    web = objs["Deployment/web"]
+    assert web["action"] == "conflict"
+    (c,) = web["conflicts"]
+    assert c == {
+        "path": ".spec.replicas",
+        "desired": 3,
+        "live": 10,
+        "manager": "kubectl",
+        "operation": "Update",
+        "subresource": "scale",
+    }
+    cm = objs["ConfigMap/settings"]
+    drift = {d["path"]: d for d in cm["drift"] + cm["conflicts"]}
+    assert drift[".data.LOG_LEVEL"]["desired"] == "info"
+    assert drift[".data.LOG_LEVEL"]["live"] == "debug"
+    assert drift[".data.LOG_LEVEL"]["manager"] == "kubectl-patch"
+    # diff changed nothing
+    live = json.loads(kube.kubectl("get", "deploy/web", "-n", namespace, "-o", "json").stdout)
+    assert live["spec"]["replicas"] == 10
+
+
+def test_helm_versus_kubectl_scale_scenario(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    """The source documents' fight: Helm installs 3 replicas, kubectl scales to 10, Git says 3."""
+    chart = write(
+        tmp_path / "chart",
+        {
+            "Chart.yaml": "apiVersion: v2\nname: minha-api\nversion: 0.1.0\n",
+            "templates/deploy.yaml": deployment("minha-api", 3, "registry.example/minha-api:1.4.2"),
+        },
+    )
+    kube.helm("install", "minha-api", str(chart), "-n", namespace)
+    kube.kubectl("scale", "deploy/minha-api", "-n", namespace, "--replicas=10")
+    repo = write(tmp_path / "repo", {"deploy.yaml": deployment("minha-api", 3, "registry.example/minha-api:1.4.2")})
+
+    r = gs(kube, *diff_args(repo, namespace))
+    assert r.returncode == 1, r.stderr
+    obj = by_name(report(r))["Deployment/minha-api"]
+    assert {
+        "path": ".spec.replicas",
+        "desired": 3,
+        "live": 10,
+        "manager": "kubectl",
+        "operation": "Update",
+        "subresource": "scale",
+    } in obj["conflicts"]
+    helm = [o for o in obj["coOwners"] if o["manager"] == "helm"]
+    assert helm and '.spec.template.spec.containers[name="api"].image' in helm[0]["fields"], obj["coOwners"]
+
+    r = gs(kube, *sync_args(repo, namespace))
+    assert r.returncode == 1, r.stderr  # conflict left unresolved
+    obj = by_name(report(r))["Deployment/minha-api"]
+    assert "left to their owner" in obj["message"]
+    assert (
+        json.loads(kube.kubectl("get", "deploy/minha-api", "-n", namespace, "-o", "json").stdout)["spec"]["replicas"]
+        == 10
+    )
+
+    r = gs(kube, *sync_args(repo, namespace, "--on-conflict", "force"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    live = json.loads(kube.kubectl("get", "deploy/minha-api", "-n", namespace, "-o", "json").stdout)
+    assert live["spec"]["replicas"] == 3
+    r = gs(kube, *diff_args(repo, namespace))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_prune_deletes_only_what_left_git_and_releases_adopted(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    kube.kubectl("create", "configmap", "preexisting", "-n", namespace, "--from-literal=a=b")
+    kube.kubectl("create", "configmap", "bystander", "-n", namespace, "--from-literal=a=b")
+    repo = write(
+        tmp_path / "repo",
+        {
+            "cm.yaml": CONFIGMAP,
+            "pre.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: preexisting}\ndata: {a: b}\n",
+            "web.yaml": deployment("web"),
+        },
+    )
+    assert gs(kube, *sync_args(repo, namespace)).returncode == 0
+    (repo / "web.yaml").unlink()
+    (repo / "pre.yaml").unlink()
+
+    r = gs(kube, *sync_args(repo, namespace, "--prune", "--dry-run"))
+    assert r.returncode == 0, r.stderr
+    prunes = {o["name"]: o for o in report(r)["objects"] if o["action"] == "prune"}
+    assert set(prunes) == {"web", "preexisting"}
+    kube.kubectl("get", "deploy/web", "-n", namespace)  # dry run deleted nothing
+
+    r = gs(kube, *sync_args(repo, namespace, "--prune"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert kube.kubectl("get", "deploy/web", "-n", namespace, check=False).returncode != 0
+    pre = json.loads(kube.kubectl("get", "configmap/preexisting", "-n", namespace, "-o", "json").stdout)
+    assert "applyset.kubernetes.io/part-of" not in pre["metadata"].get("labels", {})
+    kube.kubectl("get", "configmap/bystander", "-n", namespace)
+    kube.kubectl("get", "configmap/settings", "-n", namespace)
+
+    # an empty source never prunes everything by accident
+    (repo / "cm.yaml").unlink()
+    r = gs(kube, *sync_args(repo, namespace, "--prune"))
+    assert r.returncode == 2 and "--allow-empty" in r.stdout + r.stderr
+    kube.kubectl("get", "configmap/settings", "-n", namespace)
+    r = gs(kube, *sync_args(repo, namespace, "--prune", "--allow-empty"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert kube.kubectl("get", "configmap/settings", "-n", namespace, check=False).returncode != 0
+
+
+def test_secret_values_never_printed(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    repo = write(tmp_path / "repo", {"s.yaml": SECRET})
+    assert gs(kube, *sync_args(repo, namespace)).returncode == 0
+    kube.kubectl("patch", "secret/creds", "-n", namespace, "-p", '{"stringData":{"password":"other-live-value"}}')
+    for fmt in ("json", "table", "markdown"):
+        r = gs(
+            kube,
+            "diff",
+            "--repo",
+            str(repo),
+            "-n",
+            namespace,
+            "--name",
+            f"t-{namespace}",
+            "-o",
+            fmt,
+            "--log-level",
+            "debug",
+        )
+        assert r.returncode == 1, r.stderr
+        out = r.stdout + r.stderr
+        for secret in ("s3cr3t-value-never-shown", "other-live-value", "czNjcjN0", "b3RoZXItbGl2ZS12YWx1ZQ"):
+            assert secret not in out, (fmt, out)
+        assert "***" in r.stdout
+    r = gs(kube, "render", "--repo", str(repo))
+    assert r.returncode == 0 and "s3cr3t" not in r.stdout and "***" in r.stdout
+
+
+def test_crd_and_custom_resource_in_one_source(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    group = f"{namespace}.example.com"
+    repo = write(
+        tmp_path / "repo",
+        {
+            "crd.yaml": f"""
+        apiVersion: apiextensions.k8s.io/v1
+        kind: CustomResourceDefinition
+        metadata: {{name: widgets.{group}}}
+        spec:
+          group: {group}
+          scope: Namespaced
+          names: {{plural: widgets, singular: widget, kind: Widget}}
+          versions:
+          - name: v1
+            served: true
+            storage: true
+            schema:
+              openAPIV3Schema:
+                type: object
+                properties:
+                  spec: {{type: object, properties: {{size: {{type: integer}}}}}}
+        """,
+            "w.yaml": f"apiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: w1}}\nspec: {{size: 3}}\n",
+        },
+    )
+    try:
+        r = gs(kube, *diff_args(repo, namespace))
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert by_name(report(r))["Widget/w1"]["action"] == "create"
+        r = gs(kube, *sync_args(repo, namespace))
+        assert r.returncode == 0, r.stdout + r.stderr
+        live = json.loads(kube.kubectl("get", f"widgets.{group}/w1", "-n", namespace, "-o", "json").stdout)
+        assert live["spec"]["size"] == 3
+    finally:
+        kube.kubectl("delete", "crd", f"widgets.{group}", "--wait=false", check=False)
+
+
+def test_wait_reports_unready_objects_and_exits_2(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    pvc = """
+    apiVersion: v1
+    kind: PersistentVolumeClaim
+    metadata: {name: data}
+    spec:
+      accessModes: [ReadWriteOnce]
+      storageClassName: does-not-exist
+      resources: {requests: {storage: 1Gi}}
+    """
+    repo = write(tmp_path / "repo", {"web.yaml": deployment("web"), "pvc.yaml": pvc})
+    r = gs(kube, *sync_args(repo, namespace, "--wait", "--timeout", "8"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    rep = report(r)
+    assert any("PersistentVolumeClaim" in e and "data" in e for e in rep["errors"]), rep["errors"]
+    assert not any("Deployment" in e for e in rep["errors"]), rep["errors"]
+
+
+def test_bad_input_exits_2_and_changes_nothing(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    repo = write(tmp_path / "repo", {"good.yaml": CONFIGMAP, "bad.yaml": "apiVersion: v1\nkind: ConfigMap\n  x: [\n"})
+    r = gs(kube, *sync_args(repo, namespace))
+    assert r.returncode == 2 and "bad.yaml" in r.stderr, r.stderr
+    assert kube.kubectl("get", "configmap/settings", "-n", namespace, check=False).returncode != 0
+
+    (repo / "bad.yaml").write_text("apiVersion: v1\nkind: ConfigMap\ndata: {a: b}\n")
+    r = gs(kube, *sync_args(repo, namespace))
+    assert r.returncode == 2 and "bad.yaml" in r.stderr and "name" in r.stderr, r.stderr
+
+    (repo / "bad.yaml").write_text("apiVersion: nope.example.com/v1\nkind: Gadget\nmetadata: {name: g}\n")
+    r = gs(kube, *sync_args(repo, namespace))
+    assert r.returncode == 2 and "Gadget" in r.stderr and "bad.yaml" in r.stderr, r.stderr
+    assert kube.kubectl("get", "configmap/settings", "-n", namespace, check=False).returncode != 0
+
+
+def test_unreachable_api_server_and_unknown_revision(kube: KubeCluster, tmp_path: Path) -> None:
+    repo = write(tmp_path / "repo", {"cm.yaml": CONFIGMAP})
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        textwrap.dedent("""
+        apiVersion: v1
+        kind: Config
+        clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+        users: [{name: u, user: {token: t}}]
+        contexts: [{name: x, context: {cluster: c, user: u}}]
+        current-context: x
+    """)
+    )
+    r = gs(kube, "diff", "--repo", str(repo), "--kubeconfig", str(kubeconfig))
+    assert r.returncode == 2 and "127.0.0.1:1" in r.stderr, r.stderr
+
+    g = git.Repo.init(tmp_path / "gitrepo")
+    write(tmp_path / "gitrepo", {"cm.yaml": CONFIGMAP})
+    g.index.add(["cm.yaml"])
+    g.index.commit("init")
+    r = gs(kube, "diff", "--repo", str(tmp_path / "gitrepo"), "--revision", "no-such-branch")
+    assert r.returncode == 2 and "no-such-branch" in r.stderr, r.stderr
+
+
+def test_revision_sha_in_every_output(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    g = git.Repo.init(tmp_path / "gitrepo")
+    write(tmp_path / "gitrepo", {"cm.yaml": CONFIGMAP})
+    g.index.add(["cm.yaml"])
+    sha = g.index.commit("init").hexsha
+    r = gs(kube, "sync", "--repo", str(tmp_path / "gitrepo"), "--revision", sha[:8], "-n", namespace, "-o", "json")
+    assert r.returncode == 0, r.stderr
+    assert report(r)["revision"] == sha
+    r = gs(kube, "diff", "--repo", str(tmp_path / "gitrepo"), "-n", namespace, "-o", "markdown")
+    assert r.returncode == 0 and sha[:12] in r.stdout, r.stdout
