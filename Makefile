@@ -17,10 +17,28 @@ cluster-status:
 	@$(CLUSTER) status
 # ---- end local cluster ----------------------------------------------------------------------------
 
-# ---- test (placeholder: runs pytest with the cluster up; stops the cluster only if it started it) --
-.PHONY: test
-test:
-	@started=; trap '[ -z "$$started" ] || $(CLUSTER) down' EXIT; \
-	if ! $(CLUSTER) status >/dev/null 2>&1; then started=1; $(CLUSTER) up >/dev/null; fi && \
-	eval "$$($(CLUSTER) env)" && .venv/bin/pytest
-# ---- end test -------------------------------------------------------------------------------------
+# ---- python: venv, lint, test, demo (gitops-sync itself) -----------------------------------------
+VENV := .venv
+.PHONY: venv lint test unit demo
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+venv: $(VENV)/.installed  ## the project's virtual env with gitops-sync and its dev tools
+
+lint: venv      ## ruff and mypy (strict) over the package
+	$(VENV)/bin/ruff check gitops_sync tests bench
+	$(VENV)/bin/mypy
+
+unit: venv      ## the fast tests only (no cluster)
+	$(VENV)/bin/pytest tests/unit -q
+
+# The README's test command. pytest's `kube` fixture reuses the cluster $KUBECONFIG points at, or starts
+# one for the session and stops it afterwards.
+test: venv cluster-build lint  ## lint + every test, against a real local control plane
+	$(VENV)/bin/pytest -q
+
+demo: venv      ## start the local cluster (unless KUBECONFIG is set), sync examples-repo, drift it, report
+	bash scripts/demo.sh
+# ---- end python -----------------------------------------------------------------------------------
