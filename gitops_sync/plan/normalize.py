@@ -181,7 +181,5 @@ def _equivalent(desired: Any, live: Any, path: list[PathElement]) -> bool:
     if isinstance(desired, dict) and isinstance(live, dict):
         return all(_equivalent(v, live.get(k, MISSING), [*path, Field(str(k))]) for k, v in desired.items())
     if isinstance(desired, list) and isinstance(live, list):
-        return len(desired) == len(live) and all(
-            _equivalent(d, lv, path) for d, lv in zip(desired, live, strict=True)
-        )
+        return len(desired) == len(live) and all(_equivalent(d, lv, path) for d, lv in zip(desired, live, strict=True))
     return type(desired) is type(live) and bool(desired == live)

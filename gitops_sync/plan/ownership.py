@@ -230,7 +230,5 @@ def _match_entry(
 ) -> ManagedFieldsEntry | None:
     candidates = [e for e in entries if e.manager == manager and e.subresource == subresource]
     if len(candidates) > 1:
-        candidates = [e for e in candidates if e.owns(path)] or [
-            e for e in candidates if e.operation == operation
-        ]
+        candidates = [e for e in candidates if e.owns(path)] or [e for e in candidates if e.operation == operation]
     return candidates[0] if len(candidates) == 1 else None
