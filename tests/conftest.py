@@ -14,7 +14,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,7 @@ class KubeCluster:
 
     kubeconfig: Path
     bin_dir: Path
-    env: dict[str, str]
+    env: dict[str, str] = field(repr=False)
     started_here: bool  # False when an already running cluster (KUBECONFIG) is reused
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,

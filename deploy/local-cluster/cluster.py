@@ -301,6 +301,8 @@ CLIENTS = [
     ("kube-controller-manager", "/CN=system:kube-controller-manager"),
     ("kube-scheduler", "/CN=system:kube-scheduler"),
     ("kwok", "/O=system:masters/CN=kwok-controller"),
+    # the aggregation layer's identity towards extension API servers (trusted via --requestheader-*)
+    ("front-proxy-client", "/CN=front-proxy-client"),
 ]
 
 
@@ -318,9 +320,10 @@ def make_pki(cfg: Config) -> None:
               f"subjectAltName={sans}")
     for name, subject in CLIENTS:
         make_cert(pki, name, subject, CLIENT_EXT)
-    # service-account token signing key (the API server verifies with the same file)
+    # service-account token signing key; the API server verifies tokens with its public half
     openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(pki / "sa.key"))
     (pki / "sa.key").chmod(0o600)
+    openssl("pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
 
 
 def b64(path: Path) -> str:
@@ -497,7 +500,18 @@ def read_pids(cfg: Config) -> list[Proc]:
     return procs
 
 
+STOP_TIERS = [{"kwok", "kube-scheduler", "kube-controller-manager"}, {"kube-apiserver"}, {"etcd"}]
+
+
 def stop(procs: list[Proc], timeout: float = 15.0) -> None:
+    """Stop clients before the API server and the API server before etcd (each then shuts down at once)."""
+    tiers = [[p for p in procs if p.name in tier] for tier in STOP_TIERS]
+    tiers.append([p for p in procs if not any(p.name in tier for tier in STOP_TIERS)])
+    for tier in tiers:
+        stop_together(tier, timeout)
+
+
+def stop_together(procs: list[Proc], timeout: float) -> None:
     """TERM each process and its process group, wait, then KILL whatever is left."""
     targets = [p for p in procs if p.alive()]
     for p in targets:
@@ -507,9 +521,6 @@ def stop(procs: list[Proc], timeout: float = 15.0) -> None:
                 sig_target()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(p.alive() for p in targets):
-        for p in targets:
-            if p.popen is not None:
-                p.popen.poll()
         time.sleep(0.05)
     for p in targets:
         if p.alive():
@@ -542,15 +553,25 @@ def component_args(cfg: Config, name: str) -> list[str]:
         return [str(b / "kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
                 "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                # Endpoints may not hold loopback addresses, and no real Pod ever dials the `kubernetes`
+                # Service here: the Service exists (10.0.0.1) without endpoints.
+                "--endpoint-reconciler-type=none",
                 f"--secure-port={ports['kube-apiserver']}", f"--cert-dir={pki / 'apiserver-generated'}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
                 "--authorization-mode=Node,RBAC",
                 "--service-account-issuer=https://kubernetes.default.svc",
-                f"--service-account-key-file={pki / 'sa.key'}",
+                f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
+                f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
                 f"--audit-policy-file={HERE / 'audit-policy.yaml'}",
                 f"--audit-log-path={cfg.logs / 'audit.log'}",
                 "--audit-log-maxsize=200", "--audit-log-maxbackup=1",

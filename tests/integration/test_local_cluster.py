@@ -35,7 +35,7 @@ def deployment(name: str, replicas: int) -> str:
 
 
 def get(kube: KubeCluster, *args: str) -> Any:
-    return json.loads(kube.kubectl("get", *args, "-o", "json").stdout)
+    return json.loads(kube.kubectl("get", *args, "-o", "json", "--show-managed-fields").stdout)
 
 
 def wait_until(what: str, check: Any, timeout: float) -> float:
