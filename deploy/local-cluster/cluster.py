@@ -22,6 +22,7 @@ import http.client
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -179,7 +180,7 @@ def build(cache_dir: Path, force: bool = False) -> Path:
         log(f"building {', '.join(PACKAGES)} (log: {build_log}); a cold build takes tens of minutes")
         t0 = time.monotonic()
         with open(build_log, "w") as out:
-            out.write("$ " + " ".join(cmd) + "\n")
+            out.write("$ " + shlex.join(cmd) + "\n")
             out.flush()
             rc = subprocess.run(cmd, cwd=HERE, env=go_env(), stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, check=False).returncode
@@ -516,9 +517,10 @@ def stop_together(procs: list[Proc], timeout: float) -> None:
     targets = [p for p in procs if p.alive()]
     for p in targets:
         log(f"stopping {p.name} (pid {p.pid})")
-        for sig_target in (lambda: os.killpg(p.pid, signal.SIGTERM), lambda: os.kill(p.pid, signal.SIGTERM)):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                sig_target()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(p.alive() for p in targets):
         time.sleep(0.05)
@@ -659,9 +661,11 @@ class Starter:
     def check_alive(self) -> None:
         for p in self.procs.values():
             if not p.alive():
-                rc = p.popen.returncode if p.popen is not None else "?"
+                rc = p.popen.returncode if p.popen is not None else None
+                how = (f"was killed by {signal.Signals(-rc).name}" if rc is not None and rc < 0
+                       else f"exited with status {rc}")
                 log_path = self.cfg.logs / f"{p.name}.log"
-                raise ClusterError(f"component {p.name} exited (status {rc}) during start-up; "
+                raise ClusterError(f"component {p.name} {how} during start-up; "
                                    f"tail of {log_path}:\n{tail(log_path)}")
 
     def wait(self, what: str, component: str, check: Any, deadline: float) -> None:
@@ -692,8 +696,11 @@ def healthy(cfg: Config) -> bool:
 
 
 def lock_state(cfg: Config) -> Any:
-    cfg.state_dir.parent.mkdir(parents=True, exist_ok=True)
-    lock = open(cfg.state_dir.parent / f".{cfg.state_dir.name}.lock", "w")  # noqa: SIM115
+    """Serialise up/down on one state dir (the lock file lives in the cache dir, not beside the state)."""
+    locks = cfg.cache_dir / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(str(cfg.state_dir).encode()).hexdigest()[:16]
+    lock = open(locks / f"{cfg.state_dir.name}-{key}.lock", "w")  # noqa: SIM115
     fcntl.flock(lock, fcntl.LOCK_EX)
     return lock
 
@@ -837,7 +844,8 @@ def status(cfg: Config) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", help="state dir (env LOCAL_CLUSTER_DIR; default <repo>/.local-cluster)")
-    parser.add_argument("--cache-dir", help="binary cache (env LOCAL_CLUSTER_CACHE; default <repo>/.cache/local-cluster)")
+    parser.add_argument("--cache-dir",
+                        help="binary cache (env LOCAL_CLUSTER_CACHE; default <repo>/.cache/local-cluster)")
     parser.add_argument("--timeout", type=float, default=float(os.environ.get("LOCAL_CLUSTER_TIMEOUT", "90")),
                         help="seconds `up` waits for readiness (env LOCAL_CLUSTER_TIMEOUT; default 90)")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import KubeCluster
 
 pytestmark = pytest.mark.cluster
