@@ -83,7 +83,10 @@ def kube() -> Iterator[KubeCluster]:
         if _reachable(kubeconfig, bin_dir / "kubectl"):
             yield KubeCluster(kubeconfig, bin_dir, _env_for(kubeconfig, bin_dir), started_here=False)
             return
-    state = Path(tempfile.mkdtemp(prefix="gitops-sync-cluster-"))
+    # Under the launcher's cache, so `.ci/run` can stop it even if this process is killed before teardown.
+    sessions = REPO / ".cache" / "local-cluster" / "sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    state = Path(tempfile.mkdtemp(prefix="pytest-", dir=sessions))
     state.rmdir()  # the launcher creates (and `down` removes) its state dir
     try:
         _launcher("--dir", str(state), "up", "--auto-ports")
