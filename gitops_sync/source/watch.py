@@ -106,6 +106,8 @@ class _Handler(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in ("opened", "closed_no_write"):
             return
+        if event.is_directory and event.event_type == "modified":
+            return  # the parent of a changed entry; the entry's own event decides
         paths = [event.src_path, getattr(event, "dest_path", "")]
         if any(p and self._watch.relevant(_text(p)) for p in paths):
             self._watch.poke()
