@@ -567,6 +567,7 @@ def remove(obj: Any, path: Path | str) -> Any:
 
     A key field of an associative-list item is kept: the item cannot be named without it, so
     removing `[name="api"].name` leaves the item whole while `[name="api"].image` drops only the image.
+    Maps and lists left empty by the removal go too (list items stay, named by their keys).
     """
     out = copy.deepcopy(obj)
     elements = _as_path(path)
@@ -580,6 +581,14 @@ def remove(obj: Any, path: Path | str) -> Any:
         if last in key_names:
             return out
     del parent[last]
+    # Drop the maps and lists this removal emptied, up to the nearest list item: an apply body with
+    # `labels: {}` left over would claim a node we no longer set anything in.
+    for depth in range(len(steps) - 1, 0, -1):
+        node = _follow(out, steps[:depth])
+        container = _follow(out, steps[: depth - 1])
+        if node or isinstance(container, list):
+            break
+        del container[steps[depth - 1][0]]
     return out
 
 

@@ -7,11 +7,11 @@ diff path and an owned path compare as strings. See docs: server-side apply, fie
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Final
 
 from gitops_sync.plan.fieldpath import (
@@ -50,11 +50,11 @@ class ManagedFieldsEntry:
     time: str
     fields: frozenset[Path]
 
-    @cached_property
+    @functools.cached_property
     def _owned(self) -> frozenset[str]:
         return frozenset(p.format() for p in self.fields)
 
-    @cached_property
+    @functools.cached_property
     def _interior(self) -> frozenset[str]:
         """Nodes with owned descendants: owning such a node is not owning all below it."""
         return frozenset(prefix.format() for p in self.fields for prefix in p.prefixes())
@@ -117,8 +117,14 @@ def parse_fields_v1(fields_v1: Mapping[str, Any]) -> set[Path]:
 def managed_fields(obj: Manifest) -> list[ManagedFieldsEntry]:
     """The object's managedFields entries, in the server's order."""
     entries = (obj.get("metadata") or {}).get("managedFields") or []
+    return list(_parse_entries(json.dumps(entries, default=str)))
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_entries(entries_json: str) -> tuple[ManagedFieldsEntry, ...]:
+    """Cached by content: a plan asks `owners` about many paths of one live object."""
     out = []
-    for raw in entries:
+    for raw in json.loads(entries_json):
         fields_v1 = raw.get("fieldsV1") if raw.get("fieldsType", "FieldsV1") == "FieldsV1" else None
         out.append(
             ManagedFieldsEntry(
@@ -130,7 +136,7 @@ def managed_fields(obj: Manifest) -> list[ManagedFieldsEntry]:
                 fields=frozenset(parse_fields_v1(fields_v1 or {})),
             )
         )
-    return out
+    return tuple(out)
 
 
 def _entries(obj: Manifest | Sequence[ManagedFieldsEntry]) -> tuple[Sequence[ManagedFieldsEntry], Any]:

@@ -229,6 +229,22 @@ def test_remove(path: str, check: Any) -> None:
     assert out is not DEPLOY
 
 
+@pytest.mark.parametrize(
+    ("obj", "path", "expected"),
+    [
+        ({"metadata": {"name": "x", "labels": {"a": "1"}}}, ".metadata.labels.a", {"metadata": {"name": "x"}}),
+        ({"spec": {"replicas": 3}, "kind": "D"}, ".spec.replicas", {"kind": "D"}),
+        ({"spec": {"s": {"r": {"m": 1}}, "k": 1}}, ".spec.s.r.m", {"spec": {"k": 1}}),
+        ({"metadata": {"finalizers": ["a"]}}, '.metadata.finalizers[="a"]', {}),
+        ({"c": [{"name": "a", "x": {"y": 1}}]}, '.c[name="a"].x.y', {"c": [{"name": "a"}]}),
+        ({"c": [{"name": "a", "x": 1}]}, '.c[name="a"].x', {"c": [{"name": "a"}]}),
+        ({"a": {"b": {}, "c": 1}}, ".a.c", {"a": {"b": {}}}),  # an empty map we set ourselves stays
+    ],
+)
+def test_remove_prunes_what_it_emptied(obj: dict[str, Any], path: str, expected: dict[str, Any]) -> None:
+    assert remove(obj, path) == expected
+
+
 def test_remove_keeps_everything_else() -> None:
     out = remove(DEPLOY, ".spec.replicas")
     expected = copy.deepcopy(DEPLOY)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -478,3 +479,19 @@ def test_parse_conflicts_precondition_failure_is_not_a_field_conflict() -> None:
     assert parse_conflicts(PRECONDITION_409) == []
     assert parse_conflicts({"code": 409, "details": {"causes": [{"reason": "FieldValueInvalid", "field": ".a"}]}}) == []
     assert parse_conflicts({}) == []
+
+
+def test_managed_fields_follow_the_object_content() -> None:
+    # parsing is cached by content: a changed managedFields list must never answer from the cache
+    live = json.loads(json.dumps(LIVE))
+    assert managers(owners(live, ".spec.replicas")) == ["kubectl"]
+    live["metadata"]["managedFields"][2]["manager"] = "kube-controller-manager"
+    assert managers(owners(live, ".spec.replicas")) == ["kube-controller-manager"]
+
+
+def test_managed_fields_accept_decoded_timestamps() -> None:
+    # dicts made from the typed client carry datetime objects, not strings
+    obj = {
+        "metadata": {"managedFields": [{"manager": "m", "operation": "Update", "time": datetime.datetime(2024, 5, 1)}]}
+    }
+    assert managed_fields(obj)[0].time == "2024-05-01 00:00:00"
