@@ -20,7 +20,7 @@ _HOW_TO_GET = {
 
 def kustomize(kubectl: str, directory: Path, label: str, timeout: float) -> str:
     """`kubectl kustomize DIR`: the kustomization's output as multi-document YAML."""
-    return _run([kubectl, "kustomize", str(directory)], "kubectl", label, timeout, cwd=directory)
+    return _run([kubectl, "kustomize", str(directory)], "kubectl", label, timeout)
 
 
 def helm_template(
@@ -36,13 +36,14 @@ def helm_template(
     cmd = [helm, "template", release, str(directory), "--namespace", namespace, "--include-crds", "--skip-tests"]
     for path in values:
         cmd += ["--values", str(path)]
-    return _run(cmd, "helm", label, timeout, cwd=directory)
+    return _run(cmd, "helm", label, timeout)
 
 
-def _run(cmd: list[str], tool: str, label: str, timeout: float, cwd: Path) -> str:
+def _run(cmd: list[str], tool: str, label: str, timeout: float) -> str:
+    # No cwd change: a relative binary or PATH entry must mean what it means for the caller.
     try:
         done = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd, stdin=subprocess.DEVNULL
+            cmd, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
         )
     except FileNotFoundError:
         raise RenderError(f"`{cmd[0]}` not found, needed for {label}: {_HOW_TO_GET[tool]}") from None
