@@ -194,24 +194,21 @@ def test_helm_includes_crds_skips_test_hooks_and_uses_the_namespace(tools: Tools
 # --- failures ----------------------------------------------------------------------------------------
 
 
-def test_kustomize_failure_names_the_directory_and_the_cause(tools: Tools, tmp_path: Path) -> None:
-    repo = write(tmp_path, {"apps/broken/kustomization.yaml": "resources:\n  - missing.yaml\n"})
-    with pytest.raises(RenderError, match=r"^apps/broken \(kustomize\): `.*kubectl kustomize` failed") as err:
-        render(repo, tools.options())
-    assert "missing.yaml" in str(err.value)
-
-
-def test_helm_failure_names_the_directory_and_the_cause(tools: Tools, tmp_path: Path) -> None:
-    repo = write(
-        tmp_path,
-        {
-            "c/Chart.yaml": "apiVersion: v2\nname: c\nversion: 0.1.0\n",
-            "c/templates/x.yaml": "{{ .Values.nope.deeper }}\n",
-        },
-    )
-    with pytest.raises(RenderError, match=r"^c \(helm\): `.*helm template` failed") as err:
-        render(repo, tools.options())
-    assert "nope" in str(err.value)
+@pytest.mark.parametrize(
+    ("files", "message", "cause"),
+    [
+        ({"apps/broken/kustomization.yaml": "resources:\n  - missing.yaml\n"},
+         r"^apps/broken \(kustomize\): `.*kubectl kustomize` failed", "missing.yaml"),
+        ({"c/Chart.yaml": "apiVersion: v2\nname: c\nversion: 0.1.0\n", "c/templates/x.yaml": "{{ .Values.a.b }}\n"},
+         r"^c \(helm\): `.*helm template` failed", "nil pointer"),
+    ],
+)
+def test_tool_failure_names_the_directory_and_the_cause(
+    tools: Tools, tmp_path: Path, files: dict[str, str], message: str, cause: str
+) -> None:
+    with pytest.raises(RenderError, match=message) as err:
+        render(write(tmp_path, files), tools.options())
+    assert cause in str(err.value)
 
 
 def test_invalid_object_from_a_tool_is_named(tools: Tools, tmp_path: Path) -> None:
