@@ -105,7 +105,8 @@ class _Walker:
             for name in dirs + files:
                 path = Path(top, name)
                 if path.is_symlink():
-                    self._check_link(path, f"{rel}/{path.relative_to(directory)}" if rel else str(path))
+                    inner = path.relative_to(directory).as_posix()
+                    self._check_link(path, f"{rel}/{inner}" if rel else inner)
 
     def _load_file(self, path: Path, rel: str) -> None:
         limit = self.opts.max_file_bytes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import time
@@ -420,12 +421,16 @@ def test_tool_output_is_validated_and_bounded(tmp_path: Path) -> None:
         render(repo, RenderOptions(kubectl=str(kubectl)))
 
 
-def test_symlink_out_of_a_kustomization_is_rejected_before_running_the_tool(tmp_path: Path, outside: Path) -> None:
+@pytest.mark.parametrize(("kustomization", "link"), [("k/kustomization.yaml", "k/secret.txt"),
+                                                    ("kustomization.yaml", "secret.txt")])
+def test_symlink_out_of_a_kustomization_is_rejected_before_running_the_tool(
+    tmp_path: Path, outside: Path, kustomization: str, link: str
+) -> None:
     marker = tmp_path / "ran"
     kubectl = fake_tool(tmp_path / "kubectl", f"touch {marker}\n")
-    repo = write(tmp_path / "repo", {"k/kustomization.yaml": "resources: [secret.txt]\n"})
-    (repo / "k" / "secret.txt").symlink_to(outside / "cm.yaml")
-    with pytest.raises(RenderError, match=r"^k/secret\.txt: symlink leads outside"):
+    repo = write(tmp_path / "repo", {kustomization: "resources: [secret.txt]\n"})
+    (repo / link).symlink_to(outside / "cm.yaml")
+    with pytest.raises(RenderError, match=rf"^{re.escape(link)}: symlink leads outside"):
         render(repo, RenderOptions(kubectl=str(kubectl)))
     assert not marker.exists()
 
