@@ -22,6 +22,7 @@ from gitops_sync import FIELD_MANAGER, __version__, report
 from gitops_sync import log as logsetup
 from gitops_sync.apply.manager import ConflictPolicy
 from gitops_sync.cluster.client import Client
+from gitops_sync.daemon import command as daemon_command
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, default_inventory_name, load
 from gitops_sync.errors import GitOpsError
 from gitops_sync.plan.changeset import ChangeSet, Entry
@@ -129,15 +130,40 @@ def _exits_2(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+_log_settings = {"format": "auto", "level": "warning"}
+
+
+def _set_log(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Accept --log-format/--log-level before or after the subcommand."""
+    if value is not None:
+        _log_settings["format" if param.name == "log_format" else "level"] = value
+    logsetup.configure(_log_settings["format"], _log_settings["level"])
+
+
+def _log_options(fn: F) -> F:
+    fn = click.option(
+        "--log-level",
+        type=click.Choice(["debug", "info", "warning", "error"]),
+        default=None,
+        expose_value=False,
+        callback=_set_log,
+        help="Log level (default warning).",
+    )(fn)
+    return click.option(
+        "--log-format",
+        type=click.Choice(["auto", "json", "console"]),
+        default=None,
+        expose_value=False,
+        callback=_set_log,
+        help="Logs on stderr: JSON when not a terminal (auto), or forced.",
+    )(fn)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="gitops-sync")
-@click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default="auto", show_default=True)
-@click.option(
-    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning", show_default=True
-)
-def main(log_format: str, log_level: str) -> None:
+@_log_options
+def main() -> None:
     """Keep a Kubernetes cluster equal to a Git repository through server-side apply."""
-    logsetup.configure(log_format, log_level)
 
 
 def _source(
@@ -191,6 +217,7 @@ def _progress(*, enabled: bool, total: int) -> Iterator[Callable[[Entry], None] 
 
 
 @main.command()
+@_log_options
 @_source_options
 @_cluster_options
 @_output_options
@@ -260,6 +287,7 @@ def sync(
 
 
 @main.command()
+@_log_options
 @_source_options
 @_cluster_options
 @_output_options
@@ -308,6 +336,7 @@ def diff(
 
 
 @main.command()
+@_log_options
 @_source_options
 @click.option("--show-secrets", is_flag=True, help="Print Secret values (masked as *** by default).")
 @_exits_2
@@ -328,12 +357,4 @@ def render(
     click.echo(to_yaml(manifests), nl=False)
 
 
-def _register_daemon() -> None:
-    try:
-        from gitops_sync.daemon.command import run
-    except ImportError:  # the daemon is optional while it is being built
-        return
-    main.add_command(run)
-
-
-_register_daemon()
+main.add_command(daemon_command.run)

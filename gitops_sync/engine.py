@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import structlog
@@ -25,7 +25,7 @@ from gitops_sync.plan.changeset import Action, ChangeSet
 from gitops_sync.plan.planner import Target
 from gitops_sync.render import RenderOptions, render
 from gitops_sync.resource import DesiredObject, ObjectKey
-from gitops_sync.source import Checkout, fetch
+from gitops_sync.source import Checkout, fetch, mask_url
 
 log = structlog.get_logger(__name__)
 
@@ -55,7 +55,8 @@ class PassOptions:
 def load(source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
     """Fetch and render; raises SourceError/RenderError before anything touches the cluster."""
     checkout = fetch(source.repo, source.revision, source.path, cache_dir=source.cache_dir)
-    opts = source.render
+    # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths.
+    opts = replace(source.render, repo_root=checkout.repo_root or checkout.root)
     return checkout, render(checkout.root, opts)
 
 
@@ -186,7 +187,8 @@ class Engine:
 
 
 def _source_label(checkout: Checkout) -> str:
-    return f"{checkout.repo}@{checkout.ref}" if checkout.ref else checkout.repo
+    repo = mask_url(checkout.repo)  # never print credentials embedded in a URL
+    return f"{repo}@{checkout.ref}" if checkout.ref else repo
 
 
 __all__ = ["Engine", "GitOpsError", "PassOptions", "SourceOptions", "default_inventory_name", "load"]

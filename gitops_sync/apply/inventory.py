@@ -41,6 +41,7 @@ class Inventory:
     group_kinds: set[str] = field(default_factory=set)
     namespaces: set[str] = field(default_factory=set)
     exists: bool = False
+    recorded: dict[str, str] = field(default_factory=dict)  # the parent's annotations as last read/written
 
     @property
     def id(self) -> str:
@@ -91,6 +92,7 @@ def load(client: Client, name: str, namespace: str) -> Inventory:
     inv.group_kinds = {g for g in str(ann.get(GROUP_KINDS, "")).split(",") if g}
     inv.namespaces = {n for n in str(ann.get(NAMESPACES, "")).split(",") if n} | {namespace}
     inv.exists = True
+    inv.recorded = {k: str(v) for k, v in ann.items()}
     return inv
 
 
@@ -104,8 +106,14 @@ def save(
     revision: str = "",
     source: str = "",
 ) -> None:
-    """Record the parent. Before applying, record the union of old and new so a crash never hides members."""
+    """Record the parent. Before applying, record the union of old and new so a crash never hides members.
+
+    Writes only when the record changes, so a pass with nothing to do sends no write at all.
+    """
     body = inv.parent_manifest(group_kinds, namespaces, revision, source)
+    annotations = body["metadata"]["annotations"]
+    if inv.exists and all(inv.recorded.get(k) == v for k, v in annotations.items()):
+        return
     client.request(
         "PATCH",
         inv.parent_path,
@@ -114,6 +122,7 @@ def save(
         content_type=APPLY_PATCH,
     )
     inv.group_kinds, inv.namespaces, inv.exists = set(group_kinds), set(namespaces) | {inv.namespace}, True
+    inv.recorded.update(annotations)
 
 
 def list_members(client: Client, discovery: Discovery, inv: Inventory) -> dict[ObjectKey, Manifest]:

@@ -262,13 +262,16 @@ class ResourceManager:
                     self._release(path, obj)
             else:
                 entry.message = f"{verb}delete (left Git)" if dry_run else "deleted (left Git)"
-                query = {"propagationPolicy": "Background", "dryRun": "All" if dry_run else None}
-                precondition = {
+                # With a body the API server reads every option from it and ignores the query string.
+                options: dict[str, object] = {
                     "kind": "DeleteOptions",
                     "apiVersion": "v1",
+                    "propagationPolicy": "Background",
                     "preconditions": {"uid": (obj.get("metadata") or {}).get("uid")},
                 }
-                self.client.request("DELETE", path, query=query, body=precondition)
+                if dry_run:
+                    options["dryRun"] = ["All"]
+                self.client.request("DELETE", path, body=options)
         except NotFoundError:
             entry.message = "already gone"
         except ClusterError as exc:

@@ -40,10 +40,10 @@ class RequestStats:
     writes: int = 0
     dry_runs: int = 0
 
-    def count(self, method: str, query: _Query | None) -> None:
+    def count(self, method: str, query: _Query | None, body: Any = None) -> None:
         if method in ("GET", "HEAD", "OPTIONS"):
             self.reads += 1
-        elif query and query.get("dryRun"):
+        elif (query and query.get("dryRun")) or (isinstance(body, dict) and body.get("dryRun")):
             self.dry_runs += 1
         else:
             self.writes += 1
@@ -129,7 +129,7 @@ class Client:
         url, headers = self._prepare(method, path, query, content_type, accept)
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
         with self._stats_lock:
-            self.stats.count(method, query)
+            self.stats.count(method, query, body)
         try:
             resp = self._api.rest_client.pool_manager.request(
                 method,

@@ -26,11 +26,8 @@ from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 INTENT_HASH = "gitops-sync.io/intent-hash"
 # Paths we write for our own bookkeeping: differences there are not drift worth reporting.
 _BOOKKEEPING = (
-    f'.metadata.labels["{PART_OF}"]',
     f".metadata.labels.{PART_OF}",
-    f'.metadata.annotations["{INTENT_HASH}"]',
     f".metadata.annotations.{INTENT_HASH}",
-    f'.metadata.annotations["{ADOPTED}"]',
     f".metadata.annotations.{ADOPTED}",
 )
 

@@ -41,6 +41,14 @@ def by_name(rep: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {f"{o['kind']}/{o['name']}": o for o in rep["objects"]}
 
 
+def get(kube: KubeCluster, ref: str, namespace: str) -> dict[str, Any]:
+    """The live object, managedFields included (kubectl hides them by default)."""
+    out: dict[str, Any] = json.loads(
+        kube.kubectl("get", ref, "-n", namespace, "-o", "json", "--show-managed-fields").stdout
+    )
+    return out
+
+
 def write(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         p = root / name
@@ -98,7 +106,7 @@ def test_sync_creates_then_second_run_writes_nothing(kube: KubeCluster, namespac
     assert first.returncode == 0, first.stderr
     rep = report(first)
     assert rep["summary"]["create"] == 3, rep
-    live = json.loads(kube.kubectl("get", "deploy/web", "-n", namespace, "-o", "json").stdout)
+    live = get(kube, "deploy/web", namespace)
     assert live["spec"]["replicas"] == 2
     managers = {m["manager"]: m["operation"] for m in live["metadata"]["managedFields"]}
     assert managers.get("gitops-sync") == "Apply"
@@ -111,7 +119,7 @@ def test_sync_creates_then_second_run_writes_nothing(kube: KubeCluster, namespac
     assert rep2["summary"]["unchanged"] == 3 and rep2["summary"]["update"] == 0, rep2
     stats = [json.loads(line) for line in second.stderr.splitlines() if '"requests"' in line]
     assert stats and stats[-1]["writes"] == 0 and stats[-1]["dry_runs"] == 0, second.stderr
-    live2 = json.loads(kube.kubectl("get", "deploy/web", "-n", namespace, "-o", "json").stdout)
+    live2 = get(kube, "deploy/web", namespace)
     assert live2["metadata"]["resourceVersion"] == rv_before
 
 
@@ -145,7 +153,7 @@ def test_diff_reports_kubectl_scale_and_edit_drift_with_owner(
     assert drift[".data.LOG_LEVEL"]["live"] == "debug"
     assert drift[".data.LOG_LEVEL"]["manager"] == "kubectl-patch"
     # diff changed nothing
-    live = json.loads(kube.kubectl("get", "deploy/web", "-n", namespace, "-o", "json").stdout)
+    live = get(kube, "deploy/web", namespace)
     assert live["spec"]["replicas"] == 10
 
 
@@ -181,13 +189,13 @@ def test_helm_versus_kubectl_scale_scenario(kube: KubeCluster, namespace: str, t
     obj = by_name(report(r))["Deployment/minha-api"]
     assert "left to their owner" in obj["message"]
     assert (
-        json.loads(kube.kubectl("get", "deploy/minha-api", "-n", namespace, "-o", "json").stdout)["spec"]["replicas"]
+        get(kube, "deploy/minha-api", namespace)["spec"]["replicas"]
         == 10
     )
 
     r = gs(kube, *sync_args(repo, namespace, "--on-conflict", "force"))
     assert r.returncode == 0, r.stdout + r.stderr
-    live = json.loads(kube.kubectl("get", "deploy/minha-api", "-n", namespace, "-o", "json").stdout)
+    live = get(kube, "deploy/minha-api", namespace)
     assert live["spec"]["replicas"] == 3
     r = gs(kube, *diff_args(repo, namespace))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -219,7 +227,7 @@ def test_prune_deletes_only_what_left_git_and_releases_adopted(
     r = gs(kube, *sync_args(repo, namespace, "--prune"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert kube.kubectl("get", "deploy/web", "-n", namespace, check=False).returncode != 0
-    pre = json.loads(kube.kubectl("get", "configmap/preexisting", "-n", namespace, "-o", "json").stdout)
+    pre = get(kube, "configmap/preexisting", namespace)
     assert "applyset.kubernetes.io/part-of" not in pre["metadata"].get("labels", {})
     kube.kubectl("get", "configmap/bystander", "-n", namespace)
     kube.kubectl("get", "configmap/settings", "-n", namespace)
@@ -294,7 +302,7 @@ def test_crd_and_custom_resource_in_one_source(kube: KubeCluster, namespace: str
         assert by_name(report(r))["Widget/w1"]["action"] == "create"
         r = gs(kube, *sync_args(repo, namespace))
         assert r.returncode == 0, r.stdout + r.stderr
-        live = json.loads(kube.kubectl("get", f"widgets.{group}/w1", "-n", namespace, "-o", "json").stdout)
+        live = get(kube, f"widgets.{group}/w1", namespace)
         assert live["spec"]["size"] == 3
     finally:
         kube.kubectl("delete", "crd", f"widgets.{group}", "--wait=false", check=False)
