@@ -657,6 +657,8 @@ NODE = {
 class Starter:
     cfg: Config
     procs: dict[str, Proc] = field(default_factory=dict)
+    t0: float = field(default_factory=time.monotonic)
+    marks: list[str] = field(default_factory=list)
 
     def check_alive(self) -> None:
         for p in self.procs.values():
@@ -672,6 +674,7 @@ class Starter:
         while True:
             self.check_alive()
             if check():
+                self.marks.append(f"{component} {what} {time.monotonic() - self.t0:.1f}s")
                 return
             if time.monotonic() > deadline:
                 log_path = self.cfg.logs / f"{component}.log"
@@ -742,7 +745,7 @@ def _up(cfg: Config) -> None:
         (cfg.tools_dir / tool).symlink_to(cfg.bin_dir / tool)
     (cfg.state_dir / "env.sh").write_text(cfg.env_lines())
 
-    s = Starter(cfg)
+    s = Starter(cfg, t0=t0)
     try:
         # etcd and the API server start together: the API server retries its etcd connection
         for name in ("etcd", "kube-apiserver"):
@@ -784,6 +787,7 @@ def _up(cfg: Config) -> None:
             f.unlink()
         log(f"start-up failed: every process was stopped; logs are kept in {cfg.logs}")
         raise
+    log("reached (seconds since start): " + "; ".join(s.marks))
     log(f"cluster ready in {time.monotonic() - t0:.1f} s: kube-apiserver https://127.0.0.1:"
         f"{cfg.ports['kube-apiserver']}, node {NODE_NAME}, state {cfg.state_dir}")
 

@@ -142,6 +142,13 @@ def test_versions_rbac_and_metrics_are_real(kube: KubeCluster, namespace: str) -
     assert m, "go.mod requires k8s.io/kubernetes"
     assert v["clientVersion"]["gitVersion"] == m.group(1)
     assert v["serverVersion"]["gitVersion"] == m.group(1)
+    # helm: against the cluster it reports the server's version; offline (no ldflags variable exists in
+    # Helm v4) it derives v1.<minor>.0 from the client-go module it was built with
+    kube_version = re.compile(r'kubeVersion: "(v[^"]+)"')
+    served = kube.helm("template", "x", str(CHART), "--dry-run=server").stdout
+    assert kube_version.findall(served) == [m.group(1)]
+    offline = kube.helm("template", "x", str(CHART)).stdout
+    assert kube_version.findall(offline) == [re.sub(r"\.\d+$", ".0", m.group(1))]
 
     sa = f"system:serviceaccount:{namespace}:default"
     denied = kube.kubectl("auth", "can-i", "list", "secrets", "-n", namespace, f"--as={sa}", check=False)
