@@ -1,0 +1,279 @@
+"""Field-ownership history and fight detection, fed by the watch.
+
+For every field Git sets, remember who wrote which value and when, as seen through `managedFields`.
+A value change is attributed to the manager that owns the field right after it: an Update takes the
+field away from every other manager, a forced Apply too, so the owner after a change is its writer.
+
+A *fight* is a field that keeps changing hands: at least two managers have each taken it (with a
+different value) at least twice within the window — Helm resets replicas to 3, someone scales to 10,
+Helm again, kubectl again. One out-of-band edit that self-heal reverts is drift, not a fight; the
+same edit made again after the revert is.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gitops_sync.apply.inventory import ADOPTED, PART_OF
+from gitops_sync.plan import fieldpath, ownership
+from gitops_sync.plan.planner import INTENT_HASH
+from gitops_sync.resource import Manifest, ObjectKey
+
+MASK = "***"
+# Our own bookkeeping and the object's identity change with every revision or never: not history.
+_SKIP_PREFIXES = (
+    ".apiVersion",
+    ".kind",
+    ".metadata.name",
+    ".metadata.namespace",
+    f".metadata.labels.{PART_OF}",
+    f'.metadata.labels["{PART_OF}"]',
+    f".metadata.annotations.{INTENT_HASH}",
+    f'.metadata.annotations["{INTENT_HASH}"]',
+    f".metadata.annotations.{ADOPTED}",
+    f'.metadata.annotations["{ADOPTED}"]',
+)
+
+
+def tracked_paths(desired: Manifest) -> list[str]:
+    """The fields of a desired object whose history is kept: what Git sets, minus bookkeeping."""
+    return [p for p in fieldpath.leaf_paths(desired) if not p.startswith(_SKIP_PREFIXES)]
+
+
+def is_secret(key: ObjectKey) -> bool:
+    return key.kind == "Secret" and not key.group
+
+
+@dataclass(frozen=True)
+class FieldRecord:
+    """One value of a field and who set it; `time` is the writer's managedFields time (server clock)."""
+
+    value: Any
+    manager: str
+    operation: str
+    subresource: str
+    time: str
+    observed: float  # local wall clock (epoch seconds) when the watch showed it
+    resource_version: str
+    owners: tuple[str, ...] = ()
+
+    @property
+    def who(self) -> str:
+        """`kubectl (Update, scale)`: a manager as users recognise it."""
+        detail = ", ".join(p for p in (self.operation, self.subresource) if p)
+        return f"{self.manager} ({detail})" if detail else self.manager or "(nobody)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "value": self.value,
+            "manager": self.manager,
+            "operation": self.operation,
+            "subresource": self.subresource,
+            "time": self.time,
+            "observed": _iso(self.observed),
+            "resourceVersion": self.resource_version,
+            "owners": list(self.owners),
+        }
+
+
+@dataclass
+class Fight:
+    """A field changing hands back and forth; `records` are the changes inside the window."""
+
+    key: ObjectKey
+    path: str
+    records: list[FieldRecord]
+
+    @property
+    def managers(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for r in self.records:
+            seen.setdefault(r.manager, None)
+        return list(seen)
+
+    @property
+    def changes(self) -> int:
+        return len(self.records)
+
+    def message(self) -> str:
+        """One line for logs and Events: field, managers with their values, and when."""
+        steps = ", ".join(f"{r.manager}={_short(r.value)} at {_clock(r.observed)}" for r in self.records[-6:])
+        return (
+            f"field {self.path} is fought over by {' and '.join(self.managers)}: "
+            f"{self.changes} changes ({steps})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.key.kind,
+            "group": self.key.group,
+            "namespace": self.key.namespace,
+            "name": self.key.name,
+            "field": self.path,
+            "managers": self.managers,
+            "changes": self.changes,
+            "values": [
+                {"manager": r.manager, "operation": r.operation, "subresource": r.subresource,
+                 "value": r.value, "time": r.time, "observed": _iso(r.observed)}
+                for r in self.records
+            ],
+            "first": _iso(self.records[0].observed),
+            "last": _iso(self.records[-1].observed),
+        }
+
+
+@dataclass
+class _FieldHistory:
+    records: deque[FieldRecord]
+    fight_size: int = 0  # changes in the fight last reported, so each new change reports once
+
+
+@dataclass
+class _ObjectHistory:
+    fields: dict[str, _FieldHistory] = field(default_factory=dict)
+
+
+class OwnershipHistory:
+    """Thread-safe: the watch threads observe, the HTTP server reads."""
+
+    def __init__(
+        self,
+        *,
+        max_records: int = 50,
+        window: float = 3600.0,
+        min_takes: int = 2,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._max = max_records
+        self._window = window
+        self._min_takes = min_takes
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._objects: dict[ObjectKey, _ObjectHistory] = {}
+        self._fights: dict[tuple[ObjectKey, str], Fight] = {}
+
+    def observe(self, key: ObjectKey, paths: Iterable[str], live: Manifest) -> list[Fight]:
+        """Record the fields of `live` that changed value since last seen; return fights this extends."""
+        now = self._clock()
+        meta = live.get("metadata") or {}
+        rv = str(meta.get("resourceVersion") or "")
+        entries = ownership.managed_fields(live)
+        found: list[Fight] = []
+        with self._lock:
+            hist = self._objects.setdefault(key, _ObjectHistory())
+            for path in paths:
+                value = fieldpath.get(live, path)
+                value = None if value is fieldpath.MISSING else value
+                if is_secret(key) and value is not None:
+                    value = MASK
+                fh = hist.fields.get(path)
+                if fh is not None and fh.records and fh.records[-1].value == value:
+                    continue
+                record = _record(live, path, value, entries, now, rv)
+                if fh is None:
+                    fh = hist.fields[path] = _FieldHistory(deque(maxlen=self._max))
+                fh.records.append(record)
+                fight = self._fight_locked(key, path, fh, now)
+                if fight is not None:
+                    found.append(fight)
+        return found
+
+    def forget(self, keys: Iterable[ObjectKey]) -> None:
+        """Drop objects that left the desired set."""
+        with self._lock:
+            for key in keys:
+                self._objects.pop(key, None)
+                for fk in [fk for fk in self._fights if fk[0] == key]:
+                    del self._fights[fk]
+
+    def fights(self) -> list[Fight]:
+        with self._lock:
+            cutoff = self._clock() - self._window
+            return [f for f in self._fights.values() if f.records and f.records[-1].observed >= cutoff]
+
+    def fields(self, key: ObjectKey) -> dict[str, list[FieldRecord]]:
+        with self._lock:
+            hist = self._objects.get(key)
+            return {p: list(fh.records) for p, fh in hist.fields.items()} if hist else {}
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        """For /status: per object, per field, the recorded values and owners (oldest first)."""
+        with self._lock:
+            out = []
+            for key in sorted(self._objects):
+                fields = {
+                    p: [r.to_dict() for r in fh.records]
+                    for p, fh in sorted(self._objects[key].fields.items())
+                    if fh.records
+                }
+                out.append({"kind": key.kind, "group": key.group, "namespace": key.namespace,
+                            "name": key.name, "fields": fields})
+            return out
+
+    # -- fight detection --------------------------------------------------------------------
+
+    def _fight_locked(self, key: ObjectKey, path: str, fh: _FieldHistory, now: float) -> Fight | None:
+        recent = [r for r in fh.records if r.observed >= now - self._window]
+        if not is_fight([r.manager for r in recent], self._min_takes):
+            fh.fight_size = 0
+            self._fights.pop((key, path), None)
+            return None
+        if len(recent) == fh.fight_size:
+            return None
+        fh.fight_size = len(recent)
+        fight = Fight(key, path, recent)
+        self._fights[(key, path)] = fight
+        return fight
+
+
+def is_fight(managers: list[str], min_takes: int = 2) -> bool:
+    """At least two managers that each took the field `min_takes` times, alternating with another."""
+    runs: list[str] = []
+    for m in managers:
+        if not runs or runs[-1] != m:
+            runs.append(m)
+    takes: dict[str, int] = {}
+    for m in runs:
+        takes[m] = takes.get(m, 0) + 1
+    return sum(1 for n in takes.values() if n >= min_takes) >= 2
+
+
+def _record(
+    live: Manifest,
+    path: str,
+    value: Any,
+    entries: list[ownership.ManagedFieldsEntry],
+    now: float,
+    rv: str,
+) -> FieldRecord:
+    holders = ownership.owners(live, path) if entries else []
+    # After a change the writer is (normally) the only owner; with shared owners, the most recent one.
+    writer = max(holders, key=lambda e: e.time, default=None)
+    return FieldRecord(
+        value=value,
+        manager=writer.manager if writer else "",
+        operation=writer.operation if writer else "",
+        subresource=writer.subresource if writer else "",
+        time=writer.time if writer else "",
+        observed=now,
+        resource_version=rv,
+        owners=tuple(sorted({e.manager for e in holders})),
+    )
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch % 1 * 1000):03d}Z"
+
+
+def _clock(epoch: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(epoch))
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = value if isinstance(value, str) else repr(value) if not isinstance(value, Mapping | list) else str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,265 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, the way client-go's leaderelection does it.
+
+Two replicas must never write at once. The holder renews every `retry_period`; a follower takes the
+Lease only when its record has not changed for `lease_duration` *as measured on the follower's own
+clock* (no trust in clock sync between nodes). Every update carries the resourceVersion it read, so
+two candidates racing for an expired Lease cannot both win. The holder stops writing as soon as it
+has not renewed for `renew_deadline` (< lease_duration), before any follower may take over: that
+margin is what makes the fence in `can_write` safe.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from gitops_sync.cluster.client import Client
+from gitops_sync.errors import ClusterError, ConflictError, NotFoundError
+from gitops_sync.resource import Manifest
+
+log = structlog.get_logger(__name__)
+
+
+class LeaseStore(Protocol):
+    """Where the Lease lives; ConflictError on a create that finds one or an update with a stale version."""
+
+    def get(self) -> Manifest | None: ...
+
+    def create(self, lease: Manifest) -> Manifest: ...
+
+    def update(self, lease: Manifest) -> Manifest: ...
+
+    @property
+    def where(self) -> str: ...
+
+
+class ApiLeaseStore:
+    """The real Lease: GET, POST, PUT (the PUT body carries metadata.resourceVersion)."""
+
+    def __init__(self, client: Client, namespace: str, name: str) -> None:
+        self._client = client
+        self.namespace = namespace
+        self.name = name
+        self._collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+    @property
+    def where(self) -> str:
+        return f"Lease {self.namespace}/{self.name}"
+
+    def get(self) -> Manifest | None:
+        try:
+            lease: Manifest = self._client.request("GET", f"{self._collection}/{self.name}", timeout=5)
+        except NotFoundError:
+            return None
+        return lease
+
+    def create(self, lease: Manifest) -> Manifest:
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **lease}
+        body["metadata"] = {**(lease.get("metadata") or {}), "name": self.name, "namespace": self.namespace}
+        created: Manifest = self._client.request("POST", self._collection, body=body, timeout=5)
+        return created
+
+    def update(self, lease: Manifest) -> Manifest:
+        updated: Manifest = self._client.request("PUT", f"{self._collection}/{self.name}", body=lease, timeout=5)
+        return updated
+
+
+@dataclass(frozen=True)
+class LeaderConfig:
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not (self.retry_period < self.renew_deadline < self.lease_duration):
+            raise ValueError("leader election needs retry period < renew deadline < lease duration")
+
+
+def default_identity() -> str:
+    """Unique per process: the pod name (hostname) plus a random suffix, as client-go recommends."""
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def lease_name(inventory_name: str) -> str:
+    """One Lease per inventory: replicas syncing the same source elect one leader."""
+    return f"{inventory_name[:57].rstrip('-')}-lease"
+
+
+class LeaderElector:
+    """The state machine; `step()` is one try, `run()` the loop. Clocks are injectable for tests."""
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        identity: str,
+        config: LeaderConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        on_started: Callable[[], None] | None = None,
+        on_stopped: Callable[[], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.identity = identity
+        self.config = config or LeaderConfig()
+        self._clock = clock
+        self._wall = wall
+        self._on_started = on_started
+        self._on_stopped = on_stopped
+        self._lock = threading.Lock()
+        self._leading = False
+        self._renewed_at = float("-inf")  # clock() when the last successful acquire/renew *started*
+        self._observed: tuple[str, str, str, int] | None = None  # holder, renewTime, rv, duration
+        self._observed_at = 0.0
+        self._holder = ""
+        self._stopped = threading.Event()
+        self.transitions = 0
+
+    # -- queries ----------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading
+
+    @property
+    def holder(self) -> str:
+        """The identity holding the Lease as last observed ("" = nobody)."""
+        return self._holder
+
+    def can_write(self) -> bool:
+        """True only while a renew that started less than renew_deadline ago succeeded."""
+        with self._lock:
+            return self._leading and self._clock() - self._renewed_at < self.config.renew_deadline
+
+    # -- one step ---------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """Try to acquire or renew once; returns whether we hold the Lease now. Never raises ClusterError."""
+        started = self._clock()
+        try:
+            ok = self._try_acquire_or_renew(started)
+        except ClusterError as exc:
+            log.warning("leader election: cannot reach the Lease", lease=self.store.where, error=str(exc))
+            ok = False
+        if ok:
+            with self._lock:
+                self._renewed_at = started
+            if not self._leading:
+                self._set_leading(True)
+        elif self._leading and self._clock() - self._renewed_at >= self.config.renew_deadline:
+            log.error("leader election: lost the Lease (not renewed within the renew deadline)",
+                      lease=self.store.where, identity=self.identity)
+            self._set_leading(False)
+        return self._leading
+
+    def _try_acquire_or_renew(self, now: float) -> bool:
+        wall = _micro_time(self._wall())
+        old = self.store.get()
+        if old is None:
+            record = self._record(wall, acquire=wall, transitions=0)
+            try:
+                self._remember(self.store.create(record), now)
+            except ConflictError:
+                return False  # someone else created it first
+            return True
+        spec = old.get("spec") or {}
+        holder = str(spec.get("holderIdentity") or "")
+        duration = int(spec.get("leaseDurationSeconds") or self.config.lease_duration)
+        observed = (holder, str(spec.get("renewTime") or ""), _rv(old), duration)
+        if observed != self._observed:
+            self._observed, self._observed_at = observed, now
+        self._holder = holder
+        held_by_other = holder not in ("", self.identity)
+        if held_by_other and self._observed_at + duration > now:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder == self.identity:
+            record = self._record(wall, acquire=str(spec.get("acquireTime") or wall), transitions=transitions)
+        else:
+            record = self._record(wall, acquire=wall, transitions=transitions + 1)
+        record["metadata"] = {**(old.get("metadata") or {})}
+        record["apiVersion"], record["kind"] = old.get("apiVersion", "coordination.k8s.io/v1"), "Lease"
+        try:
+            self._remember(self.store.update(record), now)
+        except (ConflictError, NotFoundError):
+            return False
+        if holder != self.identity:
+            log.info("leader election: acquired the Lease", lease=self.store.where, identity=self.identity,
+                     previous=holder or "(released)")
+        return True
+
+    def _record(self, wall: str, *, acquire: str, transitions: int) -> dict[str, Any]:
+        return {
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.config.lease_duration),
+                "acquireTime": acquire,
+                "renewTime": wall,
+                "leaseTransitions": transitions,
+            }
+        }
+
+    def _remember(self, lease: Manifest, now: float) -> None:
+        spec = lease.get("spec") or {}
+        self._holder = str(spec.get("holderIdentity") or "")
+        self.transitions = int(spec.get("leaseTransitions") or 0)
+        self._observed = (self._holder, str(spec.get("renewTime") or ""), _rv(lease),
+                          int(spec.get("leaseDurationSeconds") or self.config.lease_duration))
+        self._observed_at = now
+
+    def _set_leading(self, leading: bool) -> None:
+        with self._lock:
+            self._leading = leading
+        callback = self._on_started if leading else self._on_stopped
+        if callback is not None:
+            callback()
+
+    # -- loop and release -------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Until `stop()`: renew every retry period while leading, else try to acquire (with jitter)."""
+        import random
+
+        while not self._stopped.is_set():
+            self.step()
+            period = self.config.retry_period
+            wait = period if self._leading else period * (1 + 0.2 * random.random())
+            self._stopped.wait(wait)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def release(self) -> bool:
+        """Give the Lease up (empty holder) so a follower takes over at once instead of after 15 s."""
+        if not self._leading:
+            return False
+        self._set_leading(False)
+        try:
+            old = self.store.get()
+            if old is None or (old.get("spec") or {}).get("holderIdentity") != self.identity:
+                return False
+            wall = _micro_time(self._wall())
+            spec = {**(old.get("spec") or {}), "holderIdentity": "", "leaseDurationSeconds": 1,
+                    "renewTime": wall, "acquireTime": wall}
+            self.store.update({**old, "spec": spec})
+        except ClusterError as exc:
+            log.warning("leader election: could not release the Lease", lease=self.store.where, error=str(exc))
+            return False
+        log.info("leader election: released the Lease", lease=self.store.where, identity=self.identity)
+        return True
+
+
+def _rv(obj: Manifest) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _micro_time(epoch: float) -> str:
+    """metav1.MicroTime: RFC 3339 with microseconds, UTC."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch % 1 * 1_000_000):06d}Z"
