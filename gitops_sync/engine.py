@@ -187,8 +187,11 @@ class Engine:
 
 
 def _source_label(checkout: Checkout) -> str:
-    repo = mask_url(checkout.repo)  # never print credentials embedded in a URL
-    return f"{repo}@{checkout.ref}" if checkout.ref else repo
+    """`repo[//sub/dir][@ref]`, the kustomize spelling; credentials in URLs masked."""
+    label = mask_url(checkout.repo)
+    if checkout.repo_root is not None and checkout.root != checkout.repo_root:
+        label += "//" + checkout.root.relative_to(checkout.repo_root).as_posix()
+    return f"{label}@{checkout.ref}" if checkout.ref else label
 
 
 __all__ = ["Engine", "GitOpsError", "PassOptions", "SourceOptions", "default_inventory_name", "load"]

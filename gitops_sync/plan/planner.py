@@ -147,7 +147,8 @@ def explain(
                 bookkeeping = True
                 continue
             changes.append(_field_change(live, d.path, d.desired, d.live, field_manager))
-    entry.drift = _masked(target.key, changes)
+    contested = {c.path for c in conflicts or ()}
+    entry.drift = _masked(target.key, [c for c in changes if c.path not in contested])
     if conflicts:
         entry.conflicts = _masked(target.key, [_conflict_change(target, live, c) for c in conflicts])
         entry.action = Action.CONFLICT
@@ -158,7 +159,8 @@ def explain(
     elif bookkeeping:
         entry.action = Action.UPDATE
         entry.message = f"{verb}record gitops-sync ownership (no field value changes)"
-    entry.co_owners = co_owners(target.manifest, live, field_manager)
+    # A plan describes today's owners; an apply describes the owners it left behind.
+    entry.co_owners = co_owners(target.manifest, live if dry_run or result is None else result, field_manager)
     return entry
 
 
