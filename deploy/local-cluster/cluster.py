@@ -683,16 +683,25 @@ class Starter:
             time.sleep(0.1)
 
 
+def running_config(cfg: Config) -> Config:
+    """The config with the ports the cluster in this state dir was started with, whatever was asked now."""
+    with contextlib.suppress(ValueError, OSError, KeyError):
+        ports = json.loads((cfg.state_dir / "state.json").read_text())["ports"]
+        return Config(cfg.state_dir, cfg.cache_dir, ports, cfg.timeout)
+    return cfg
+
+
+def all_alive(cfg: Config) -> bool:
+    procs = {p.name: p for p in read_pids(cfg)}
+    return set(procs) == set(COMPONENTS) and all(p.alive() for p in procs.values())
+
+
 def healthy(cfg: Config) -> bool:
     """A cluster from this state dir is running: every component alive, /readyz ok, the node Ready."""
     if not (cfg.state_dir / "state.json").is_file() or not cfg.pki.joinpath("admin.crt").is_file():
         return False
-    with contextlib.suppress(ValueError, OSError, KeyError):
-        # talk to the ports the running cluster was started with, whatever this invocation asked for
-        cfg = Config(cfg.state_dir, cfg.cache_dir, json.loads((cfg.state_dir / "state.json").read_text())["ports"],
-                     cfg.timeout)
-    procs = {p.name: p for p in read_pids(cfg)}
-    if set(procs) != set(COMPONENTS) or not all(p.alive() for p in procs.values()):
+    cfg = running_config(cfg)
+    if not all_alive(cfg):
         return False
     api = Api(cfg)
     return api.ok("/readyz") and node_ready(api.get_json(f"/api/v1/nodes/{NODE_NAME}"))
@@ -711,7 +720,14 @@ def lock_state(cfg: Config) -> Any:
 def up(cfg: Config) -> None:
     lock = lock_state(cfg)
     try:
-        if healthy(cfg):
+        if (cfg.state_dir / "state.json").is_file() and all_alive(cfg):
+            # Every process of a cluster runs: never tear it down under its users; give it time to settle.
+            deadline = time.monotonic() + cfg.timeout
+            while not healthy(cfg):
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"the cluster in {cfg.state_dir} runs but is not healthy (see "
+                                       f"`cluster.py status` and {cfg.logs}); run `down` first to replace it")
+                time.sleep(0.5)
             log(f"a cluster from {cfg.state_dir} is already up: starting nothing")
             sys.stdout.write(cfg.env_lines())
             return
