@@ -174,6 +174,48 @@ class ResourceManager:
             return explain(t, live, result, self.field_manager, conflicts=conflicts, dry_run=True)
 
     def _apply(self, t: Target, live: Manifest | None, policy: ConflictPolicy) -> Entry:
+        upgraded = live is not None and self._upgrade_client_side_apply(t, live)
+        entry = self._apply_policy(t, live, policy)
+        if upgraded:
+            entry.message = (entry.message + "; " if entry.message else "") + (
+                "took over the fields of kubectl apply (client-side)"
+            )
+        return entry
+
+    def _upgrade_client_side_apply(self, t: Target, live: Manifest) -> bool:
+        """Hand `kubectl apply` (client-side) ownership to our Apply manager, as client-go's csaupgrade does.
+
+        Otherwise a field later removed from Git stays forever: the old manager still owns it, and a
+        server-side apply under another name can only drop its own claim.
+        """
+        meta = live.get("metadata") or {}
+        entries = meta.get("managedFields") or []
+        if not any(_is_csa(e) for e in entries):
+            return False
+        ours = next(
+            (e for e in entries if e.get("manager") == self.field_manager and e.get("operation") == "Apply"), None
+        )
+        upgraded: list[Manifest] = []
+        for e in entries:
+            if not _is_csa(e):
+                upgraded.append(e)
+            elif ours is not None:
+                ours["fieldsV1"] = _merge_fields(ours.get("fieldsV1") or {}, e.get("fieldsV1") or {})
+            else:
+                ours = {**e, "manager": self.field_manager, "operation": "Apply"}
+                upgraded.append(ours)
+        ops = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
+            {"op": "replace", "path": "/metadata/managedFields", "value": upgraded},
+        ]
+        try:
+            self.client.request("PATCH", t.path, body=ops, content_type=JSON_PATCH)
+        except ApiError as exc:  # changed meanwhile (test failed) or forbidden: apply anyway, retry next pass
+            log.info("client-side apply upgrade skipped", object=str(t.key), error=str(exc))
+            return False
+        return True
+
+    def _apply_policy(self, t: Target, live: Manifest | None, policy: ConflictPolicy) -> Entry:
         if policy is ConflictPolicy.FORCE:
             result = self._ssa(t, t.manifest, force=True, dry_run=False)
             return explain(t, live, result, self.field_manager, dry_run=False)
@@ -337,6 +379,22 @@ def _pending_reason(t: Target, new_namespaces: set[str], new_crds: set[tuple[str
 def _crd_group_kind(crd: Manifest) -> tuple[str, str]:
     spec = crd.get("spec") or {}
     return str(spec.get("group", "")), str((spec.get("names") or {}).get("kind", ""))
+
+
+def _is_csa(entry: Manifest) -> bool:
+    return (
+        entry.get("manager") == "kubectl-client-side-apply"
+        and entry.get("operation") == "Update"
+        and not entry.get("subresource")
+    )
+
+
+def _merge_fields(a: Manifest, b: Manifest) -> Manifest:
+    """Union of two fieldsV1 trees."""
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge_fields(out[k], v) if isinstance(out.get(k), dict) and isinstance(v, dict) else v
+    return out
 
 
 def _escape(key: str) -> str:

@@ -43,6 +43,7 @@ class FieldChange:
     manager: str = ""
     operation: str = ""
     subresource: str = ""
+    actor: str = ""  # the manager in words: "kubectl scale", "HorizontalPodAutoscaler (...)", "Helm"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +53,7 @@ class FieldChange:
             "manager": self.manager,
             "operation": self.operation,
             "subresource": self.subresource,
+            "actor": self.actor,
         }
 
 

@@ -17,7 +17,7 @@ from gitops_sync.apply.inventory import ADOPTED, PART_OF
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
 from gitops_sync.errors import RenderError
 from gitops_sync.plan import diff as _diff
-from gitops_sync.plan import fieldpath, ownership
+from gitops_sync.plan import actors, fieldpath, ownership
 from gitops_sync.plan.changeset import Action, CoOwner, Entry, FieldChange
 from gitops_sync.plan.masking import mask_diff
 from gitops_sync.plan.normalize import prepare_desired
@@ -187,13 +187,16 @@ def without_conflicts(manifest: Manifest, conflicts: list[ownership.Conflict]) -
 
 def _field_change(live: Manifest, path: str, desired: Any, live_value: Any, field_manager: str) -> FieldChange:
     owner = _owner(live, path, field_manager)
+    if owner is None:
+        return FieldChange(path=path, desired=_plain(desired), live=_plain(live_value))
     return FieldChange(
         path=path,
         desired=_plain(desired),
         live=_plain(live_value),
-        manager=owner.manager if owner else "",
-        operation=owner.operation if owner else "",
-        subresource=owner.subresource if owner else "",
+        manager=owner.manager,
+        operation=owner.operation,
+        subresource=owner.subresource,
+        actor=actors.describe(owner.manager, owner.operation, owner.subresource, ours=field_manager),
     )
 
 
@@ -205,6 +208,7 @@ def _conflict_change(target: Target, live: Manifest, c: ownership.Conflict) -> F
         manager=c.manager,
         operation=c.operation,
         subresource=c.subresource,
+        actor=actors.describe(c.manager, c.operation, c.subresource),
     )
 
 

@@ -44,10 +44,12 @@ def short(value: Any, limit: int = 60) -> str:
 
 
 def who(c: FieldChange) -> str:
+    """`kubectl (Update, subresource scale): kubectl scale` — the record, then the actor in words."""
     if not c.manager:
         return "(nobody)"
     extra = ", ".join(x for x in (c.operation, f"subresource {c.subresource}" if c.subresource else "") if x)
-    return f"{c.manager} ({extra})" if extra else c.manager
+    text = f"{c.manager} ({extra})" if extra else c.manager
+    return f"{text}: {c.actor}" if c.actor and c.actor != c.manager else text
 
 
 def _headline(cs: ChangeSet) -> str:

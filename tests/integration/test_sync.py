@@ -146,12 +146,14 @@ def test_diff_reports_kubectl_scale_and_edit_drift_with_owner(
         "manager": "kubectl",
         "operation": "Update",
         "subresource": "scale",
+        "actor": "kubectl scale",
     }
     cm = objs["ConfigMap/settings"]
     drift = {d["path"]: d for d in cm["drift"] + cm["conflicts"]}
     assert drift[".data.LOG_LEVEL"]["desired"] == "info"
     assert drift[".data.LOG_LEVEL"]["live"] == "debug"
     assert drift[".data.LOG_LEVEL"]["manager"] == "kubectl-patch"
+    assert drift[".data.LOG_LEVEL"]["actor"] == "kubectl patch"
     # diff changed nothing
     live = get(kube, "deploy/web", namespace)
     assert live["spec"]["replicas"] == 10
@@ -180,6 +182,7 @@ def test_helm_versus_kubectl_scale_scenario(kube: KubeCluster, namespace: str, t
         "manager": "kubectl",
         "operation": "Update",
         "subresource": "scale",
+        "actor": "kubectl scale",
     } in obj["conflicts"]
     helm = [o for o in obj["coOwners"] if o["manager"] == "helm"]
     assert helm and '.spec.template.spec.containers[name="api"].image' in helm[0]["fields"], obj["coOwners"]
@@ -188,10 +191,7 @@ def test_helm_versus_kubectl_scale_scenario(kube: KubeCluster, namespace: str, t
     assert r.returncode == 1, r.stderr  # conflict left unresolved
     obj = by_name(report(r))["Deployment/minha-api"]
     assert "left to their owner" in obj["message"]
-    assert (
-        get(kube, "deploy/minha-api", namespace)["spec"]["replicas"]
-        == 10
-    )
+    assert get(kube, "deploy/minha-api", namespace)["spec"]["replicas"] == 10
 
     r = gs(kube, *sync_args(repo, namespace, "--on-conflict", "force"))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -376,3 +376,18 @@ def test_revision_sha_in_every_output(kube: KubeCluster, namespace: str, tmp_pat
     assert report(r)["revision"] == sha
     r = gs(kube, "diff", "--repo", str(tmp_path / "gitrepo"), "-n", namespace, "-o", "markdown")
     assert r.returncode == 0 and sha[:12] in r.stdout, r.stdout
+
+
+def test_takes_over_from_client_side_kubectl_apply(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    """Objects first applied with `kubectl apply` (client-side): a field later removed from Git must go."""
+    old = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {LOG_LEVEL: info, OLD_FLAG: 'on'}\n"
+    kube.kubectl("apply", "-n", namespace, "-f", "-", input=old)
+    repo = write(tmp_path / "repo", {"cm.yaml": CONFIGMAP})
+    r = gs(kube, *sync_args(repo, namespace))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "client-side" in by_name(report(r))["ConfigMap/settings"]["message"]
+    live = get(kube, "configmap/settings", namespace)
+    assert live["data"] == {"LOG_LEVEL": "info"}
+    assert "kubectl-client-side-apply" not in {m["manager"] for m in live["metadata"]["managedFields"]}
+    r = gs(kube, *diff_args(repo, namespace))
+    assert r.returncode == 0, r.stdout

@@ -196,13 +196,13 @@ def test_markdown_escapes_pipes_and_lists_fields() -> None:
                 "apps/v1",
                 Action.CONFLICT,
                 message="a|b",
-                conflicts=[FieldChange(".spec.replicas", 3, 10, "kubectl", "Update", "scale")],
+                conflicts=[FieldChange(".spec.replicas", 3, 10, "kubectl", "Update", "scale", "kubectl scale")],
             )
         ],
     )
     md = markdown(cs)
     assert "a\\|b" in md
     assert (
-        "| `Deployment.apps/ns/web` | conflict | `.spec.replicas` | `3` | `10` | kubectl (Update, subresource scale) |"
+        "| `Deployment.apps/ns/web` | conflict | `.spec.replicas` | `3` | `10` | kubectl (Update, subresource scale): kubectl scale |"
         in md
     )
