@@ -16,8 +16,8 @@ from typing import Any
 from gitops_sync.apply.inventory import ADOPTED, PART_OF
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
 from gitops_sync.errors import RenderError
-from gitops_sync.plan import diff as _diff
 from gitops_sync.plan import actors, fieldpath, ownership
+from gitops_sync.plan import diff as _diff
 from gitops_sync.plan.changeset import Action, CoOwner, Entry, FieldChange
 from gitops_sync.plan.masking import mask_diff
 from gitops_sync.plan.normalize import prepare_desired
