@@ -28,7 +28,7 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed  ## the project's virtual env with gitops-sync and its dev tools
 
 lint: venv      ## ruff and mypy (strict) over the package
-	$(VENV)/bin/ruff check gitops_sync tests bench
+	$(VENV)/bin/ruff check gitops_sync tests $(wildcard bench)
 	$(VENV)/bin/mypy
 
 unit: venv      ## the fast tests only (no cluster)

@@ -391,3 +391,47 @@ def test_takes_over_from_client_side_kubectl_apply(kube: KubeCluster, namespace:
     assert "kubectl-client-side-apply" not in {m["manager"] for m in live["metadata"]["managedFields"]}
     r = gs(kube, *diff_args(repo, namespace))
     assert r.returncode == 0, r.stdout
+
+
+def test_examples_repo_kustomize_and_helm_sync_and_become_ready(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """The shipped example (plain YAML, a kustomize overlay, a Helm chart) into this test's namespace."""
+    import re
+    import shutil
+
+    repo = tmp_path / "examples"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "examples-repo", repo)
+    for f in repo.rglob("*.yaml"):
+        f.write_text(re.sub(r"\b(namespace|name): demo\b", rf"\1: {namespace}", f.read_text()))
+    r = gs(kube, *sync_args(repo, namespace, "--wait", "--timeout", "90"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    objs = by_name(report(r))
+    assert {"Deployment/minha-api", "Deployment/greeter", "Deployment/web", "Secret/minha-api-db"} <= set(objs)
+    assert all(o["health"] == "Current" for o in objs.values()), objs
+    ready = get(kube, "deploy/minha-api", namespace)["status"]
+    assert ready.get("readyReplicas") == 3, ready
+    r = gs(kube, *diff_args(repo, namespace))
+    assert r.returncode == 0, r.stdout
+
+
+def test_conflict_policies_report_and_skip(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    repo = write(tmp_path / "repo", {"app.yaml": deployment("web", 3)})
+    assert gs(kube, *sync_args(repo, namespace)).returncode == 0
+    kube.kubectl("scale", "deploy/web", "-n", namespace, "--replicas=5")
+    write(repo, {"app.yaml": deployment("web", 3, image="registry.example/app:2.0")})
+
+    r = gs(kube, *sync_args(repo, namespace, "--on-conflict", "skip"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "skipped" in by_name(report(r))["Deployment/web"]["message"]
+    live = get(kube, "deploy/web", namespace)
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/app:1.0"
+
+    r = gs(kube, *sync_args(repo, namespace))  # report: everything but the contested field
+    assert r.returncode == 1, r.stdout + r.stderr
+    web = by_name(report(r))["Deployment/web"]
+    assert [c["path"] for c in web["conflicts"]] == [".spec.replicas"]
+    assert '.spec.template.spec.containers[name="api"].image' in [d["path"] for d in web["drift"]]
+    live = get(kube, "deploy/web", namespace)
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/app:2.0"
+    assert live["spec"]["replicas"] == 5
