@@ -203,6 +203,6 @@ def test_markdown_escapes_pipes_and_lists_fields() -> None:
     md = markdown(cs)
     assert "a\\|b" in md
     assert (
-        "| `Deployment.apps/ns/web` | conflict | `.spec.replicas` | `3` | `10` | kubectl (Update, subresource scale): kubectl scale |"
-        in md
+        "| `Deployment.apps/ns/web` | conflict | `.spec.replicas` | `3` | `10` "
+        "| kubectl (Update, subresource scale): kubectl scale |" in md
     )
