@@ -28,10 +28,10 @@ log = structlog.get_logger("gitops_sync.daemon")
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 _CONFLICT_HELP = (
-    "Fields another manager owns with a different value. Default: force with --self-heal (Git wins and "
-    "takes the field, like Argo CD self-heal; the loser is named in the Event and log), report with "
-    "--detect-only. report: apply the rest and leave contested fields to their owner; skip: leave the "
-    "whole object."
+    "Fields another manager owns with a different value. Default force: Git wins and takes the field "
+    "back, like Argo CD self-heal, and the manager it was taken from is named in the log and the Event "
+    "(with --detect-only: report what self-heal would take). report: apply the rest, leave contested "
+    "fields to their owner and report a conflict; skip: leave the whole object."
 )
 
 
@@ -55,8 +55,8 @@ _CONFLICT_HELP = (
 @click.option("--prune", is_flag=True, help="Delete objects this source applied that have left Git "
               "(never after a failed fetch or render).")
 @click.option("--allow-empty", is_flag=True, help="With --prune: allow pruning everything when Git renders nothing.")
-@click.option("--on-conflict", type=click.Choice([p.value for p in ConflictPolicy]), default=None,
-              show_default=False, help=_CONFLICT_HELP)
+@click.option("--on-conflict", type=click.Choice([p.value for p in ConflictPolicy]), default="force",
+              help=_CONFLICT_HELP)
 @click.option("--interval", default=60.0, type=click.FloatRange(0), help="Seconds between Git polls "
               "(±10% jitter; 0 = no polling). Local paths are also watched for changes.")
 @click.option("--resync", default=600.0, type=click.FloatRange(0), help="Seconds between full passes over "
@@ -89,7 +89,7 @@ def run(ctx: click.Context, repo: str, revision: str | None, subpath: str | None
         helm_values: tuple[Path, ...], helm_release: str | None, namespace: str, kubeconfig: Path | None,
         context: str | None, field_manager: str, concurrency: int, inv_name: str | None,
         inventory_namespace: str | None, self_heal: bool, prune: bool, allow_empty: bool,
-        on_conflict: str | None, interval: float, resync: float, debounce: float, http_addr: str,
+        on_conflict: str, interval: float, resync: float, debounce: float, http_addr: str,
         webhook_secret_file: Path | None, leader_elect: bool, leader_elect_namespace: str | None,
         leader_elect_identity: str | None, lease_duration: float, renew_deadline: float, retry_period: float,
         shutdown_grace: float, log_format: str | None, log_level: str | None) -> None:
@@ -101,8 +101,7 @@ def run(ctx: click.Context, repo: str, revision: str | None, subpath: str | None
     """
     _configure_logging(ctx, log_format, log_level)
     try:
-        policy = ConflictPolicy(on_conflict) if on_conflict else (
-            ConflictPolicy.FORCE if self_heal else ConflictPolicy.REPORT)
+        policy = ConflictPolicy(on_conflict)
         leader = LeaderConfig(lease_duration, renew_deadline, retry_period)
         secret = load_webhook_secret(webhook_secret_file)
     except (ValueError, GitOpsError) as exc:

@@ -114,7 +114,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         body = self.rfile.read(length) if length else b""
-        result = self.server.endpoints.webhook(dict(self.headers.items()), body)
+        try:
+            result = self.server.endpoints.webhook(dict(self.headers.items()), body)
+        except Exception as exc:
+            log.exception("webhook handler failed")
+            self._send(500, f"internal error: {exc}\n".encode())
+            return
         self._json(result.status, {"accepted": result.ok, "reason": result.reason, "provider": result.provider})
 
 

@@ -19,7 +19,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from gitops_sync.daemon.metrics import Metrics, object_state
 from gitops_sync.daemon.queue import WorkQueue
 from gitops_sync.daemon.triggers import Ticker, WebhookResult, verify_webhook, watch_local
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, default_inventory_name, load
-from gitops_sync.errors import ClusterError, GitOpsError, RenderError
+from gitops_sync.errors import ApiError, ClusterError, GitOpsError, RenderError
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
@@ -223,6 +223,10 @@ class Daemon:
     def _mode(self) -> str:
         return "self-heal" if self.opts.self_heal else "detect-only"
 
+    @property
+    def _forcing(self) -> bool:
+        return self.opts.pass_opts.policy is ConflictPolicy.FORCE
+
     def _may_write(self) -> bool:
         if self._abandon or not self.opts.self_heal:
             return False
@@ -374,8 +378,27 @@ class Daemon:
         level("pass", kind=kind, revision=cs.revision, seconds=round(took, 3),
               **{k: v for k, v in cs.summary().items() if v})
 
-    def _live_of(self, targets: Any) -> LiveMap:
-        return self.cache.live_of(targets, self.engine.manager.fetch_live)
+    def _live_of(self, targets: Sequence[Target]) -> LiveMap:
+        return self.cache.live_of(targets, self._read_live)
+
+    def _read_live(self, targets: Sequence[Target]) -> LiveMap:
+        """API reads for what the cache cannot answer. A refused read (403: namespaced RBAC) must not
+        fail the whole pass: that object is planned as absent, so its apply fails with the server's
+        own clear message in its entry, while every other object converges."""
+        try:
+            return self.engine.manager.fetch_live(targets)
+        except ApiError:
+            pass
+        live: LiveMap = {}
+        for t in targets:
+            try:
+                live.update(self.engine.manager.fetch_live([t]))
+            except ApiError as exc:
+                if exc.status not in (401, 403):
+                    raise
+                log.debug("read refused; planning as absent", object=str(t.key), error=str(exc))
+                live[t.key] = None
+        return live
 
     def _absorb(self, src: _Source, cs: ChangeSet, full: bool) -> None:
         with self._state:
@@ -389,7 +412,7 @@ class Daemon:
             log.error("pass error", error=error)
         for e in cs.entries:
             self._report(src, e, applied=not cs.dry_run)
-        self.metrics.set_objects(entries, applied=not cs.dry_run)
+        self.metrics.set_objects(entries, applied=not cs.dry_run, forcing=self._forcing)
         self.metrics.cache_objects.set(self.cache.objects())
 
     # -- reporting --------------------------------------------------------------------------
@@ -405,7 +428,7 @@ class Daemon:
         if e.action is Action.PRUNE:
             log.info("pruned" if applied else "would prune", object=str(key), message=e.message)
             return
-        fields = e.drift + e.conflicts
+        fields = list({c.path: c for c in e.drift + e.conflicts}.values())  # a conflict is also a drift
         sig = (e.action.value, e.message if e.action is Action.ERROR else "",
                tuple(sorted((c.path, json.dumps(c.live, default=str), c.manager) for c in fields)))
         if e.action is Action.ERROR:
@@ -428,7 +451,8 @@ class Daemon:
         self._reported[key] = sig
         detail = _describe(key, fields)
         log_fields = [_field_log(key, c) for c in fields]
-        if e.action is Action.CONFLICT or e.conflicts:
+        conflict = e.action is Action.CONFLICT or bool(e.conflicts)
+        if conflict and not (self._forcing and not applied):
             self.metrics.conflicts.inc()
             log.warning("conflict", object=str(key), message=e.message, fields=log_fields)
             self._event(src, e, "Conflict", WARNING, f"{e.message}: {detail}")
@@ -449,7 +473,7 @@ class Daemon:
         else:
             log.info("applied" if e.action is not Action.CREATE else "created", object=str(key),
                      revision=src.checkout.revision, fields=log_fields)
-        if applied and not (e.action is Action.CONFLICT or e.conflicts):
+        if applied and not conflict:
             self._reported.pop(key, None)  # corrected: the next drift of the same field is news again
 
     def _event(self, src: _Source, e: Entry, reason: str, etype: str, message: str) -> None:
@@ -477,7 +501,10 @@ class Daemon:
 
     def _on_watch(self, etype: EventType, key: ObjectKey | None, obj: Manifest | None) -> None:
         if etype is EventType.RECOVERED:
-            self.queue.add(FULL)  # events may have been missed while the watch was down
+            # Events may have been missed while the watch was down, and a source refresh may have
+            # failed because the API server was: look at both again now rather than after a backoff.
+            self.queue.add(SOURCE)
+            self.queue.add(FULL)
             return
         src = self._source
         if key is None or src is None or key not in src.by_key:
@@ -531,7 +558,7 @@ class Daemon:
         result = verify_webhook(headers, body, self.opts.webhook_secret)
         if result.ok:
             event = next((v for k, v in headers.items() if k.lower() in ("x-github-event", "x-gitlab-event")), "")
-            log.info("webhook: checking the source", provider=result.provider, event=event)
+            log.info("webhook: checking the source", provider=result.provider, hook_event=event)
             self.queue.add(SOURCE)
         else:
             log.warning("webhook refused", reason=result.reason, provider=result.provider or None)
@@ -554,7 +581,7 @@ class Daemon:
         doc = cs.to_dict()
         applied = self.opts.self_heal
         for obj, e in zip(doc["objects"], cs.sorted_entries(), strict=True):
-            obj["state"] = object_state(e, applied=applied)
+            obj["state"] = object_state(e, applied=applied, forcing=self._forcing)
         ready, why = self.ready()
         doc["history"] = self.history.to_dict()
         doc["fights"] = [f.to_dict() for f in self.history.fights()]

@@ -58,8 +58,10 @@ class Metrics:
         self._revision_labels = (revision, source)
         self.revision.labels(revision, source).set(1)
 
-    def set_objects(self, entries: list[Entry], *, applied: bool) -> None:
-        tally = _Tally(object_state(e, applied=applied) for e in entries if e.action is not Action.PRUNE)
+    def set_objects(self, entries: list[Entry], *, applied: bool, forcing: bool) -> None:
+        tally = _Tally(
+            object_state(e, applied=applied, forcing=forcing) for e in entries if e.action is not Action.PRUNE
+        )
         for state in OBJECT_STATES:
             self.objects.labels(state).set(tally.get(state, 0))
 
@@ -67,12 +69,16 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def object_state(entry: Entry, *, applied: bool) -> str:
-    """synced | drifted | missing | conflict | error, as the objects gauge and /status count them."""
+def object_state(entry: Entry, *, applied: bool, forcing: bool) -> str:
+    """synced | drifted | missing | conflict | error, as the objects gauge and /status count them.
+
+    A field another manager took over is a conflict for a plan; when the policy is to force (what
+    self-heal does), a plan that shows one is drift self-heal would correct, so it counts as drifted.
+    """
     if entry.action is Action.ERROR:
         return "error"
     if entry.action is Action.CONFLICT or entry.conflicts:
-        return "conflict"
+        return "drifted" if forcing and not applied else "conflict"
     if applied or entry.action is Action.UNCHANGED:
         return "synced"
     return "missing" if entry.action is Action.CREATE else "drifted"
