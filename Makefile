@@ -42,3 +42,15 @@ test: venv cluster-build lint  ## lint + every test, against a real local contro
 demo: venv      ## start the local cluster (unless KUBECONFIG is set), sync examples-repo, drift it, report
 	bash scripts/demo.sh
 # ---- end python -----------------------------------------------------------------------------------
+
+# ---- bench: gitops-sync vs kubectl on the local control plane (bench/, issue 5) ----------------------
+# `make bench` runs the full suite (N = 100, 1,000, 5,000, medians of 3; ~30 min) against a cluster of its
+# own and rewrites BENCHMARKS.md; `make bench-quick` is the CI-sized run (N = 100, one repeat, no file).
+# BENCH_ARGS passes options through, e.g. `make bench BENCH_ARGS="--sizes 1000 --repeats 1"`.
+BENCH_ARGS ?=
+.PHONY: bench bench-quick
+bench: venv     ## benchmarks vs kubectl; writes BENCHMARKS.md
+	$(VENV)/bin/python bench/run.py $(BENCH_ARGS)
+bench-quick: venv  ## the quick benchmark run (CI): prints the table only
+	$(VENV)/bin/python bench/run.py --quick $(BENCH_ARGS)
+# ---- end bench ------------------------------------------------------------------------------------

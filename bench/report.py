@@ -1,0 +1,258 @@
+"""From measurements to the table: medians, ratios, targets, PASS/MISS; text for the terminal, BENCHMARKS.md.
+
+A line says PASS only when every run behind it did what it should (right exit code, every object applied,
+every drifted object found); otherwise ERROR with the reason, never a number that hides a failure.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.cases import GITOPS_SYNC, KUBECTL, Measure
+
+KEEP_START = "<!-- keep: analysis (written by hand; bench/run.py carries it over) -->"
+KEEP_END = "<!-- /keep -->"
+
+DASH = "\u2013"  # en dash: "no figure" in a table cell
+TIMES = "\u00d7"  # multiplication sign of the ratios
+
+TARGETS = {
+    "cold": 0.5,
+    "noop": 0.1,
+    "drift": 0.3,
+    "detect_p95": 1.0,
+    "commit_p95": 2.0,
+    "rss_mb": 300.0,
+}
+
+
+@dataclass
+class Row:
+    case: str
+    n: str
+    ours: str
+    kubectl: str
+    ratio: str
+    target: str
+    result: str
+    note: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(self.__dict__)
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds < 100 else f"{seconds:.0f} s"
+
+
+def _med(ms: list[Measure]) -> float:
+    return statistics.median(m.seconds for m in ms)
+
+
+def _failed(ms: list[Measure]) -> str:
+    bad = [m.note or f"exit {m.exit_code}" for m in ms if not m.ok]
+    return "; ".join(dict.fromkeys(bad))
+
+
+def _writes(ms: list[Measure]) -> str:
+    values = [m.server_writes for m in ms]
+    if any(v is None for v in values):
+        metric = [m.metrics_writes for m in ms]
+        if any(v is None for v in metric):
+            return "writes n/a"
+        return f"{max(int(v or 0) for v in metric)} writes (metrics)"
+    vals = sorted({int(v or 0) for v in values})
+    return f"{vals[0]} writes" if len(vals) == 1 else f"{vals[0]}-{vals[-1]} writes"
+
+
+def _max_writes(ms: list[Measure]) -> int | None:
+    values = [m.server_writes if m.server_writes is not None else m.metrics_writes for m in ms]
+    if any(v is None for v in values):
+        return None
+    return max(int(v or 0) for v in values)
+
+
+def case_rows(cases: dict[str, dict[str, dict[str, list[Measure]]]], repeats_note: str) -> list[Row]:
+    rows: list[Row] = []
+    titles = {"cold": "1. cold sync", "noop": "2. no-op re-sync", "drift": "3. drift report (10 drifted)"}
+    for case in ("cold", "noop", "drift"):
+        for n, tools in sorted(cases.get(case, {}).items(), key=lambda kv: int(kv[0])):
+            ours, theirs = tools.get(GITOPS_SYNC, []), tools.get(KUBECTL, [])
+            if not ours or not theirs:
+                continue
+            a, b = _med(ours), _med(theirs)
+            ratio = a / b if b else math.inf
+            target = TARGETS[case]
+            ours_s, theirs_s = _s(a), _s(b)
+            target_s = f"≤ {target}{TIMES}"
+            passed = ratio <= target
+            if case == "noop":
+                ours_s += f", {_writes(ours)}"
+                theirs_s += f", {_writes(theirs)}"
+                target_s += ", 0 writes"
+                passed = passed and _max_writes(ours) == 0
+            if case == "drift":
+                ours_s += f", found {_found(ours)}"
+                theirs_s += f", found {_found(theirs)}"
+            failure = _failed(ours + theirs)
+            result = "ERROR" if failure else ("PASS" if passed else "MISS")
+            rows.append(Row(titles[case], f"{int(n):,}", ours_s, theirs_s, f"{ratio:.2f}{TIMES}", target_s, result,
+                            failure or repeats_note))
+    return rows
+
+
+def _found(ms: list[Measure]) -> str:
+    vals = sorted({m.found for m in ms if m.found is not None})
+    return "/".join(str(v) for v in vals) or "?"
+
+
+def daemon_rows(daemon: dict[str, Any], rss: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    if "not_measured" in daemon:
+        reason = str(daemon["not_measured"])
+        rows.append(Row("4a. daemon: drift → reported", DASH, reason, DASH, DASH, "p95 ≤ 1 s", "not measured"))
+        rows.append(Row("4b. daemon: commit → applied", DASH, reason, DASH, DASH, "p95 ≤ 2 s", "not measured"))
+    else:
+        n = f"{int(daemon.get('objects', 0)):,}"
+        for key, title, target in (("detection_seconds", "4a. daemon: drift → reported", TARGETS["detect_p95"]),
+                                   ("commit_seconds", "4b. daemon: commit → applied", TARGETS["commit_p95"])):
+            values: list[float | None] = list(daemon.get(key) or [])
+            got = [v for v in values if v is not None]
+            missed = len(values) - len(got)
+            if not got:
+                note = "; ".join(daemon.get("notes") or []) or "no samples"
+                rows.append(Row(title, n, "no figures", DASH, DASH, f"p95 ≤ {target:g} s", "ERROR", note))
+                continue
+            p50, p95 = _pct(got, 50), _pct(got, 95)
+            ours = f"p50 {_s(p50)} / p95 {_s(p95)} ({len(values)} changes)"
+            result = "ERROR" if missed else ("PASS" if p95 <= target else "MISS")
+            note = f"{missed} change(s) never reported within 30 s" if missed else ""
+            rows.append(Row(title, n, ours, DASH, DASH, f"p95 ≤ {target:g} s", result, note))
+    if "not_measured" in rss:
+        rows.append(Row("5. daemon peak RSS", DASH, str(rss["not_measured"]), DASH, DASH, "≤ 300 MB", "not measured"))
+    else:
+        n = f"{int(rss.get('objects', 0)):,}"
+        peak = rss.get("peak_bytes")
+        if peak is None:
+            rows.append(Row("5. daemon peak RSS", n, "no figures", DASH, DASH, "≤ 300 MB", "ERROR",
+                            "; ".join(rss.get("notes") or [])))
+        else:
+            mb = peak / 1e6
+            ready = rss.get("ready_seconds")
+            note = f"steady RSS {rss.get('rss_bytes', 0) / 1e6:.0f} MB" + (
+                f"; cold apply by the daemon took {ready:.0f} s" if ready else "")
+            rows.append(Row("5. daemon peak RSS", n, f"{mb:.0f} MB", DASH, DASH, "≤ 300 MB",
+                            "PASS" if mb <= TARGETS["rss_mb"] else "MISS", note))
+    return rows
+
+
+def _pct(values: list[float], p: float) -> float:
+    from bench.daemon import percentile
+
+    return percentile(values, p)
+
+
+def text_table(rows: list[Row]) -> str:
+    head = ["case", "N", "gitops-sync", "kubectl", "ratio", "target", "result"]
+    cells = [head] + [[r.case, r.n, r.ours, r.kubectl, r.ratio, r.target, r.result] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(head))).rstrip() for c in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    notes = [f"  {r.case} (N={r.n}): {r.note}" for r in rows if r.note and r.result in ("ERROR", "MISS")]
+    return "\n".join(lines + (["", "notes:", *notes] if notes else []))
+
+
+def markdown_table(rows: list[Row]) -> str:
+    out = ["| case | N | gitops-sync | kubectl | ratio | target | result |",
+           "|---|---:|---|---|---:|---|---|"]
+    for r in rows:
+        result = f"**{r.result}**" if r.result in ("MISS", "ERROR") else r.result
+        out.append(f"| {r.case} | {r.n} | {r.ours} | {r.kubectl} | {r.ratio} | {r.target} | {result} |")
+    return "\n".join(out)
+
+
+def samples_table(cases: dict[str, dict[str, dict[str, list[Measure]]]]) -> str:
+    out = ["| case | N | tool | seconds per run | server writes (audit) | dry runs (audit) | client requests "
+           "(reads/writes/dry runs) |", "|---|---:|---|---|---|---|---|"]
+    for case in ("cold", "noop", "drift"):
+        for n, tools in sorted(cases.get(case, {}).items(), key=lambda kv: int(kv[0])):
+            for tool in (GITOPS_SYNC, KUBECTL):
+                ms = tools.get(tool, [])
+                if not ms:
+                    continue
+                secs = ", ".join(f"{m.seconds:.2f}" for m in ms)
+                writes = ", ".join(DASH if m.server_writes is None else str(m.server_writes) for m in ms)
+                dry = ", ".join(DASH if m.server_dry_runs is None else str(m.server_dry_runs) for m in ms)
+                cr = ", ".join(
+                    f"{m.client_requests.get('reads', 0)}/{m.client_requests.get('writes', 0)}/"
+                    f"{m.client_requests.get('dry_runs', 0)}" if m.client_requests else DASH for m in ms)
+                out.append(f"| {case} | {int(n):,} | {tool} | {secs} | {writes} | {dry} | {cr} |")
+    return "\n".join(out)
+
+
+def kept_analysis(path: Path) -> str:
+    try:
+        text = path.read_text()
+    except OSError:
+        return ""
+    m = re.search(re.escape(KEEP_START) + r".*?" + re.escape(KEEP_END), text, flags=re.S)
+    return m.group(0) if m else ""
+
+
+def markdown(doc: dict[str, Any], rows: list[Row], cases: dict[str, dict[str, dict[str, list[Measure]]]],
+             previous: Path) -> str:
+    mach, ver, opts = doc["machine"], doc["versions"], doc["options"]
+    analysis = kept_analysis(previous) or f"{KEEP_START}\n\n{KEEP_END}"
+    sizes = ", ".join(f"{int(s):,}" for s in opts["sizes"])
+    return f"""# Benchmarks: gitops-sync vs kubectl
+
+Generated by `make bench` (`.venv/bin/python bench/run.py {opts['argv']}`) on {doc['date']};
+the whole run took {doc['duration_seconds'] / 60:.1f} min. Figures are medians of {opts['repeats']} run(s) per
+size; ratios are gitops-sync ÷ kubectl from the same run. Re-run it to refresh this file.
+
+- **Machine**: {mach['nproc']} cores ({mach['cpu']}), {mach['memory_gib']} GiB, Linux {mach['kernel']};
+  load average at the start {mach['loadavg_at_start']}. The API server, etcd, the controllers and the tool
+  under test share these cores.
+- **Versions**: gitops-sync {ver.get('gitops_sync', '?')}, Python {ver.get('python', '?')},
+  kubectl {ver.get('kubectl', '?')}, Kubernetes server {ver.get('kubernetes_server', '?')}
+  (deploy/local-cluster: etcd, kube-apiserver, controller-manager, scheduler, kwok).
+- **Objects**: N = {sizes}, a third each of ConfigMaps, headless Services and Deployments (`replicas: 0`),
+  100 per file (bench/workload.py). gitops-sync runs with its defaults (`--concurrency 8`).
+
+## Results
+
+{markdown_table(rows)}
+
+{analysis}
+
+## How each case is measured
+
+1. **Cold sync**: two fresh namespaces; `gitops-sync sync --repo DIR -n NS -o json` and
+   `kubectl apply --server-side -n NS -f DIR`, each into its own, wall time of the whole command (process
+   start to exit, as a user or a CI job sees it). The tools take turns going first; before every command the
+   bench waits until the control plane's processes use < 0.15 of a core (max 20 s).
+2. **No-op re-sync**: the same two commands again. Writes are counted server-side from the API server's
+   audit log (every create/update/patch/delete, by user agent and namespace; dry runs counted apart), with
+   `apiserver_request_total` as a cross-check. kubectl re-sends every object; gitops-sync must send none.
+3. **Drift report**: 10 objects per namespace changed out of band (JSON patches under the field manager
+   `bench-drift`: a ConfigMap value, a Service targetPort, a Deployment image), then `gitops-sync diff` vs
+   `kubectl diff --server-side --force-conflicts -f DIR` (the drifted fields belong to `bench-drift` now, so
+   without `--force-conflicts` kubectl diff stops at the first 409 and reports nothing). Both must find
+   exactly the 10 objects.
+4. **Daemon** (`gitops-sync run`, local Git work tree): (a) `--detect-only` on objects already in sync; from
+   just before an out-of-band PATCH to the daemon's `drift detected` log line for that object, over 50
+   changes spread over the three kinds; (b) `--self-heal`; from just before rewriting a file and `git commit`
+   to a GET returning the new ConfigMap value (polled every 20 ms). Nearest-rank percentiles.
+5. **Daemon peak RSS**: the daemon started on an empty namespace applies the objects itself, watches them,
+   corrects 10 drifts and serves `/status`; then the kernel's high-water mark (`VmHWM`) of its process.
+   MB = 10^6 bytes.
+
+## Every run
+
+{samples_table(cases)}
+"""

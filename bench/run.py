@@ -1,0 +1,159 @@
+"""gitops-sync vs kubectl on the local control plane: `make bench` (issue 5).
+
+    .venv/bin/python bench/run.py                      # N = 100, 1,000, 5,000; medians of 3; BENCHMARKS.md
+    .venv/bin/python bench/run.py --quick              # CI: N = 100, one run, smaller daemon cases, no file
+    .venv/bin/python bench/run.py --kubeconfig FILE    # reuse a running cluster instead of starting one
+
+Starts its own local control plane (deploy/local-cluster, `--auto-ports`, a state dir of its own) unless
+--kubeconfig is given, and stops it at the end. Prints the table on stdout, progress on stderr, and writes
+the table with the machine, versions and date to BENCHMARKS.md (and every figure to --json when given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `bench` and `gitops_sync` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import daemon as daemon_cases
+from bench.cases import Measure, Runner, Tools
+from bench.env import REPO, BenchCluster, log, machine, versions
+from bench.report import case_rows, daemon_rows, markdown, text_table
+from bench.workload import generate
+
+NOT_AVAILABLE = "not measured: daemon not available"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench/run.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default=None, help="comma-separated object counts (default 100,1000,5000)")
+    p.add_argument("--repeats", type=int, default=None, help="runs per size; medians are reported (default 3)")
+    p.add_argument("--quick", action="store_true",
+                   help="CI mode: N=100, 1 repeat, 10 daemon changes and 3 commits at 100 objects, RSS at 500")
+    p.add_argument("--kubeconfig", type=Path, default=None, help="reuse this cluster instead of starting one")
+    p.add_argument("--cluster-dir", type=Path, default=None,
+                   help="state dir for the cluster the bench starts (default: a new temporary dir)")
+    p.add_argument("--keep-cluster", action="store_true", help="leave the started cluster running")
+    p.add_argument("--output", type=Path, default=None,
+                   help="markdown file to write (default BENCHMARKS.md; none with --quick unless given)")
+    p.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
+    p.add_argument("--cases", default="1,2,3,4,5", help="which cases to run (default all: 1,2,3,4,5)")
+    p.add_argument("--daemon-objects", type=int, default=None, help="objects in case 4 (default 1000)")
+    p.add_argument("--daemon-changes", type=int, default=None, help="out-of-band changes in case 4a (default 50)")
+    p.add_argument("--daemon-commits", type=int, default=None, help="commits in case 4b (default 20)")
+    p.add_argument("--rss-objects", type=int, default=None, help="objects in case 5 (default 10000)")
+    p.add_argument("--concurrency", type=int, default=None, help="pass --concurrency to gitops-sync")
+    p.add_argument("--python", default=sys.executable, help="the Python that has gitops-sync installed")
+    args = p.parse_args(argv)
+    quick = args.quick
+    args.sizes = [int(s) for s in (args.sizes or ("100" if quick else "100,1000,5000")).split(",") if s.strip()]
+    args.repeats = args.repeats or (1 if quick else 3)
+    args.daemon_objects = args.daemon_objects or (100 if quick else 1000)
+    args.daemon_changes = args.daemon_changes or (10 if quick else 50)
+    args.daemon_commits = args.daemon_commits or (3 if quick else 20)
+    args.rss_objects = args.rss_objects or (500 if quick else 10000)
+    args.cases = {int(c) for c in args.cases.split(",") if c.strip()}
+    if args.output is None and not quick:
+        args.output = REPO / "BENCHMARKS.md"
+    return args
+
+
+def gitops_sync_argv(python: str) -> list[str]:
+    """The installed console script next to the interpreter (what a user runs), else `python -m gitops_sync`."""
+    script = Path(python).parent / "gitops-sync"
+    return [str(script)] if script.exists() else [python, "-m", "gitops_sync"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+
+    def on_term(signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_term)
+    cluster = BenchCluster.reuse(args.kubeconfig) if args.kubeconfig else BenchCluster.start(args.cluster_dir)
+    workdir = Path(tempfile.mkdtemp(prefix="gitops-sync-bench-work-"))
+    try:
+        return _run(args, cluster, workdir, started)
+    finally:
+        if not args.keep_cluster:
+            cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, cluster: BenchCluster, workdir: Path, started: float) -> int:
+    gs = gitops_sync_argv(args.python)
+    log(f"cluster {cluster.kubeconfig} (audit log: {cluster.audit_log or 'none, using /metrics'}); "
+        f"gitops-sync: {' '.join(gs)}; work dir {workdir}")
+    doc: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "machine": machine(),
+        "versions": versions(cluster, args.python),
+        "options": {
+            "sizes": args.sizes, "repeats": args.repeats, "quick": args.quick, "concurrency": args.concurrency,
+            "argv": shlex.join(sys.argv[1:]) or "(defaults)",
+            "daemon_objects": args.daemon_objects, "rss_objects": args.rss_objects,
+        },
+    }
+    cases: dict[str, dict[str, dict[str, list[Measure]]]] = {"cold": {}, "noop": {}, "drift": {}}
+    if args.cases & {1, 2, 3}:
+        runner = Runner(Tools(cluster, gs, args.concurrency), workdir)
+        try:
+            for n in args.sizes:
+                directory = generate(workdir / f"objects-{n}", n)
+                for r in range(args.repeats):
+                    log(f"N={n}: run {r + 1} of {args.repeats}")
+                    one = runner.run_repeat(directory, n, r)
+                    for case, tools in one.items():
+                        for tool, m in tools.items():
+                            cases[case].setdefault(str(n), {}).setdefault(tool, []).append(m)
+        finally:
+            runner.close()
+
+    have_daemon = daemon_cases.available(gs, cluster.env)
+    if 4 in args.cases and have_daemon:
+        d = daemon_cases.latency_cases(cluster, gs, workdir, args.daemon_objects, args.daemon_changes,
+                                       args.daemon_commits)
+        doc["daemon"] = d.to_dict()
+    else:
+        doc["daemon"] = {"not_measured": NOT_AVAILABLE if not have_daemon else "not measured: case not selected"}
+    if 5 in args.cases and have_daemon:
+        doc["rss"] = daemon_cases.rss_case(cluster, gs, workdir, args.rss_objects).to_dict()
+    else:
+        doc["rss"] = {"not_measured": NOT_AVAILABLE if not have_daemon else "not measured: case not selected"}
+
+    note = f"median of {args.repeats}" if args.repeats > 1 else ""
+    rows = case_rows(cases, note) + daemon_rows(doc["daemon"], doc["rss"])
+    doc["duration_seconds"] = time.monotonic() - started
+    doc["rows"] = [r.to_dict() for r in rows]
+    doc["cases"] = {c: {n: {t: [m.to_dict() for m in ms] for t, ms in tools.items()} for n, tools in per.items()}
+                    for c, per in cases.items()}
+    print(text_table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=1))
+    if args.output:
+        args.output.write_text(markdown(doc, rows, cases, args.output))
+        log(f"wrote {args.output}")
+    log(f"done in {doc['duration_seconds'] / 60:.1f} min")
+    return 1 if any(r.result == "ERROR" for r in rows) else 0
+
+
+__all__ = ["main"]
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

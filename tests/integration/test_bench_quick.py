@@ -1,0 +1,68 @@
+"""The benchmark suite's quick mode works end to end (a functional check: no timing is asserted here).
+
+Timing targets live in the benchmark output (bench/run.py, BENCHMARKS.md), never in tests: this machine is
+shared and noisy. What is asserted is that every case produced figures, that each run did what it should
+(bench/report.py marks a run ERROR otherwise), and that the no-op re-sync made zero server-side writes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, KubeCluster
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.mark.timeout(900)
+def test_bench_quick_produces_every_figure(kube: KubeCluster, tmp_path: Path) -> None:
+    out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
+    r = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--kubeconfig", str(kube.kubeconfig),
+         "--json", str(out_json), "--output", str(out_md)],
+        env=kube.env, capture_output=True, text=True, timeout=840, check=False, cwd=REPO,
+    )
+    assert out_json.is_file(), f"no results (exit {r.returncode}):\n{r.stderr[-4000:]}"
+    doc = json.loads(out_json.read_text())
+
+    # Cases 1-3: both tools measured at N=100, every run correct (objects applied, drift found).
+    for case in ("cold", "noop", "drift"):
+        runs = doc["cases"][case]["100"]
+        for tool in ("gitops-sync", "kubectl"):
+            assert runs[tool], f"{case}: no {tool} run"
+            for m in runs[tool]:
+                assert m["ok"], f"{case} {tool}: {m['note']}"
+                assert m["seconds"] > 0
+    for m in doc["cases"]["drift"]["100"]["gitops-sync"] + doc["cases"]["drift"]["100"]["kubectl"]:
+        assert m["found"] == 10
+
+    # The no-op re-sync: zero writes seen by the API server (audit log) from gitops-sync, N from kubectl.
+    for m in doc["cases"]["noop"]["100"]["gitops-sync"]:
+        writes = m["server_writes"] if m["server_writes"] is not None else m["metrics_writes"]
+        assert writes == 0, f"no-op re-sync wrote {writes} time(s)"
+        assert m["client_requests"].get("writes") == 0
+    for m in doc["cases"]["noop"]["100"]["kubectl"]:
+        if m["server_writes"] is not None:
+            assert m["server_writes"] == 100
+
+    # Cases 4 and 5: figures when the daemon exists, else the explicit "not measured" marker.
+    daemon, rss = doc["daemon"], doc["rss"]
+    if "not_measured" in daemon:
+        assert "daemon not available" in daemon["not_measured"]
+    else:
+        assert daemon["detection_seconds"] and all(v is not None for v in daemon["detection_seconds"])
+        assert daemon["commit_seconds"] and all(v is not None for v in daemon["commit_seconds"])
+    if "not_measured" in rss:
+        assert "daemon not available" in rss["not_measured"]
+    else:
+        assert rss["peak_bytes"] and rss["peak_bytes"] > 0
+
+    rows = doc["rows"]
+    assert len(rows) == 6 and not [row for row in rows if row["result"] == "ERROR"], rows
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "| 2. no-op re-sync |" in out_md.read_text()
