@@ -134,13 +134,9 @@ class ResourceManager:
 
             def one(t: Target) -> Entry:
                 pending = _pending_reason(t, new_namespaces, new_crds) if dry_run else ""
-                entry = self._apply_one(t, live.get(t.key), policy=policy, dry_run=dry_run, pending=pending)
-                if on_entry:
-                    on_entry(entry)
-                return entry
+                return self._apply_one(t, live.get(t.key), policy=policy, dry_run=dry_run, pending=pending)
 
-            stage_entries = self._each(one, stage)
-            entries.extend(stage_entries)
+            entries.extend(self._each(one, stage, on_entry))
             if index == 0 and not dry_run:
                 self._wait_crds_established([t for t in stage if t.key.kind == "CustomResourceDefinition"], wait_crds)
         return entries
@@ -162,16 +158,23 @@ class ResourceManager:
             log.warning("apply failed", object=str(t.key), error=str(exc))
             return Entry(t.key, t.info.api_version, Action.ERROR, message=str(exc), origin=t.origin)
 
-    def _dry_run(self, t: Target, live: Manifest | None) -> Entry:
+    def _try_ssa(
+        self, t: Target, body: Manifest, live: Manifest | None, *, dry_run: bool
+    ) -> tuple[Manifest | None, list[ownership.Conflict]]:
+        """A non-forced apply; a field-manager 409 comes back as its conflicts rather than an exception."""
         try:
-            result = self._ssa(t, t.manifest, force=False, dry_run=True)
-            return explain(t, live, result, self.field_manager, dry_run=True)
+            return self._ssa(t, body, force=False, dry_run=dry_run), []
         except ConflictError as exc:
             conflicts = ownership.parse_conflicts(exc.body, live=live)
             if not conflicts:
-                raise
+                raise  # a resourceVersion precondition, not a field fight
+            return None, conflicts
+
+    def _dry_run(self, t: Target, live: Manifest | None) -> Entry:
+        result, conflicts = self._try_ssa(t, t.manifest, live, dry_run=True)
+        if conflicts:  # what the object would become if Git won, for the field-level report
             result = self._ssa(t, t.manifest, force=True, dry_run=True)
-            return explain(t, live, result, self.field_manager, conflicts=conflicts, dry_run=True)
+        return explain(t, live, result, self.field_manager, conflicts=conflicts, dry_run=True)
 
     def _apply(self, t: Target, live: Manifest | None, policy: ConflictPolicy) -> Entry:
         upgraded = live is not None and self._upgrade_client_side_apply(t, live)
@@ -217,28 +220,18 @@ class ResourceManager:
 
     def _apply_policy(self, t: Target, live: Manifest | None, policy: ConflictPolicy) -> Entry:
         if policy is ConflictPolicy.FORCE:
-            result = self._ssa(t, t.manifest, force=True, dry_run=False)
+            forced = self._ssa(t, t.manifest, force=True, dry_run=False)
+            return explain(t, live, forced, self.field_manager, dry_run=False)
+        result, conflicts = self._try_ssa(t, t.manifest, live, dry_run=False)
+        if not conflicts:
             return explain(t, live, result, self.field_manager, dry_run=False)
-        try:
-            result = self._ssa(t, t.manifest, force=False, dry_run=False)
-            return explain(t, live, result, self.field_manager, dry_run=False)
-        except ConflictError as exc:
-            conflicts = ownership.parse_conflicts(exc.body, live=live)
-            if not conflicts:
-                raise
         if policy is ConflictPolicy.SKIP:
             entry = explain(t, live, None, self.field_manager, conflicts=conflicts, dry_run=False)
             entry.message = f"skipped: {len(conflicts)} conflicting field(s); nothing applied to this object"
             return entry
-        # REPORT: apply all but the contested fields; a field that became contested meanwhile is
-        # dropped on one retry.
-        body = without_conflicts(t.manifest, conflicts)
-        try:
-            result = self._ssa(t, body, force=False, dry_run=False)
-        except ConflictError as exc:
-            more = ownership.parse_conflicts(exc.body, live=live)
-            if not more:
-                raise
+        # REPORT: apply all but the contested fields; a field contested meanwhile is dropped on one retry.
+        result, more = self._try_ssa(t, without_conflicts(t.manifest, conflicts), live, dry_run=False)
+        if more:
             conflicts += more
             result = self._ssa(t, without_conflicts(t.manifest, conflicts), force=False, dry_run=False)
         entry = explain(t, live, result, self.field_manager, conflicts=conflicts, dry_run=False)
@@ -277,14 +270,7 @@ class ResourceManager:
         by_key = {ObjectKey.of(m): m for m in members}
         entries: list[Entry] = []
         for stage in ordering.prune_order(list(by_key)):
-
-            def one(key: ObjectKey) -> Entry:
-                entry = self._prune_one(by_key[key], key, dry_run=dry_run)
-                if on_entry:
-                    on_entry(entry)
-                return entry
-
-            entries.extend(self._each(one, stage))
+            entries.extend(self._each(lambda k: self._prune_one(by_key[k], k, dry_run=dry_run), stage, on_entry))
         return entries
 
     def _prune_one(self, obj: Manifest, key: ObjectKey, *, dry_run: bool) -> Entry:
@@ -360,11 +346,21 @@ class ResourceManager:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _each(self, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+    def _each(
+        self, fn: Callable[[_T], _R], items: Sequence[_T], on_done: Callable[[_R], None] | None = None
+    ) -> list[_R]:
+        """`fn` over items on the thread pool, in order; `on_done` sees each result (progress display)."""
+
+        def run(item: _T) -> _R:
+            r = fn(item)
+            if on_done:
+                on_done(r)
+            return r
+
         if len(items) <= 1 or self.concurrency == 1:
-            return [fn(i) for i in items]
+            return [run(i) for i in items]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
-            return list(pool.map(fn, items))
+            return list(pool.map(run, items))
 
 
 def _pending_reason(t: Target, new_namespaces: set[str], new_crds: set[tuple[str, str]]) -> str:
