@@ -21,7 +21,7 @@ from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.errors import GitOpsError
 from gitops_sync.plan import planner
-from gitops_sync.plan.changeset import Action, ChangeSet
+from gitops_sync.plan.changeset import Action, ChangeSet, Entry
 from gitops_sync.plan.planner import Target
 from gitops_sync.render import RenderOptions, render
 from gitops_sync.resource import DesiredObject, ObjectKey
@@ -113,37 +113,59 @@ class Engine:
         namespaces = {t.key.namespace for t in targets if t.key.namespace}
 
         partial = only is not None
-        if not dry_run and targets and not partial:
-            inventory.save(
-                self.client,
-                inv,
-                inv.group_kinds | group_kinds,
-                inv.namespaces | namespaces,
-                field_manager=self.field_manager,
-                revision=checkout.revision,
-                source=cs.source,
-            )
-        cs.entries = self.manager.apply_all(targets, live, policy=opts.policy, dry_run=dry_run, on_entry=on_entry)
+        record = not dry_run and bool(targets) and not partial
+        if record:
+            # The parent records the union first, so a crash mid-pass never hides a member from prune.
+            cs.entries += self._ensure_inventory_namespace(inv, targets, live, opts, on_entry)
+            self._record(inv, inv.group_kinds | group_kinds, inv.namespaces | namespaces, checkout, cs.source)
+        done = {e.key for e in cs.entries}
+        cs.entries += self.manager.apply_all(
+            [t for t in targets if t.key not in done], live, policy=opts.policy, dry_run=dry_run, on_entry=on_entry
+        )
 
         pruned_all = True
         if opts.prune and not partial:
             pruned_all = self._prune(cs, inv, targets, opts, dry_run, on_entry)
-        if not dry_run and targets and pruned_all and not partial and not cs.has_errors:
+        if record and pruned_all and not cs.has_errors:
             # Shrink the recorded group-kinds only once every member outside them is gone.
-            final_kinds = group_kinds if opts.prune else inv.group_kinds | group_kinds
-            final_ns = namespaces if opts.prune else inv.namespaces | namespaces
-            inventory.save(
-                self.client,
-                inv,
-                final_kinds,
-                final_ns,
-                field_manager=self.field_manager,
-                revision=checkout.revision,
-                source=cs.source,
-            )
+            if opts.prune:
+                self._record(inv, group_kinds, namespaces, checkout, cs.source)
+            else:
+                self._record(inv, inv.group_kinds | group_kinds, inv.namespaces | namespaces, checkout, cs.source)
         if opts.wait and not dry_run:
             self._wait(cs, targets, opts.timeout)
         return cs
+
+    def _record(
+        self, inv: inventory.Inventory, kinds: set[str], namespaces: set[str], checkout: Checkout, source: str
+    ) -> None:
+        inventory.save(
+            self.client,
+            inv,
+            kinds,
+            namespaces,
+            field_manager=self.field_manager,
+            revision=checkout.revision,
+            source=source,
+        )
+
+    def _ensure_inventory_namespace(
+        self,
+        inv: inventory.Inventory,
+        targets: Sequence[Target],
+        live: LiveMap,
+        opts: PassOptions,
+        on_entry: OnEntry | None,
+    ) -> list[Entry]:
+        """The parent ConfigMap needs its namespace: when Git creates that namespace, create it first."""
+        first = [
+            t
+            for t in targets
+            if t.key.kind == "Namespace" and not t.key.group and t.key.name == inv.namespace and live.get(t.key) is None
+        ]
+        if not first:
+            return []
+        return self.manager.apply_all(first, live, policy=opts.policy, on_entry=on_entry)
 
     def _inv_ns(self, opts: PassOptions) -> str:
         return opts.inventory_namespace or opts.namespace

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from gitops_sync import FIELD_MANAGER, __version__
 from gitops_sync.cluster.client import APPLY_PATCH, Client
 from gitops_sync.cluster.discovery import Discovery
-from gitops_sync.errors import ApiError
+from gitops_sync.errors import ApiError, ClusterError, NotFoundError
 from gitops_sync.resource import Manifest, ObjectKey
 
 PART_OF = "applyset.kubernetes.io/part-of"
@@ -114,13 +114,19 @@ def save(
     annotations = body["metadata"]["annotations"]
     if inv.exists and all(inv.recorded.get(k) == v for k, v in annotations.items()):
         return
-    client.request(
-        "PATCH",
-        inv.parent_path,
-        query={"fieldManager": field_manager, "force": True},
-        body=body,
-        content_type=APPLY_PATCH,
-    )
+    try:
+        client.request(
+            "PATCH",
+            inv.parent_path,
+            query={"fieldManager": field_manager, "force": True},
+            body=body,
+            content_type=APPLY_PATCH,
+        )
+    except NotFoundError as exc:
+        raise ClusterError(
+            f"cannot record the inventory ConfigMap {inv.namespace}/{inv.name}: namespace {inv.namespace} "
+            "does not exist (create it, declare it in Git, or pass --inventory-namespace)"
+        ) from exc
     inv.group_kinds, inv.namespaces, inv.exists = set(group_kinds), set(namespaces) | {inv.namespace}, True
     inv.recorded.update(annotations)
 

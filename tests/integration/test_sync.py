@@ -435,3 +435,34 @@ def test_conflict_policies_report_and_skip(kube: KubeCluster, namespace: str, tm
     live = get(kube, "deploy/web", namespace)
     assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/app:2.0"
     assert live["spec"]["replicas"] == 5
+
+
+def test_namespace_declared_in_git_holds_the_inventory(kube: KubeCluster, tmp_path: Path) -> None:
+    """`-n team-x` where Git itself creates team-x: the namespace is created before the inventory parent."""
+    import uuid
+
+    ns = f"t-inv-{uuid.uuid4().hex[:6]}"
+    repo = write(
+        tmp_path / "repo",
+        {"ns.yaml": f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n", "cm.yaml": CONFIGMAP},
+    )
+    try:
+        r = gs(kube, "sync", "--repo", str(repo), "-n", ns, "-o", "json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert {o["name"]: o["action"] for o in report(r)["objects"]} == {ns: "create", "settings": "create"}
+        kube.kubectl("get", "configmap/gitops-sync-repo", "-n", ns)
+        r = gs(
+            kube,
+            "sync",
+            "--repo",
+            str(repo),
+            "-n",
+            "no-such-namespace-here",
+            "--inventory-namespace",
+            "no-such-namespace-here",
+            "-o",
+            "json",
+        )
+        assert r.returncode == 2 and "--inventory-namespace" in r.stderr, r.stderr
+    finally:
+        kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
