@@ -1,0 +1,159 @@
+"""deploy/kubernetes: the kustomize variants apply (server-side dry-run), and the daemon run with the
+ServiceAccount's own token does its job in its namespace and is refused, clearly and without crashing,
+outside it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import KubeCluster
+from daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, wait_until
+
+pytestmark = pytest.mark.cluster
+
+DEPLOY = REPO_ROOT / "deploy" / "kubernetes"
+BASE_NS = "gitops-sync"
+
+
+def rendered(kube: KubeCluster, variant: str) -> list[dict[str, Any]]:
+    out = kube.kubectl("kustomize", str(DEPLOY / variant)).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def relocate(docs: list[dict[str, Any]], ns: str, suffix: str) -> list[dict[str, Any]]:
+    """Into namespace `ns`; cluster-scoped names get `suffix` so parallel sessions never share them."""
+    out = []
+    for d in docs:
+        d = json.loads(json.dumps(d))
+        meta = d["metadata"]
+        if d["kind"] == "Namespace":
+            continue
+        if meta.get("namespace") == BASE_NS:
+            meta["namespace"] = ns
+        if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            meta["name"] += suffix
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            if d["roleRef"]["kind"] == "ClusterRole":
+                d["roleRef"]["name"] += suffix
+            for s in d["subjects"]:
+                s["namespace"] = ns
+        out.append(d)
+    return out
+
+
+def as_list(docs: list[dict[str, Any]]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+
+
+@pytest.mark.parametrize("variant", ["namespaced", "cluster-wide"])
+def test_kustomize_variant_applies_with_server_side_dry_run(kube: KubeCluster, namespace: str, variant: str) -> None:
+    docs = rendered(kube, variant)
+    kinds = sorted({d["kind"] for d in docs})
+    assert {"Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "Deployment", "Service"} <= set(kinds)
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "--leader-elect" in container["args"] and container["args"][0] == "run"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "gitops-sync"
+    for rule in (r for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]):
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+
+    # the Namespace as it is, the rest in a namespace that exists (a dry-run persists no Namespace)
+    ns_doc = next(d for d in docs if d["kind"] == "Namespace")
+    r = kube.kubectl("apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-",
+                     input=as_list([ns_doc]))
+    assert "serverside-applied (server dry run)" in r.stdout, r.stdout
+    r = kube.kubectl("apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-",
+                     input=as_list(relocate(docs, namespace, f"-{namespace}")))
+    applied = [line for line in r.stdout.splitlines() if "serverside-applied (server dry run)" in line]
+    assert len(applied) == len(docs) - 1, r.stdout + r.stderr
+
+
+@pytest.fixture
+def other_namespace(kube: KubeCluster) -> Iterator[str]:
+    name = f"t-outside-{uuid.uuid4().hex[:6]}"
+    kube.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        kube.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+def sa_kubeconfig(kube: KubeCluster, ns: str, path: Path) -> Path:
+    """A kubeconfig that is the ServiceAccount: the admin one's server and CA, the SA's bound token."""
+    admin = yaml.safe_load(kube.kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    token = kube.kubectl("create", "token", "gitops-sync", "-n", ns, "--duration=1h").stdout.strip()
+    ca = cluster.get("certificate-authority-data")
+    if not ca and cluster.get("certificate-authority"):
+        ca_path = Path(cluster["certificate-authority"])
+        ca_file = ca_path if ca_path.is_absolute() else kube.kubeconfig.parent / ca_path
+        ca = base64.b64encode(ca_file.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": {"server": cluster["server"], "certificate-authority-data": ca}}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": ns}}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def test_daemon_with_the_service_account_token_works_in_its_namespace_and_is_refused_outside(
+    kube: KubeCluster, namespace: str, other_namespace: str, tmp_path: Path
+) -> None:
+    suffix = f"-{namespace}"
+    docs = relocate(rendered(kube, "namespaced"), namespace, suffix)
+    rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole")]
+    kube.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=as_list(rbac))
+    try:
+        kubeconfig = sa_kubeconfig(kube, namespace, tmp_path / "sa.kubeconfig")
+        sa = f"system:serviceaccount:{namespace}:gitops-sync"
+        assert kube.kubectl("auth", "can-i", "patch", "configmaps", "-n", other_namespace, f"--as={sa}",
+                            check=False).stdout.strip() == "no"
+        repo = GitRepo(tmp_path / "repo", {
+            "inside.yaml": configmap("inside", {"v": "1"}),
+            "outside.yaml": configmap("outside", {"v": "1"}, namespace=other_namespace),
+        })
+        env = {**kube.env, "KUBECONFIG": str(kubeconfig)}
+        args = ["--repo", str(repo.path), "-n", namespace, "--leader-elect"]
+        with Daemon(args, env, tmp_path / "daemon.log") as d:
+            d.wait_ready()
+            inside = json.loads(kube.kubectl("get", "configmap", "inside", "-n", namespace, "-o", "json").stdout)
+            assert inside["data"] == {"v": "1"}
+            assert kube.kubectl("get", "configmap", "outside", "-n", other_namespace, check=False).returncode != 0
+
+            entry = d.entry("ConfigMap", "outside")
+            assert entry is not None and entry["action"] == "error", entry
+            assert "forbidden" in entry["message"] and other_namespace in entry["message"], entry["message"]
+            assert d.entry("ConfigMap", "inside")["action"] in ("create", "unchanged")  # type: ignore[index]
+            watches = {w["resource"]: w for w in d.status()["daemon"]["watches"]}
+            assert watches[f"ConfigMap in {namespace}"]["state"] == "synced", watches
+            assert watches[f"ConfigMap in {other_namespace}"]["state"] == "forbidden", watches
+            assert "forbidden" in watches[f"ConfigMap in {other_namespace}"]["error"]
+            assert d.logged("no cluster-wide access; watching per namespace")
+            assert any(e.get("object", "").endswith(f"{other_namespace}/outside") for e in d.logged("object failed"))
+            assert d.metric("gitops_sync_objects", state="error") == 1
+            assert d.status()["daemon"]["leader"] and d.get("/healthz")[0] == 200
+
+            # its job inside works: drift is seen through its own per-namespace watch and corrected
+            kube.kubectl("patch", "configmap", "inside", "-n", namespace, "--type=merge", "-p", '{"data":{"v":"x"}}')
+            wait_until("the drift corrected by the ServiceAccount", lambda: json.loads(kube.kubectl(
+                "get", "configmap", "inside", "-n", namespace, "-o", "json").stdout)["data"]["v"] == "1", 2.0)
+            time.sleep(1)
+            assert d.proc.poll() is None, "no crash"
+            assert d.stop() == 0
+    finally:
+        kube.kubectl("delete", "clusterrole", f"gitops-sync-apply{suffix}", "--ignore-not-found", check=False)
