@@ -300,7 +300,13 @@ class Daemon:
         old_keys = set(self._source.by_key) if self._source else set()
         self._source = new
         self._source_ok()
-        self.history.forget(old_keys - set(new.by_key))
+        gone = old_keys - set(new.by_key)
+        self.history.forget(gone)
+        for key in gone:
+            self._reported.pop(key, None)
+            self._converged.pop(key, None)
+            self._fingerprints.pop(key, None)
+            self._deleted.discard(key)
         self.cache.set_interest(targets)
         log.info("source loaded", revision=checkout.revision or "(plain directory)", objects=len(targets),
                  digest=digest[:12])
@@ -357,6 +363,12 @@ class Daemon:
                     self._pass_errors = [str(exc)]
             return
         took = time.monotonic() - t0
+        if self.opts.self_heal and not self._may_write():
+            # Leadership was lost (or SIGTERM came) during the pass: its refused writes are not news,
+            # and reporting them would make a follower record Events. The new leader starts afresh.
+            self.metrics.passes.labels(kind, "abandoned").inc()
+            log.warning("pass abandoned: this replica may no longer write", kind=kind)
+            return
         result = "error" if cs.has_errors else "success"
         self.metrics.passes.labels(kind, result).inc()
         self.metrics.pass_duration.labels(kind).observe(took)

@@ -88,6 +88,22 @@ def test_self_heal_corrects_a_kubectl_edit_within_2s_and_reports_it(
         assert get(kube, "configmap", "settings", "-n", namespace)["metadata"]["resourceVersion"] == rv_before
         wait_until("the status to show everything in sync", lambda: d.status()["summary"]["unchanged"] == 2, 2.0)
         assert d.status()["daemon"]["requests"]["writes"] - writes_before == 1
+
+        # the same edit again after the revert: now it is a fight between kubectl-edit and gitops-sync
+        assert d.status()["fights"] == []
+        edit(kube, namespace, "deployment/web", "s/replicas: 2$/replicas: 7/")
+        wait_until("the second edit corrected", lambda: replicas(kube, namespace, "web") == 2, 2.0)
+        wait_until("the fight on /status", lambda: d.status()["fights"], 1.0)
+        fight = d.status()["fights"][0]
+        assert fight["field"] == ".spec.replicas" and fight["managers"] == ["gitops-sync", "kubectl-edit"]
+        assert [v["value"] for v in fight["values"]] == [2, 7, 2, 7, 2]
+
+        # an object deleted out of band is recreated and reported as such
+        kube.kubectl("delete", "configmap", "settings", "-n", namespace, "--wait=false")
+        wait_until("the ConfigMap recreated", lambda: kube.kubectl(
+            "get", "configmap", "settings", "-n", namespace, check=False).returncode == 0, 2.0)
+        wait_until("the deletion reported", lambda: any(
+            e.get("deleted") for e in d.logged("drift corrected")), 2.0)
         assert d.stop() == 0
 
 
@@ -231,6 +247,38 @@ def test_webhook_push_to_a_remote_repository_is_applied_without_waiting_for_the_
         code, _ = d.post("/hooks/git", b"{}", {"X-Gitlab-Token": "hook-secret", "X-Gitlab-Event": "Push Hook"})
         assert code == 202
         wait_until("GitLab-style hook applied", lambda: d.status()["daemon"]["appliedRevision"] == sha3, 5.0)
+        assert d.stop() == 0
+
+
+def test_remote_repository_is_polled_and_an_unreachable_remote_keeps_the_last_good_state(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    work = GitRepo(tmp_path / "work", {"cm.yaml": configmap("settings", {"v": "1"})})
+    remote = tmp_path / "remote.git"
+    git.Repo.init(remote, bare=True, initial_branch="main")
+    work.repo.create_remote("origin", str(remote)).push("main")
+    with start(kube, tmp_path, f"file://{remote}", namespace, "--interval", "2", "--cache-dir",
+               str(tmp_path / "cache")) as d:
+        good = d.status()["revision"]
+        sha = work.commit({"cm.yaml": configmap("settings", {"v": "2"})}, "v2")
+        t0 = time.monotonic()
+        work.repo.remote("origin").push("main")
+        wait_until("the pushed commit applied within one poll interval (2 s ± 10%)",
+                   lambda: get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "2", 2.2 + 1.0)
+        print(f"push to applied by polling: {time.monotonic() - t0:.2f} s")
+        assert d.status()["daemon"]["appliedRevision"] == sha != good
+
+        remote.rename(tmp_path / "gone.git")  # the Git server is unreachable
+        wait_until("the fetch error on /status", lambda: d.status()["daemon"]["source"]["error"], 5.0)
+        doc = d.status()
+        assert doc["revision"] == sha and "gone" not in doc["daemon"]["source"]["error"]
+        assert d.metric("gitops_sync_source_healthy") == 0 and d.get("/healthz")[0] == 200
+        kube.kubectl("patch", "configmap", "settings", "-n", namespace, "--type=merge", "-p", '{"data":{"v":"x"}}')
+        wait_until("drift still corrected from the last good revision",
+                   lambda: get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "2", 2.0)
+        (tmp_path / "gone.git").rename(remote)
+        wait_until("the source healthy again", lambda: d.status()["daemon"]["source"]["error"] == "", 10.0)
+        assert d.metric("gitops_sync_source_healthy") == 1
         assert d.stop() == 0
 
 
