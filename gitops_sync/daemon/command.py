@@ -38,7 +38,8 @@ _CONFLICT_HELP = (
 @click.command(context_settings={"auto_envvar_prefix": "GITOPS_SYNC", "show_default": True})
 @click.option("--repo", required=True, help="Git URL or local path (work tree or plain directory).")
 @click.option("--revision", default=None, help="Branch, tag or commit (default: remote HEAD / the work tree).")
-@click.option("--path", "subpath", default=None, help="Sub-directory of the repository to render.")
+@click.option("--path", "subpath", default=None, envvar="GITOPS_SYNC_PATH",
+              help="Sub-directory of the repository to render.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Where clones are kept.")
 @click.option("--helm-values", multiple=True, type=click.Path(path_type=Path), help="Values file for every chart.")
 @click.option("--helm-release", default=None, help="Release name for Helm charts (default: chart directory).")
@@ -48,7 +49,8 @@ _CONFLICT_HELP = (
 @click.option("--context", default=None, help="kubeconfig context.")
 @click.option("--field-manager", default=FIELD_MANAGER, help="Server-side apply field manager name.")
 @click.option("--concurrency", default=8, type=click.IntRange(1, 64), help="Parallel API requests in a pass.")
-@click.option("--name", "inv_name", default=None, help="ApplySet (inventory) name; default from --repo/--path.")
+@click.option("--name", "inv_name", default=None, envvar="GITOPS_SYNC_NAME",
+              help="ApplySet (inventory) name; default from --repo/--path.")
 @click.option("--inventory-namespace", default=None, help="Namespace of the ApplySet parent (default: -n).")
 @click.option("--self-heal/--detect-only", default=True,
               help="Correct drift as soon as the watch shows it, or only report it (never write).")

@@ -124,3 +124,31 @@ def test_object_states() -> None:
     assert object_state(Entry(key, "v1", Action.UPDATE), applied=False, forcing=True) == "drifted"
     assert object_state(Entry(key, "v1", Action.CREATE), applied=False, forcing=True) == "missing"
     assert object_state(Entry(key, "v1", Action.ERROR), applied=True, forcing=True) == "error"
+
+
+def test_run_reads_every_option_from_gitops_sync_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container is configured by environment: check the names the Deployment and README use."""
+    import click
+    from click.testing import CliRunner
+
+    from gitops_sync.daemon import command
+
+    seen: dict[str, Any] = {}
+
+    def fake_daemon(opts: Any) -> Any:
+        seen["opts"] = opts
+        raise click.exceptions.Exit(0)
+
+    monkeypatch.setattr(command, "Daemon", fake_daemon)
+    env = {"GITOPS_SYNC_REPO": "https://git.example/r.git", "GITOPS_SYNC_PATH": "apps", "GITOPS_SYNC_NAME": "inv",
+           "GITOPS_SYNC_NAMESPACE": "apps", "GITOPS_SYNC_PRUNE": "true", "GITOPS_SYNC_INTERVAL": "30",
+           "GITOPS_SYNC_LEADER_ELECT": "true", "GITOPS_SYNC_LEADER_ELECT_IDENTITY": "pod-0",
+           "POD_NAMESPACE": "gitops-sync", "GITOPS_SYNC_WEBHOOK_SECRET": "s"}
+    result = CliRunner().invoke(command.run, [], env=env)
+    assert result.exit_code == 0, result.output
+    opts = seen["opts"]
+    assert (opts.source.repo, opts.source.path, opts.pass_opts.name, opts.pass_opts.namespace) == (
+        "https://git.example/r.git", "apps", "inv", "apps")
+    assert opts.pass_opts.prune and opts.interval == 30 and opts.leader_elect
+    assert (opts.identity, opts.leader_namespace, opts.webhook_secret) == ("pod-0", "gitops-sync", b"s")
+    assert opts.self_heal and opts.pass_opts.policy.value == "force"
