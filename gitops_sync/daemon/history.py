@@ -162,7 +162,6 @@ class OwnershipHistory:
         now = self._clock()
         meta = live.get("metadata") or {}
         rv = str(meta.get("resourceVersion") or "")
-        entries = ownership.managed_fields(live)
         found: list[Fight] = []
         with self._lock:
             hist = self._objects.setdefault(key, _ObjectHistory())
@@ -174,7 +173,7 @@ class OwnershipHistory:
                 fh = hist.fields.get(path)
                 if fh is not None and fh.records and fh.records[-1].value == value:
                     continue
-                record = _record(live, path, value, entries, now, rv)
+                record = _record(live, path, value, now, rv)
                 if fh is None:
                     fh = hist.fields[path] = _FieldHistory(deque(maxlen=self._max))
                 fh.records.append(record)
@@ -243,15 +242,8 @@ def is_fight(managers: list[str], min_takes: int = 2) -> bool:
     return sum(1 for n in takes.values() if n >= min_takes) >= 2
 
 
-def _record(
-    live: Manifest,
-    path: str,
-    value: Any,
-    entries: list[ownership.ManagedFieldsEntry],
-    now: float,
-    rv: str,
-) -> FieldRecord:
-    holders = ownership.owners(live, path) if entries else []
+def _record(live: Manifest, path: str, value: Any, now: float, rv: str) -> FieldRecord:
+    holders = ownership.owners(live, path)
     # After a change the writer is (normally) the only owner; with shared owners, the most recent one.
     writer = max(holders, key=lambda e: e.time, default=None)
     return FieldRecord(
