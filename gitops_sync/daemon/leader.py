@@ -10,6 +10,7 @@ margin is what makes the fence in `can_write` safe.
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
@@ -153,6 +154,12 @@ class LeaderElector:
                 self._renewed_at = started
             if not self._leading:
                 self._set_leading(True)
+        elif self._leading and self._holder not in ("", self.identity):
+            log.error("leader election: another replica holds the Lease; stepping down",
+                      lease=self.store.where, identity=self.identity, holder=self._holder)
+            with self._lock:
+                self._renewed_at = float("-inf")
+            self._set_leading(False)
         elif self._leading and self._clock() - self._renewed_at >= self.config.renew_deadline:
             log.error("leader election: lost the Lease (not renewed within the renew deadline)",
                       lease=self.store.where, identity=self.identity)
@@ -225,8 +232,6 @@ class LeaderElector:
 
     def run(self) -> None:
         """Until `stop()`: renew every retry period while leading, else try to acquire (with jitter)."""
-        import random
-
         while not self._stopped.is_set():
             self.step()
             period = self.config.retry_period

@@ -156,6 +156,21 @@ def test_release_empties_the_holder_so_the_follower_takes_over_at_once() -> None
     assert not a.release(), "only the holder releases"
 
 
+def test_a_leader_that_sees_another_holder_steps_down_at_once() -> None:
+    store = MemoryLeases()
+    ca = Clock()
+    stopped: list[str] = []
+    a = LeaderElector(store, "a", CFG, clock=ca, on_stopped=lambda: stopped.append("a"))
+    assert a.step()
+    # someone (a replica with a badly skewed view, or an operator) wrote another holder into the Lease
+    taken = store.get()
+    assert taken is not None
+    taken["spec"]["holderIdentity"] = "intruder"
+    store.update(taken)
+    advance(2, ca)
+    assert not a.step() and not a.is_leader and not a.can_write() and stopped == ["a"]
+
+
 def test_unreachable_store_never_raises_and_a_follower_stays_follower() -> None:
     store = MemoryLeases()
     store.down = True
