@@ -314,6 +314,27 @@ def test_helm_versus_kubectl_scale_fight_is_reported_with_both_managers(
         assert d.stop() == 0
 
 
+def test_secret_drift_is_corrected_and_reported_without_its_values(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    secret = json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
+                         "stringData": {"password": "git-secret-value"}})
+    repo = GitRepo(tmp_path / "repo", {"secret.yaml": secret})
+    with start(kube, tmp_path, repo.path, namespace) as d:
+        out_of_band = "b3V0LW9mLWJhbmQtdmFsdWU="  # base64("out-of-band-value")
+        kube.kubectl("patch", "secret", "creds", "-n", namespace, "--type=merge",
+                     "-p", json.dumps({"data": {"password": out_of_band}}))
+        wait_until("the Secret corrected", lambda: get(kube, "secret", "creds", "-n", namespace)["data"]["password"]
+                   != out_of_band, 2.0)
+        wait_until("a DriftCorrected Event", lambda: events(kube, namespace, "DriftCorrected"), 2.0)
+        message = events(kube, namespace, "DriftCorrected")[0]["message"]
+        assert ".data.password" in message and "kubectl-patch" in message, message
+        everything = message + json.dumps(d.status()) + d.log_path.read_text()
+        for value in ("git-secret-value", "Z2l0LXNlY3JldC12YWx1ZQ==", out_of_band, "out-of-band-value"):
+            assert value not in everything, f"{value} leaked"
+        assert d.stop() == 0
+
+
 def test_probes_metrics_and_sigterm(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
     repo = GitRepo(tmp_path / "repo", {"cm.yaml": configmap("settings", {"v": "1"})})
     d = start(kube, tmp_path, repo.path, namespace)
