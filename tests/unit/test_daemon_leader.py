@@ -1,6 +1,6 @@
 """Leader election state machine: injectable clock and an in-memory Lease store with optimistic concurrency.
 
-The real Lease API is exercised by tests/integration/test_daemon_leader.py.
+The real Lease API is exercised by tests/integration/test_daemon_election.py.
 """
 
 from __future__ import annotations
