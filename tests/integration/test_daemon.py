@@ -337,19 +337,20 @@ def test_secret_drift_is_corrected_and_reported_without_its_values(
 
 def test_probes_metrics_and_sigterm(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
     repo = GitRepo(tmp_path / "repo", {"cm.yaml": configmap("settings", {"v": "1"})})
-    d = start(kube, tmp_path, repo.path, namespace)
-    assert d.get("/healthz")[0] == 200 and d.get("/readyz")[0] == 200
-    exposition = d.get("/metrics")[1].decode()
-    for name in ("passes_total", "pass_duration_seconds", "objects", "drift_total", "conflicts_total",
-                 "field_fights_total", "watch_restarts_total", "queue_depth", "last_applied_revision_info", "leader"):
-        assert f"# HELP gitops_sync_{name} " in exposition, name
-    assert d.metric("gitops_sync_passes_total", kind="full", result="success") >= 1
-    assert d.metric("gitops_sync_objects", state="synced") == 1
-    assert d.metric("gitops_sync_leader") == 1
-    doc = d.status()
-    for key in ("revision", "source", "dryRun", "summary", "objects", "errors", "history", "fights"):
-        assert key in doc
-    t0 = time.monotonic()
-    assert d.stop() == 0
-    print(f"SIGTERM to exit: {time.monotonic() - t0:.3f} s")
-    assert d.logged("stopped")
+    with start(kube, tmp_path, repo.path, namespace) as d:
+        assert d.get("/healthz")[0] == 200 and d.get("/readyz")[0] == 200
+        exposition = d.get("/metrics")[1].decode()
+        for name in ("passes_total", "pass_duration_seconds", "objects", "drift_total", "conflicts_total",
+                     "field_fights_total", "watch_restarts_total", "queue_depth", "last_applied_revision_info",
+                     "leader"):
+            assert f"# HELP gitops_sync_{name} " in exposition, name
+        assert d.metric("gitops_sync_passes_total", kind="full", result="success") >= 1
+        assert d.metric("gitops_sync_objects", state="synced") == 1
+        assert d.metric("gitops_sync_leader") == 1
+        doc = d.status()
+        for key in ("revision", "source", "dryRun", "summary", "objects", "errors", "history", "fights"):
+            assert key in doc
+        t0 = time.monotonic()
+        assert d.stop() == 0
+        print(f"SIGTERM to exit: {time.monotonic() - t0:.3f} s")
+        assert d.logged("stopped")
