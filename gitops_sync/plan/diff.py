@@ -134,14 +134,15 @@ def _same(x: Any, y: Any) -> bool:
     return type(x) is type(y) and bool(x == y)
 
 
-def diff_intent(desired: Manifest, live: Manifest) -> list[FieldDiff]:
+def diff_intent(desired: Manifest, live: Manifest, *, prepared: bool = False) -> list[FieldDiff]:
     """Differences at the leaves of `desired` only; empty = every field we set holds its value live.
 
-    `desired` is prepared first (Secret `stringData` compared as `data`); values are compared with
-    `normalize.equivalent` so the server's own spellings (quantities, 1 vs 1.0) are not drift.
+    `desired` is prepared first (Secret `stringData` compared as `data`) unless `prepared` says it already
+    is (a planner Target's apply body); values are compared with `normalize.equivalent` so the server's own
+    spellings (quantities, 1 vs 1.0) are not drift.
     """
     out = []
-    for path, value in leaves(strip_server_fields(prepare_desired(desired))):
+    for path, value in leaves(strip_server_fields(desired if prepared else prepare_desired(desired))):
         if path in _IDENTITY:
             continue
         live_value = get(live, path)

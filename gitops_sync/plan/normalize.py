@@ -47,15 +47,19 @@ def strip_server_fields(obj: Manifest) -> Manifest:
     """A copy without what the server fills in (status, bookkeeping metadata, kubectl annotations).
 
     An annotations map left empty is dropped too: it existed only for the server's annotations.
+    Only the top level, `metadata` and its `annotations` are copied (a deep copy of every live object
+    dominated a no-op plan); the rest is shared with `obj`, so treat the result as read-only.
     """
-    out = copy.deepcopy(obj)
+    out = dict(obj)
     out.pop("status", None)
     meta = out.get("metadata")
     if isinstance(meta, dict):
+        meta = out["metadata"] = dict(meta)
         for name in _SERVER_METADATA:
             meta.pop(name, None)
         annotations = meta.get("annotations")
         if isinstance(annotations, dict):
+            annotations = meta["annotations"] = dict(annotations)
             for name in _SERVER_ANNOTATIONS:
                 annotations.pop(name, None)
             if not annotations:

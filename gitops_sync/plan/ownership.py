@@ -59,6 +59,11 @@ class ManagedFieldsEntry:
         """Nodes with owned descendants: owning such a node is not owning all below it."""
         return frozenset(prefix.format() for p in self.fields for prefix in p.prefixes())
 
+    @property
+    def owned_paths(self) -> frozenset[str]:
+        """Every owned path in server notation, formatted once per entry."""
+        return self._owned
+
     def owns(self, path: Path | str) -> bool:
         """Owns exactly `path` (as a leaf or as a `.` node)."""
         return _canonical(path) in self._owned

@@ -6,7 +6,6 @@ the decisions are unit-testable and the same for `diff`, `sync` and the daemon.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from collections.abc import Iterable
@@ -102,8 +101,12 @@ def finalize(target: Target, live: Manifest | None, applyset_id: str | None) -> 
 
 
 def intent_hash(manifest: Manifest) -> str:
-    body = copy.deepcopy(manifest)
-    ((body.get("metadata") or {}).get("annotations") or {}).pop(INTENT_HASH, None)
+    # The manifest without the hash annotation: copies of the two maps on the way to it, not a deep copy.
+    body = manifest
+    meta = manifest.get("metadata")
+    if meta and INTENT_HASH in (meta.get("annotations") or {}):
+        annotations = {k: v for k, v in meta["annotations"].items() if k != INTENT_HASH}
+        body = {**manifest, "metadata": {**meta, "annotations": annotations}}
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
@@ -120,7 +123,7 @@ def is_unchanged(target: Target, live: Manifest | None) -> bool:
     want = (target.manifest.get("metadata") or {}).get("annotations", {}).get(INTENT_HASH)
     if live_ann.get(INTENT_HASH) != want:
         return False
-    return not _diff.diff_intent(target.manifest, live)
+    return not _diff.diff_intent(target.manifest, live, prepared=True)
 
 
 def explain(
@@ -141,7 +144,7 @@ def explain(
         return entry
     changes: list[FieldChange] = []
     bookkeeping = False
-    if result is not None:
+    if result is not None and result is not live:  # the fast path passes live itself: nothing can differ
         for d in _diff.diff_objects(result, live):
             if d.path in _BOOKKEEPING:
                 bookkeeping = True
@@ -171,7 +174,7 @@ def co_owners(desired: Manifest, live: Manifest, field_manager: str) -> list[CoO
     for mf in ownership.managed_fields(live):
         if mf.manager == field_manager and mf.operation == "Apply":
             continue
-        shared = sorted(ours & {fieldpath.format_path(p) for p in mf.fields})
+        shared = sorted(ours & mf.owned_paths)
         if shared:
             out.append(CoOwner(mf.manager, mf.operation, mf.subresource, shared))
     return out
