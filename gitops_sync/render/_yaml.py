@@ -31,6 +31,7 @@ class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
     def construct_mapping(self, node: Node, deep: bool = False) -> dict[str, Any]:
         # Keys become strings while building: as Python keys, `on:` (True) and `1:` would be one key.
         assert isinstance(node, MappingNode)
+        _check_unique_keys_here(node)  # before merging: `<<` keys may repeat what the map says itself
         self.flatten_mapping(node)  # `<<` merge keys
         mapping: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -60,6 +61,12 @@ class _Dumper(_BaseDumper):  # type: ignore[valid-type,misc]
 def load_yaml(data: bytes | str, source: str, max_nodes: int) -> list[tuple[int, Any]]:
     """(document number from 1, value) for each document, empty documents left out."""
     docs: list[tuple[int, Any]] = []
+    # Without an anchor (`&`) there are no aliases, so nothing is shared and nothing expands, and without a
+    # tag (`!`) every value is already JSON-shaped: the node-count walk and the copy have nothing to do.
+    # The walk stays for files large enough to exceed the bound by themselves (a node takes >= 1 byte).
+    # (An `&` or `!` inside a string value merely takes the full path.)
+    amp, bang = ("&", "!") if isinstance(data, str) else (b"&", b"!")
+    plain = amp not in data and bang not in data and 2 * (len(data) + 1) <= max_nodes  # type: ignore[operator]
     loader = _Loader(data)
     try:
         number = 0
@@ -68,8 +75,11 @@ def load_yaml(data: bytes | str, source: str, max_nodes: int) -> list[tuple[int,
             number += 1
             if node is None:
                 continue
-            _check_nodes(node, max_nodes, source, number)
-            value = _plain(loader.construct_document(node))
+            if plain:
+                value = loader.construct_document(node)
+            else:
+                _check_nodes(node, max_nodes, source, number)
+                value = _plain(loader.construct_document(node))
             if value is not None:
                 docs.append((number, value))
     except yaml.MarkedYAMLError as err:
@@ -173,6 +183,17 @@ def _check_nodes(root: Node, limit: int, source: str, number: int) -> None:
         if isinstance(node, MappingNode):
             _check_unique_keys(node, source)
         stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+
+
+def _check_unique_keys_here(node: MappingNode) -> None:
+    """Duplicate keys while constructing (what _check_unique_keys reports, for documents not walked)."""
+    seen: set[str] = set()
+    for key_node, _ in node.value:
+        if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        if key_node.value in seen:
+            raise ConstructorError(None, None, f"duplicate key {key_node.value!r}", key_node.start_mark)
+        seen.add(key_node.value)
 
 
 def _check_unique_keys(node: MappingNode, source: str) -> None:
