@@ -1,0 +1,185 @@
+"""Command-line options shared by `sync`, `diff`, `render` and `run`, gathered into typed objects.
+
+Each group of flags is declared once; the decorated command receives a `SourceOptions` (`source`) and
+a `ClusterArgs` (`cluster`) instead of a dozen loose keyword arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from gitops_sync import FIELD_MANAGER
+from gitops_sync import log as logsetup
+from gitops_sync.engine import SourceOptions
+from gitops_sync.render import RenderOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class ClusterArgs:
+    kubeconfig: Path | None
+    context: str | None
+    field_manager: str
+    concurrency: int
+    name: str | None  # ApplySet (inventory) name
+    inventory_namespace: str | None
+
+
+def _apply(fn: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
+    for o in reversed(options):
+        fn = o(fn)
+    return fn
+
+
+def source_options(fn: F) -> F:
+    """--repo --revision --path --cache-dir --helm-values --helm-release -n -> `source=`, `namespace=`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        kw["source"] = SourceOptions(
+            repo=kw.pop("repo"),
+            revision=kw.pop("revision"),
+            path=kw.pop("subpath"),
+            cache_dir=kw.pop("cache_dir"),
+            render=RenderOptions(
+                helm_values=tuple(kw.pop("helm_values")),
+                helm_release=kw.pop("helm_release"),
+                namespace=kw["namespace"],
+            ),
+        )
+        return fn(*args, **kw)
+
+    options = [
+        click.option(
+            "--repo",
+            required=True,
+            envvar="GITOPS_SYNC_REPO",
+            help="Git URL or local path (work tree or plain directory).",
+        ),
+        click.option(
+            "--revision",
+            envvar="GITOPS_SYNC_REVISION",
+            default=None,
+            help="Branch, tag or commit SHA (default: remote HEAD / the work tree as is).",
+        ),
+        click.option(
+            "--path",
+            "subpath",
+            envvar="GITOPS_SYNC_PATH",
+            default=None,
+            help="Sub-directory of the repository to render.",
+        ),
+        click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Where clones are kept."),
+        click.option(
+            "--helm-values",
+            multiple=True,
+            type=click.Path(path_type=Path),
+            help="Values file for every Helm chart (repeatable).",
+        ),
+        click.option(
+            "--helm-release", default=None, help="Release name for Helm charts (default: the chart directory name)."
+        ),
+        click.option(
+            "-n",
+            "--namespace",
+            envvar="GITOPS_SYNC_NAMESPACE",
+            default="default",
+            show_default=True,
+            help="Namespace for namespaced objects that name none.",
+        ),
+    ]
+    return _apply(wrapper, options)  # type: ignore[no-any-return]
+
+
+def cluster_options(fn: F) -> F:
+    """--kubeconfig --context --field-manager --concurrency --name --inventory-namespace -> `cluster=`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        kw["cluster"] = ClusterArgs(
+            kubeconfig=kw.pop("kubeconfig"),
+            context=kw.pop("context"),
+            field_manager=kw.pop("field_manager"),
+            concurrency=kw.pop("concurrency"),
+            name=kw.pop("inv_name"),
+            inventory_namespace=kw.pop("inventory_namespace"),
+        )
+        return fn(*args, **kw)
+
+    options = [
+        click.option(
+            "--kubeconfig",
+            type=click.Path(path_type=Path),
+            default=None,
+            envvar="KUBECONFIG",
+            help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster).",
+        ),
+        click.option("--context", envvar="GITOPS_SYNC_CONTEXT", default=None, help="kubeconfig context."),
+        click.option(
+            "--field-manager",
+            envvar="GITOPS_SYNC_FIELD_MANAGER",
+            default=FIELD_MANAGER,
+            show_default=True,
+            help="Server-side apply field manager name.",
+        ),
+        click.option(
+            "--concurrency", default=8, show_default=True, type=click.IntRange(1, 64), help="Parallel API requests."
+        ),
+        click.option(
+            "--name",
+            "inv_name",
+            envvar="GITOPS_SYNC_NAME",
+            default=None,
+            help="ApplySet (inventory) name; default derived from --repo and --path.",
+        ),
+        click.option(
+            "--inventory-namespace",
+            envvar="GITOPS_SYNC_INVENTORY_NAMESPACE",
+            default=None,
+            help="Namespace of the ApplySet parent ConfigMap (default: -n).",
+        ),
+    ]
+    return _apply(wrapper, options)  # type: ignore[no-any-return]
+
+
+# --log-format/--log-level are accepted on the group and on every command; the command decides the
+# default level (warning for one-shot commands whose output is the report, info for the daemon).
+_chosen: dict[str, str] = {}
+
+
+def _remember(_ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None and param.name:
+        _chosen[param.name] = value
+
+
+def log_options(fn: F) -> F:
+    options = [
+        click.option(
+            "--log-format",
+            type=click.Choice(["auto", "json", "console"]),
+            default=None,
+            expose_value=False,
+            callback=_remember,
+            help="Logs on stderr: JSON unless stderr is a terminal (auto).",
+        ),
+        click.option(
+            "--log-level",
+            type=click.Choice(["debug", "info", "warning", "error"]),
+            default=None,
+            expose_value=False,
+            callback=_remember,
+            help="Log level (default: warning; info for `run`).",
+        ),
+    ]
+    return _apply(fn, options)  # type: ignore[no-any-return]
+
+
+def setup_logging(default_level: str = "warning") -> None:
+    logsetup.configure(_chosen.get("log_format", "auto"), _chosen.get("log_level", default_level))
