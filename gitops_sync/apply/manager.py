@@ -69,7 +69,10 @@ class ResourceManager:
     # -- reading ----------------------------------------------------------------------------
 
     def fetch_live(self, targets: Sequence[Target]) -> LiveMap:
-        """Live state of every target: one LIST per busy collection, GETs for the rest, concurrently."""
+        """Live state of every target: one LIST per busy collection, GETs for the rest, concurrently.
+
+        A refused LIST falls back to GETs; a refused GET leaves that one object absent.
+        """
         by_collection: dict[str, list[Target]] = defaultdict(list)
         for t in targets:
             by_collection[t.collection].append(t)
@@ -93,7 +96,14 @@ class ResourceManager:
                             live[t.key] = item
                     return
             for t in group:
-                live[t.key] = self.client.get_or_none(t.path)
+                try:
+                    live[t.key] = self.client.get_or_none(t.path)
+                except ApiError as exc:
+                    if exc.status not in (401, 403):
+                        raise
+                    # Namespaced RBAC: plan the object as absent, so its apply fails with the server's own
+                    # message in its entry while every other object converges.
+                    log.info("read refused; planning as absent", object=str(t.key), error=str(exc))
 
         self._each(read, list(by_collection))
         return live

@@ -44,7 +44,7 @@ from gitops_sync.daemon.metrics import Metrics, object_state
 from gitops_sync.daemon.queue import WorkQueue
 from gitops_sync.daemon.triggers import Ticker, WebhookResult, verify_webhook, watch_local
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, default_inventory_name, load
-from gitops_sync.errors import ApiError, ClusterError, GitOpsError, RenderError
+from gitops_sync.errors import ClusterError, GitOpsError, RenderError
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
@@ -394,23 +394,8 @@ class Daemon:
         return self.cache.live_of(targets, self._read_live)
 
     def _read_live(self, targets: Sequence[Target]) -> LiveMap:
-        """API reads for what the cache cannot answer. A refused read (403: namespaced RBAC) must not
-        fail the whole pass: that object is planned as absent, so its apply fails with the server's
-        own clear message in its entry, while every other object converges."""
-        try:
-            return self.engine.manager.fetch_live(targets)
-        except ApiError:
-            pass
-        live: LiveMap = {}
-        for t in targets:
-            try:
-                live.update(self.engine.manager.fetch_live([t]))
-            except ApiError as exc:
-                if exc.status not in (401, 403):
-                    raise
-                log.debug("read refused; planning as absent", object=str(t.key), error=str(exc))
-                live[t.key] = None
-        return live
+        """API reads for what the cache cannot answer (a refused read plans that one object as absent)."""
+        return self.engine.manager.fetch_live(targets)
 
     def _absorb(self, src: _Source, cs: ChangeSet, full: bool) -> None:
         with self._state:

@@ -466,3 +466,35 @@ def test_namespace_declared_in_git_holds_the_inventory(kube: KubeCluster, tmp_pa
         assert r.returncode == 2 and "--inventory-namespace" in r.stderr, r.stderr
     finally:
         kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_sync_as_a_namespaced_service_account(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    """Least privilege (the deploy/kubernetes namespaced RBAC): applied inside, a clear error outside."""
+    import uuid
+
+    from tests.integration.test_daemon_deploy import as_list, relocate, rendered, sa_kubeconfig
+
+    docs = relocate(rendered(kube, "namespaced"), namespace, f"-{namespace}")
+    rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole")]
+    kube.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=as_list(rbac))
+    other = f"t-other-{uuid.uuid4().hex[:6]}"
+    kube.kubectl("create", "namespace", other)
+    try:
+        repo = write(
+            tmp_path / "repo",
+            {
+                "in.yaml": CONFIGMAP,
+                "out.yaml": f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: outside, namespace: {other}}}\n",
+            },
+        )
+        kubeconfig = sa_kubeconfig(kube, namespace, tmp_path / "sa.kubeconfig")
+        r = gs(kube, *sync_args(repo, namespace, "--kubeconfig", str(kubeconfig)))
+        assert r.returncode == 2, r.stdout + r.stderr
+        objs = by_name(report(r))
+        assert objs["ConfigMap/settings"]["action"] == "create"
+        assert objs["ConfigMap/outside"]["action"] == "error"
+        assert "forbidden" in objs["ConfigMap/outside"]["message"].lower()
+        assert "Traceback" not in r.stderr
+        kube.kubectl("get", "configmap/settings", "-n", namespace)
+    finally:
+        kube.kubectl("delete", "namespace", other, "--wait=false", check=False)
