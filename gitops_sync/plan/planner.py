@@ -169,11 +169,14 @@ def explain(
 
 def co_owners(desired: Manifest, live: Manifest, field_manager: str) -> list[CoOwner]:
     """Other managers owning fields we set, for the report: who else would fight over them."""
+    others = [
+        mf for mf in ownership.managed_fields(live) if not (mf.manager == field_manager and mf.operation == "Apply")
+    ]
+    if not others:  # only our own apply owns fields (most objects we create): no need to list ours
+        return []
     ours = {p for p in fieldpath.leaf_paths(desired) if p not in _BOOKKEEPING}
     out = []
-    for mf in ownership.managed_fields(live):
-        if mf.manager == field_manager and mf.operation == "Apply":
-            continue
+    for mf in others:
         shared = sorted(ours & mf.owned_paths)
         if shared:
             out.append(CoOwner(mf.manager, mf.operation, mf.subresource, shared))
