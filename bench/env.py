@@ -306,7 +306,10 @@ def versions(cluster: BenchCluster, python: str) -> dict[str, str]:
     version = (g.stdout.strip().rsplit(" ", 1) or ["?"])[-1]
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                           text=True, check=False).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no", "--",
-                            "gitops_sync"], capture_output=True, text=True, check=False).stdout.strip()
-    out["gitops_sync"] = f"{version} (commit {head or '?'}{', gitops_sync/ modified' if dirty else ''})"
+    # The code measured is the work tree's: name what differs from the commit (shared trees move).
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "gitops_sync"],
+                           capture_output=True, text=True, check=False).stdout.split("\n")
+    changed = sorted(line[3:].strip() for line in dirty if line.strip())
+    out["gitops_sync"] = f"{version} (commit {head or '?'}" + (
+        f"; uncommitted changes in {', '.join(changed)})" if changed else ")")
     return out

@@ -105,7 +105,7 @@ def _run(args: argparse.Namespace, cluster: BenchCluster, workdir: Path, started
         "versions": versions(cluster, args.python),
         "options": {
             "sizes": args.sizes, "repeats": args.repeats, "quick": args.quick, "concurrency": args.concurrency,
-            "argv": shlex.join(sys.argv[1:]) or "(defaults)",
+            "argv": shlex.join(sys.argv[1:]) or "defaults",
             "daemon_objects": args.daemon_objects, "rss_objects": args.rss_objects,
         },
     }
@@ -136,8 +136,7 @@ def _run(args: argparse.Namespace, cluster: BenchCluster, workdir: Path, started
     else:
         doc["rss"] = {"not_measured": NOT_AVAILABLE if not have_daemon else "not measured: case not selected"}
 
-    note = f"median of {args.repeats}" if args.repeats > 1 else ""
-    rows = case_rows(cases, note) + daemon_rows(doc["daemon"], doc["rss"])
+    rows = case_rows(cases) + daemon_rows(doc["daemon"], doc["rss"])
     doc["duration_seconds"] = time.monotonic() - started
     doc["rows"] = [r.to_dict() for r in rows]
     doc["cases"] = {c: {n: {t: [m.to_dict() for m in ms] for t, ms in tools.items()} for n, tools in per.items()}
