@@ -544,8 +544,37 @@ def _follow(obj: Any, steps: Sequence[tuple[Step, int]]) -> Any:
 
 def get(obj: Any, path: Path | str) -> Any:
     """The value at `path`, or `MISSING`; list items found by key fields, value or index."""
-    steps = _find(obj, _as_path(path), 0)
+    elements = _as_path(path)
+    found = _get_direct(obj, elements)
+    if found is not MISSING:
+        return found
+    steps = _find(obj, elements, 0)
     return MISSING if steps is None else _follow(obj, steps)
+
+
+def _get_direct(node: Any, elements: Sequence[PathElement]) -> Any:
+    """The route `_find` tries first (each Field as one map key, the first matching list item), without
+    building it: MISSING when it fails, and then `_find` also tries dot-split keys re-joined. Every leaf of
+    every object is looked up this way when planning, so the common case must not allocate."""
+    for element in elements:
+        if isinstance(element, Field):
+            if not isinstance(node, Mapping) or element.name not in node:
+                return MISSING
+            node = node[element.name]
+            continue
+        if not isinstance(node, list):
+            return MISSING
+        if isinstance(element, Index):
+            if not 0 <= element.index < len(node):
+                return MISSING
+            node = node[element.index]
+        elif isinstance(element, Key):
+            node = next((item for item in node if _key_matches(item, element)), MISSING)
+        else:
+            node = next((item for item in node if canonical_json(item) == element.json), MISSING)
+        if node is MISSING:
+            return MISSING
+    return node
 
 
 def resolve(obj: Any, path: Path | str) -> Path | None:
