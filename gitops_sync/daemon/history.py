@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +48,7 @@ def is_secret(key: ObjectKey) -> bool:
     return key.kind == "Secret" and not key.group
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FieldRecord:
     """One value of a field and who set it; `time` is the writer's managedFields time (server clock)."""
 
@@ -127,9 +126,11 @@ class Fight:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class _FieldHistory:
-    records: deque[FieldRecord]
+    # A list trimmed to max_records, not a deque(maxlen=...): most fields never change after the first
+    # record, and an empty deque alone is ~620 bytes (one 64-slot block) for every field of every object.
+    records: list[FieldRecord]
     fight_size: int = 0  # changes in the fight last reported, so each new change reports once
 
 
@@ -175,8 +176,10 @@ class OwnershipHistory:
                     continue
                 record = _record(live, path, value, now, rv)
                 if fh is None:
-                    fh = hist.fields[path] = _FieldHistory(deque(maxlen=self._max))
+                    fh = hist.fields[path] = _FieldHistory([])
                 fh.records.append(record)
+                if len(fh.records) > self._max:
+                    del fh.records[0]
                 fight = self._fight_locked(key, path, fh, now)
                 if fight is not None:
                     found.append(fight)
