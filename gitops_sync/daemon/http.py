@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import structlog
 
@@ -31,7 +32,7 @@ class Endpoints:
     healthy: Callable[[], tuple[bool, str]]
     ready: Callable[[], tuple[bool, str]]
     metrics: Callable[[], bytes]
-    status: Callable[[], dict[str, Any]]
+    status: Callable[..., dict[str, Any]]  # status(full_history=False)
     webhook: Callable[[dict[str, str], bytes], WebhookResult]
 
 
@@ -110,7 +111,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/metrics":
                 self._send(200, ep.metrics(), CONTENT_TYPE)
             elif path == "/status":
-                self._json(200, ep.status())
+                query = parse_qs(urlsplit(self.path).query)
+                self._json(200, ep.status(full_history=True) if query.get("history") == ["all"] else ep.status())
             elif path == "/hooks/git":
                 self._send(405, b"POST only\n")
             else:

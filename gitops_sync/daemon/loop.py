@@ -561,8 +561,11 @@ class Daemon:
             log.warning("webhook refused", reason=result.reason, provider=result.provider or None)
         return result
 
-    def status(self) -> dict[str, Any]:
-        """The `diff -o json` document of the latest state of every object, plus history and fights."""
+    def status(self, *, full_history: bool = False) -> dict[str, Any]:
+        """The `diff -o json` document of the latest state of every object, plus history and fights.
+
+        `history` lists the fields that changed at least once; `full_history` (GET /status?history=all)
+        every field Git sets."""
         src = self._source
         with self._state:
             entries = list(self._entries.values())
@@ -580,7 +583,7 @@ class Daemon:
         for obj, e in zip(doc["objects"], cs.sorted_entries(), strict=True):
             obj["state"] = object_state(e, applied=applied, forcing=self._forcing)
         ready, why = self.ready()
-        doc["history"] = self.history.to_dict()
+        doc["history"] = self.history.to_dict(changed_only=not full_history)
         doc["fights"] = [f.to_dict() for f in self.history.fights()]
         doc["daemon"] = {
             "mode": self._mode,

@@ -140,3 +140,16 @@ def test_is_fight_needs_two_managers_each_taking_the_field_twice() -> None:
     assert not is_fight(["a", "a", "b", "b"])
     assert is_fight(["a", "b", "c", "a", "b"])
     assert not is_fight([])
+
+
+def test_status_history_keeps_fields_that_changed_unless_all_are_asked_for() -> None:
+    h = OwnershipHistory(clock=Clock())
+    both = {"f:spec": {"f:replicas": {}, "f:template": IMAGE["f:spec"]["f:template"]}}
+    h.observe(KEY, PATHS, deployment(3, [mf("helm", both)], 1))
+    assert h.to_dict() == []  # seen once: no history worth a line in /status
+    full = h.to_dict(changed_only=False)
+    assert set(full[0]["fields"]) == set(PATHS)
+    h.observe(KEY, PATHS, deployment(10, [mf("helm", IMAGE), mf("kubectl", REPLICAS, sub="scale")], 2))
+    (changed,) = h.to_dict()
+    assert list(changed["fields"]) == [".spec.replicas"]
+    assert [r["value"] for r in changed["fields"][".spec.replicas"]] == [3, 10]

@@ -36,7 +36,7 @@ def server() -> Iterator[tuple[HttpServer, list[bytes], dict[str, bool]]]:
         healthy=lambda: (True, "ok"),
         ready=lambda: (state["ready"], "ok" if state["ready"] else "first sync not complete"),
         metrics=metrics.exposition,
-        status=lambda: {"revision": "abc", "objects": []},
+        status=lambda full_history=False: {"revision": "abc", "objects": [], "fullHistory": full_history},
         webhook=webhook,
     )).start()
     try:
@@ -152,3 +152,11 @@ def test_run_reads_every_option_from_gitops_sync_variables(monkeypatch: pytest.M
     assert opts.pass_opts.prune and opts.interval == 30 and opts.leader_elect
     assert (opts.identity, opts.leader_namespace, opts.webhook_secret) == ("pod-0", "gitops-sync", b"s")
     assert opts.self_heal and opts.pass_opts.policy.value == "force"
+
+
+def test_status_lists_every_field_history_only_when_asked(server: Any) -> None:
+    srv, _hooks, _state = server
+    code, body = call(srv, "/status")
+    assert code == 200 and json.loads(body)["fullHistory"] is False
+    code, body = call(srv, "/status?history=all")
+    assert code == 200 and json.loads(body)["fullHistory"] is True
