@@ -21,7 +21,7 @@ from rich.progress import Progress
 from gitops_sync import __version__, report
 from gitops_sync.apply.manager import ConflictPolicy
 from gitops_sync.cluster.client import Client
-from gitops_sync.engine import Engine, PassOptions, SourceOptions, default_inventory_name, load
+from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
 from gitops_sync.errors import GitOpsError
 from gitops_sync.options import ClusterArgs, cluster_options, log_options, setup_logging, source_options
 from gitops_sync.plan.changeset import ChangeSet, Entry
@@ -86,7 +86,7 @@ def _run_pass(src: SourceOptions, opts: PassOptions, cluster: ClusterArgs, *, ap
     setup_logging()
     checkout, objects = load(src)  # before any cluster access: a broken source never touches the cluster
     log.info("rendered", revision=checkout.revision, objects=len(objects))
-    opts.name = cluster.name or default_inventory_name(src.repo, src.path)
+    opts.name = cluster.name  # None: the engine derives it from the repository and --path
     opts.inventory_namespace = cluster.inventory_namespace
     with Client(cluster.kubeconfig, cluster.context, pool_size=max(cluster.concurrency * 2, 10)) as client:
         engine = Engine(client, field_manager=cluster.field_manager, concurrency=cluster.concurrency)

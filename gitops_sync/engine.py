@@ -19,7 +19,6 @@ from gitops_sync.apply import inventory
 from gitops_sync.apply.manager import ConflictPolicy, LiveMap, OnEntry, ResourceManager
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
-from gitops_sync.errors import GitOpsError
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry
 from gitops_sync.plan.planner import Target
@@ -105,7 +104,9 @@ class Engine:
         dry_run = opts.dry_run or not apply
         cs = ChangeSet(revision=checkout.revision, source=_source_label(checkout), dry_run=dry_run)
         targets = list(all_targets) if only is None else [t for t in all_targets if t.key in only]
-        inv = inventory.load(self.client, opts.name or default_inventory_name(checkout.repo, None), self._inv_ns(opts))
+        # Without --name, the same name the CLI and the daemon derive: repository and sub-directory.
+        name = opts.name or default_inventory_name(checkout.repo, _sub_path(checkout))
+        inv = inventory.load(self.client, name, self._inv_ns(opts))
         live = (live_of or self.manager.fetch_live)(targets)
         for t in targets:
             planner.finalize(t, live.get(t.key), inv.id)
@@ -208,12 +209,18 @@ class Engine:
             cs.errors.append(f"not ready after {time.monotonic() - started:.0f}s: {names}")
 
 
+def _sub_path(checkout: Checkout) -> str | None:
+    """The rendered sub-directory (`--path`), normalised, or None for the repository top."""
+    if checkout.repo_root is None or checkout.root == checkout.repo_root:
+        return None
+    return checkout.root.relative_to(checkout.repo_root).as_posix()
+
+
 def _source_label(checkout: Checkout) -> str:
     """`repo[//sub/dir][@ref]`, the kustomize spelling; credentials in URLs masked."""
-    label = mask_url(checkout.repo)
-    if checkout.repo_root is not None and checkout.root != checkout.repo_root:
-        label += "//" + checkout.root.relative_to(checkout.repo_root).as_posix()
+    sub = _sub_path(checkout)
+    label = mask_url(checkout.repo) + (f"//{sub}" if sub else "")
     return f"{label}@{checkout.ref}" if checkout.ref else label
 
 
-__all__ = ["Engine", "GitOpsError", "PassOptions", "SourceOptions", "default_inventory_name", "load"]
+__all__ = ["Engine", "PassOptions", "SourceOptions", "default_inventory_name", "load"]
