@@ -19,7 +19,7 @@ cluster-status:
 
 # ---- python: venv, lint, test, demo (gitops-sync itself) -----------------------------------------
 VENV := .venv
-.PHONY: venv lint test unit demo
+.PHONY: venv lint test unit demo reliability
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
@@ -38,6 +38,9 @@ unit: venv      ## the fast tests only (no cluster)
 # one for the session and stops it afterwards.
 test: venv cluster-build lint  ## lint + every test, against a real local control plane
 	$(VENV)/bin/pytest -q
+
+reliability: venv cluster-build  ## the fault and fuzz suite only; rewrites RELIABILITY.md when every case ran
+	$(VENV)/bin/pytest -q tests/reliability
 
 demo: venv      ## start the local cluster (unless KUBECONFIG is set), sync examples-repo, drift it, report
 	bash scripts/demo.sh
