@@ -78,6 +78,9 @@ class EventRecorder:
         except queue.Full:
             self._dropped()
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def flush(self, timeout: float = 5.0) -> None:
         """Wait (bounded) until the queued Events are sent; used on shutdown."""
         deadline = time.monotonic() + timeout

@@ -9,6 +9,11 @@ by the next pass for the key or by the periodic full resync. Only one pass runs 
 Writes go through a fenced client: it refuses every non-dry-run request unless this replica may write
 (self-heal mode, leader, not shutting down), so even a pass that started while leading cannot write
 once leadership is lost.
+
+Failures are kept apart and visible: a broken source (fetch, render, or a crash while planning it) and an
+unreachable API server are two conditions (`conditions.py`), each on /readyz, /status and /metrics. A key
+that keeps failing is retried with a delay that doubles up to `--max-backoff` and is reset only by a
+clean pass. Every background loop runs under a `Supervisor`: restarted when it dies, or on /healthz.
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ import structlog
 
 from gitops_sync import FIELD_MANAGER
 from gitops_sync.apply.manager import ConflictPolicy, LiveMap
-from gitops_sync.cluster.client import Client
+from gitops_sync.cluster.client import Client, is_dry_run
 from gitops_sync.daemon.cache import EventType, WatchCache
+from gitops_sync.daemon.conditions import ClusterProbe, Condition, iso_time
 from gitops_sync.daemon.events import NORMAL, WARNING, EventRecorder, EventSpec
 from gitops_sync.daemon.history import Fight, OwnershipHistory, is_secret, tracked_paths
 from gitops_sync.daemon.http import Endpoints, HttpServer
@@ -42,13 +48,15 @@ from gitops_sync.daemon.leader import (
 )
 from gitops_sync.daemon.metrics import Metrics, object_state
 from gitops_sync.daemon.queue import WorkQueue
+from gitops_sync.daemon.supervisor import Supervisor, describe_crash
 from gitops_sync.daemon.triggers import Ticker, WebhookResult, verify_webhook, watch_local
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, default_inventory_name, load
-from gitops_sync.errors import ClusterError, GitOpsError, RenderError
+from gitops_sync.errors import ApiError, ClusterError, GitOpsError, SourceError
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 from gitops_sync.source import Checkout, fetch, mask_url
+from gitops_sync.source.watch import Watch as LocalWatch
 
 log = structlog.get_logger("gitops_sync.daemon")
 
@@ -77,8 +85,10 @@ class DaemonOptions:
     identity: str = field(default_factory=default_identity)
     leader: LeaderConfig = field(default_factory=LeaderConfig)
     shutdown_grace: float = 10.0
-    queue_backoff_cap: float = 60.0
+    max_backoff: float = 300.0  # cap of the retry delay of a failing pass or object (--max-backoff)
     watch_backoff_cap: float = 8.0
+    probe_interval: float = 5.0  # GET /readyz of the API server this often (every second while failing)
+    probe_timeout: float = 2.0
 
     @property
     def inventory_name(self) -> str:
@@ -97,8 +107,9 @@ class _FencedClient(Client):
         self.may_write = may_write
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        query = kwargs.get("query") or {}
-        if method not in ("GET", "HEAD") and not query.get("dryRun") and not self.may_write():
+        # A dry run may say so in the query or (DELETE) in the body's DeleteOptions: both are reads.
+        dry = is_dry_run(kwargs.get("query"), kwargs.get("body"))
+        if method not in ("GET", "HEAD") and not dry and not self.may_write():
             raise ClusterError(f"not writing {method} {path}: this replica may not write now "
                                "(detect-only, not the leader, or shutting down)")
         return super().request(method, path, **kwargs)
@@ -128,7 +139,7 @@ class Daemon:
         self.watch_client = Client(opts.kubeconfig, opts.context, pool_size=64)
         self.engine = Engine(self.client, field_manager=opts.field_manager, concurrency=opts.concurrency)
         self.history = OwnershipHistory()
-        self.queue: WorkQueue[QueueKey] = WorkQueue(backoff_cap=opts.queue_backoff_cap,
+        self.queue: WorkQueue[QueueKey] = WorkQueue(backoff_cap=opts.max_backoff,
                                                    on_depth=self.metrics.queue_depth.set)
         self.cache = WatchCache(self.watch_client, on_event=self._on_watch, on_restart=self._on_watch_restart,
                                 backoff_cap=opts.watch_backoff_cap)
@@ -145,10 +156,19 @@ class Daemon:
             healthy=self.healthy, ready=self.ready, metrics=self._metrics, status=self.status,
             webhook=self._webhook,
         ))
+        self.supervisor = Supervisor(on_restart=lambda name: self.metrics.thread_restarts.labels(name).inc())
+        self.source_condition = Condition("source")
+        self.cluster_condition = Condition("cluster")
+        # Its own small client: a probe must not queue behind requests hanging on the main pool.
+        self.probe_client = Client(opts.kubeconfig, opts.context, pool_size=1, timeout=opts.probe_timeout)
+        self.probe = ClusterProbe(self.probe_client, self.cluster_condition, interval=opts.probe_interval,
+                                  timeout=opts.probe_timeout, on_change=self._on_cluster_change)
         self._state = threading.Lock()
         self._source: _Source | None = None
-        self._source_error = ""
+        self._source_error = ""  # fetch/render failed (masked), or a pass crashed on this source
         self._source_error_revision = ""
+        self._crashed = ""  # a pass crashed unexpectedly on the current source (masked)
+        self._cluster_was_down = False
         self._source_checked = 0.0
         self._entries: dict[ObjectKey, Entry] = {}
         self._pass_errors: list[str] = []
@@ -159,10 +179,8 @@ class Daemon:
         self._converged: dict[ObjectKey, str] = {}  # key -> digest it was last seen in sync at
         self._deleted: set[ObjectKey] = set()  # desired objects someone deleted (seen through the watch)
         self._fingerprints: dict[ObjectKey, str] = {}
+        self._local_watch: LocalWatch | None = None
         self._tickers: list[Ticker] = []
-        self._unwatch: Callable[[], None] | None = None
-        self._worker = threading.Thread(target=self._work, name="reconciler", daemon=True)
-        self._leader_thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -172,16 +190,25 @@ class Daemon:
 
     def start(self) -> Daemon:
         self.http.start()
-        self._worker.start()
+        sup = self.supervisor
+        sup.spawn("reconciler", self._work)
+        sup.spawn("cluster-probe", self.probe.run)
         self.queue.add(SOURCE)
         if self.leader is not None:
-            self._leader_thread = threading.Thread(target=self.leader.run, name="leader", daemon=True)
-            self._leader_thread.start()
+            sup.spawn("leader", self.leader.run)
         self._tickers = [
-            Ticker("git-poll", self.opts.interval, lambda: self.queue.add(SOURCE), jitter=self.opts.jitter).start(),
-            Ticker("resync", self.opts.resync, lambda: self.queue.add(FULL), jitter=0.05).start(),
+            Ticker("git-poll", self.opts.interval, lambda: self.queue.add(SOURCE), jitter=self.opts.jitter),
+            Ticker("resync", self.opts.resync, lambda: self.queue.add(FULL), jitter=0.05),
         ]
-        self._unwatch = watch_local(self.opts.source.repo, lambda: self.queue.add(SOURCE), self.opts.debounce)
+        for ticker in self._tickers:
+            if ticker.period > 0:
+                sup.spawn(ticker.name, ticker.run)
+        self._local_watch = self._watch_local()
+        if self._local_watch is not None:
+            sup.watch("file-watch", lambda: "" if self._local_watch is None or self._local_watch.alive()
+                      else "watchdog observer stopped", revive=self._revive_local_watch)
+        sup.watch("watches", self.cache.dead, revive=self.cache.revive)
+        sup.watch("events", lambda: "" if self.events.alive() else "Event recorder stopped")
         log.info("daemon started", repo=mask_url(self.opts.source.repo), mode=self._mode,
                  http=f"{self.opts.http_addr} (port {self.port})", leader_elect=self.opts.leader_elect,
                  identity=self.opts.identity, inventory=f"{self.opts.inventory_namespace}/{self.opts.inventory_name}",
@@ -194,16 +221,17 @@ class Daemon:
             return
         self._stopping = True
         log.info("shutting down", grace=self.opts.shutdown_grace)
+        self.supervisor.stop()
         for t in self._tickers:
             t.stop()
-        if self._unwatch is not None:
-            self._unwatch()
+        self.probe.stop()
+        if self._local_watch is not None:
+            self._local_watch.stop()
         self.queue.shutdown()
-        self._worker.join(self.opts.shutdown_grace)
-        if self._worker.is_alive():
+        if not self.supervisor.join("reconciler", self.opts.shutdown_grace):
             log.warning("abandoning the pass in flight: further writes are refused")
             self._abandon = True
-            self._worker.join(5)
+            self.supervisor.join("reconciler", 5)
         self._abandon = True
         if self.leader is not None:
             self.leader.stop()
@@ -211,10 +239,21 @@ class Daemon:
         self.cache.stop()
         self.events.stop(timeout=3)
         self.http.stop()
-        for c in (self.client, self.aux, self.watch_client):
+        for c in (self.client, self.aux, self.watch_client, self.probe_client):
             c.close()
         self._stop.set()
         log.info("stopped")
+
+    def _watch_local(self) -> LocalWatch | None:
+        return watch_local(self.opts.source.repo, lambda: self.queue.add(SOURCE), self.opts.debounce)
+
+    def _revive_local_watch(self) -> None:
+        """The watchdog observer died: start a new one and look at the source (changes may be missed)."""
+        old, self._local_watch = self._local_watch, None
+        if old is not None:
+            old.stop()
+        self._local_watch = self._watch_local()
+        self.queue.add(SOURCE)
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._stop.wait(timeout)
@@ -255,8 +294,8 @@ class Daemon:
                 continue
             try:
                 self._handle(set(batch))
-            except Exception:  # keep the loop alive; the keys are retried with backoff
-                log.exception("reconcile failed unexpectedly")
+            except Exception as exc:  # keep the loop alive; the keys are retried with backoff
+                log.error("reconcile failed unexpectedly", error=describe_crash(exc))
                 for key in batch:
                     self.queue.add_rate_limited(key)
             finally:
@@ -279,19 +318,33 @@ class Daemon:
             self._pass(src, only)
 
     def _refresh_source(self) -> bool:
-        """Fetch and render; True when the desired state changed. On failure keep the last good one."""
+        """Fetch and render; True when the desired state changed. On failure keep the last good one.
+
+        Any exception of fetch or render marks the source failed (masked); an API server that cannot
+        be reached while resolving the new revision is the cluster's condition, not the source's."""
         self._source_checked = time.time()
         try:
             checkout, objects = load(self.opts.source)
-            digest = _digest(checkout.revision, objects)
-            current = self._source
-            if current is not None and current.digest == digest:
-                self._source_ok()
-                return False
+        except Exception as exc:
+            self._load_failed(exc)
+            return False
+        digest = _digest(checkout.revision, objects)
+        current = self._source
+        if current is not None and current.digest == digest:
+            self._source_ok(checkout.revision)
+            return False
+        try:
             self.engine.discovery.refresh()  # a new revision may bring CRDs, the cluster new kinds
             targets = self.engine.resolve(objects, self.opts.pass_opts)
-        except GitOpsError as exc:
-            self._source_failed(exc)
+        except ClusterError as exc:
+            self._cluster_trouble(exc)
+            self._set_source_health(checkout.revision, load_error="")  # Git is fine; keep SOURCE's backoff
+            delay = self.queue.add_rate_limited(SOURCE)
+            log.warning("cannot resolve the new revision: the API server failed; keeping the last good state",
+                        revision=checkout.revision, error=mask_url(str(exc)), retry_in=round(delay, 2))
+            return False
+        except Exception as exc:
+            self._source_failed(_masked(exc), checkout.revision)
             return False
         new = _Source(
             checkout=checkout, targets=targets, digest=digest, by_key={t.key: t for t in targets},
@@ -299,7 +352,7 @@ class Daemon:
         )
         old_keys = set(self._source.by_key) if self._source else set()
         self._source = new
-        self._source_ok()
+        self._source_ok(checkout.revision)
         gone = old_keys - set(new.by_key)
         self.history.forget(gone)
         for key in gone:
@@ -312,37 +365,83 @@ class Daemon:
                  digest=digest[:12])
         return True
 
-    def _source_ok(self) -> None:
+    def _source_ok(self, revision: str) -> None:
         self.queue.forget(SOURCE)
-        if self._source_error:
-            log.info("source healthy again", revision=self._source.checkout.revision if self._source else "")
-        self._source_error = ""
-        self._source_error_revision = ""
-        self.metrics.source_ok.set(1)
+        self._set_source_health(revision, load_error="")
 
-    def _source_failed(self, exc: GitOpsError) -> None:
+    def _load_failed(self, exc: BaseException) -> None:
         revision = ""
-        if isinstance(exc, RenderError):  # the fetch worked: name the broken commit
-            with contextlib.suppress(GitOpsError):
+        if not isinstance(exc, SourceError):  # the fetch worked (a render failed): name the broken commit
+            with contextlib.suppress(Exception):
                 revision = fetch(self.opts.source.repo, self.opts.source.revision, self.opts.source.path,
                                  cache_dir=self.opts.source.cache_dir).revision
+        self._source_failed(_masked(exc), revision)
+
+    def _source_failed(self, error: str, revision: str) -> None:
+        """Fetch, render or resolve failed: keep the last good state, retry with backoff, report once."""
         delay = self.queue.add_rate_limited(SOURCE)
         self.metrics.source_errors.inc()
-        self.metrics.source_ok.set(0)
         kept = self._source.checkout.revision if self._source else ""
-        if str(exc) != self._source_error or revision != self._source_error_revision:
-            log.error("source failed; keeping the last good state", error=mask_url(str(exc)),
-                      revision=revision, kept_revision=kept or None, retry_in=round(delay, 2))
-        self._source_error = mask_url(str(exc))
-        self._source_error_revision = revision
+        if error != self._source_error or revision != self._source_error_revision:
+            log.error("source failed; keeping the last good state", error=error, revision=revision,
+                      kept_revision=kept or None, retry_in=round(delay, 2))
+        self._set_source_health(revision, load_error=error)
+
+    def _set_source_health(self, revision: str, *, load_error: str) -> None:
+        """One place decides the source condition: a fetch/render error, or a pass that crashed on it."""
+        self._source_error = load_error
+        self._source_error_revision = revision if load_error else ""
+        error = load_error or self._crashed
+        kept = self._source.checkout.revision if self._source else ""
+        if error:
+            rev = revision if load_error else kept
+            self.metrics.source_ok.set(0)
+            if self.source_condition.set(False, error, rev):
+                self._source_event("SourceFailed", WARNING, f"source failed at revision {rev[:12] or '(unknown)'}"
+                                   f"{'; keeping ' + kept[:12] if kept else ''}: {error}")
+            return
+        was_failed = self.source_condition.state is False
+        self.metrics.source_ok.set(1)
+        if self.source_condition.set(True, revision=revision) and was_failed:
+            log.info("source healthy again", revision=revision)
+            self._source_event("SourceRecovered", NORMAL, f"source healthy again at revision {revision[:12]}")
+
+    def _source_event(self, reason: str, etype: str, message: str) -> None:
+        """An Event on the inventory parent ConfigMap (it stands for the whole source); leader only."""
+        if not self._active():
+            return
+        self.events.record(EventSpec(
+            key=ObjectKey("", "ConfigMap", self.opts.inventory_namespace, self.opts.inventory_name),
+            api_version="v1", reason=reason, message=message, type=etype, series=reason,
+        ))
+
+    def _cluster_trouble(self, exc: ClusterError) -> None:
+        """A request failed: when the connection itself broke, let the probe look now, not in 5 s."""
+        if not isinstance(exc, ApiError):
+            self.probe.poke()
+
+    def _on_cluster_change(self, ok: bool, error: str) -> None:
+        self.metrics.cluster_ok.set(1 if ok else 0)
+        if not ok:
+            self._cluster_was_down = True
+            log.error("API server unreachable; not counted as a source error", server=self.probe_client.server,
+                      error=mask_url(error))
+            return
+        if self._cluster_was_down:
+            self._cluster_was_down = False
+            log.info("API server reachable again", server=self.probe_client.server)
+            # What failed meanwhile failed because of the outage: look again now, from the base delay.
+            for key in (SOURCE, FULL):
+                self.queue.forget(key)
+                self.queue.add(key)
 
     # -- passes -----------------------------------------------------------------------------
 
     def _pass(self, src: _Source, only: set[ObjectKey] | None) -> None:
         kind = "full" if only is None else "partial"
         opts = replace(self.opts.pass_opts)
-        # Never prune on a partial picture: a failed render, or a partial pass.
-        opts.prune = opts.prune and only is None and not self._source_error
+        # Never prune on a partial picture: a failed render, a crashed plan, or a partial pass.
+        opts.prune = opts.prune and only is None and not self._source_error and not self._crashed
         if only is None:
             self.cache.wait_synced(5.0)
         t0 = time.monotonic()
@@ -350,18 +449,18 @@ class Daemon:
             cs = self.engine.run(src.checkout, src.targets, opts, apply=self.opts.self_heal,
                                  live_of=self._live_of, only=only)
         except GitOpsError as exc:
-            took = time.monotonic() - t0
-            self.metrics.passes.labels(kind, "error").inc()
-            self.metrics.pass_duration.labels(kind).observe(took)
-            retry = [FULL] if only is None else list(only)
-            delays = [self.queue.add_rate_limited(k) for k in retry]
-            log.error("pass failed", kind=kind, error=str(exc), retry_in=round(min(delays), 2))
-            with self._state:
-                self._last_pass = {"kind": kind, "result": "error", "error": str(exc),
-                                   "finished": _iso(time.time()), "durationSeconds": round(took, 4)}
-                if only is None:
-                    self._pass_errors = [str(exc)]
+            if isinstance(exc, ClusterError):
+                self._cluster_trouble(exc)
+            self._pass_failed(kind, only, mask_url(str(exc)), time.monotonic() - t0)
             return
+        except Exception as exc:  # a crash while planning this source: the source is failed, not the daemon
+            self._crashed = _masked(exc)
+            self._pass_failed(kind, only, self._crashed, time.monotonic() - t0)
+            self._set_source_health(src.checkout.revision, load_error=self._source_error)
+            return
+        if self._crashed:
+            self._crashed = ""
+            self._set_source_health(src.checkout.revision, load_error=self._source_error)
         took = time.monotonic() - t0
         if self.opts.self_heal and not self._may_write():
             # Leadership was lost (or SIGTERM came) during the pass: its refused writes are not news,
@@ -372,23 +471,40 @@ class Daemon:
         result = "error" if cs.has_errors else "success"
         self.metrics.passes.labels(kind, result).inc()
         self.metrics.pass_duration.labels(kind).observe(took)
-        self._absorb(src, cs, only is None)
+        retry_in = 0.0
         if only is None:
-            self.queue.forget(FULL)
             if cs.errors:
-                self.queue.add_rate_limited(FULL)
+                # Backoff grows until a clean pass: a permanent failure costs a few passes a minute.
+                retry_in = self.queue.add_rate_limited(FULL)
             else:
+                if not cs.has_errors:
+                    self.queue.forget(FULL)
                 self._first_sync = True
                 self._applied = (cs.revision, cs.source)
                 self.metrics.set_revision(cs.revision, cs.source)
                 self.metrics.applied_at.set(time.time())
+        # A full pass that is retried as a whole retries its failed objects too: one backoff, not two.
+        self._absorb(src, cs, only is None, retry_objects=not retry_in, retry_in=retry_in)
         with self._state:
             self._last_pass = {"kind": kind, "result": result, "objects": len(cs.entries),
-                               "finished": _iso(time.time()), "durationSeconds": round(took, 4),
+                               "finished": iso_time(time.time()), "durationSeconds": round(took, 4),
                                "summary": cs.summary()}
         level = log.info if (only is None or cs.has_changes or cs.has_errors) else log.debug
         level("pass", kind=kind, revision=cs.revision, seconds=round(took, 3),
               **{k: v for k, v in cs.summary().items() if v})
+
+    def _pass_failed(self, kind: str, only: set[ObjectKey] | None, error: str, took: float) -> None:
+        self.metrics.passes.labels(kind, "error").inc()
+        self.metrics.pass_duration.labels(kind).observe(took)
+        retry = [FULL] if only is None else list(only)
+        delays = [self.queue.add_rate_limited(k) for k in retry]
+        log.error("pass failed", kind=kind, error=error, retry_in=round(min(delays), 2),
+                  attempt=self.queue.failures(retry[0]))
+        with self._state:
+            self._last_pass = {"kind": kind, "result": "error", "error": error,
+                               "finished": iso_time(time.time()), "durationSeconds": round(took, 4)}
+            if only is None:
+                self._pass_errors = [error]
 
     def _live_of(self, targets: Sequence[Target]) -> LiveMap:
         return self.cache.live_of(targets, self._read_live)
@@ -397,7 +513,7 @@ class Daemon:
         """API reads for what the cache cannot answer (a refused read plans that one object as absent)."""
         return self.engine.manager.fetch_live(targets)
 
-    def _absorb(self, src: _Source, cs: ChangeSet, full: bool) -> None:
+    def _absorb(self, src: _Source, cs: ChangeSet, full: bool, *, retry_objects: bool, retry_in: float) -> None:
         with self._state:
             if full:
                 self._entries = {e.key: e for e in cs.entries}
@@ -405,16 +521,16 @@ class Daemon:
             else:
                 self._entries.update((e.key, e) for e in cs.entries)
             entries = list(self._entries.values())
-        for error in cs.errors:
-            log.error("pass error", error=error)
+        for error in cs.errors:  # once per retry: the delay doubles each time
+            log.error("pass error", error=error, retry_in=round(retry_in, 2), attempt=self.queue.failures(FULL))
         for e in cs.entries:
-            self._report(src, e, applied=not cs.dry_run)
+            self._report(src, e, applied=not cs.dry_run, retry=retry_objects)
         self.metrics.set_objects(entries, applied=not cs.dry_run, forcing=self._forcing)
         self.metrics.cache_objects.set(self.cache.objects())
 
     # -- reporting --------------------------------------------------------------------------
 
-    def _report(self, src: _Source, e: Entry, *, applied: bool) -> None:
+    def _report(self, src: _Source, e: Entry, *, applied: bool, retry: bool = True) -> None:
         key = e.key
         if e.action is Action.UNCHANGED:
             self._reported.pop(key, None)
@@ -423,13 +539,18 @@ class Daemon:
             self.queue.forget(key)
             return
         if e.action is Action.PRUNE:
-            log.info("pruned" if applied else "would prune", object=str(key), message=e.message)
+            if applied:
+                log.info("pruned", object=str(key), message=e.message)
+            elif self._reported.get(key) != ("prune",):  # detect-only: say it once, not every full pass
+                self._reported[key] = ("prune",)
+                log.warning("would prune", object=str(key), message=e.message)
             return
         fields = list({c.path: c for c in e.drift + e.conflicts}.values())  # a conflict is also a drift
         sig = (e.action.value, e.message if e.action is Action.ERROR else "",
                tuple(sorted((c.path, json.dumps(c.live, default=str), c.manager) for c in fields)))
         if e.action is Action.ERROR:
-            self.queue.add_rate_limited(key)
+            if retry:
+                self.queue.add_rate_limited(key)
             if sig != self._reported.get(key):
                 self._reported[key] = sig
                 self.metrics.errors.inc()
@@ -526,19 +647,40 @@ class Daemon:
 
     def _on_watch_restart(self, resource: str, reason: str) -> None:
         self.metrics.watch_restarts.labels(resource, reason).inc()
+        if reason == "error":  # a broken watch is the first sign of an outage: probe now, not in 5 s
+            self.probe.poke()
 
     # -- HTTP -------------------------------------------------------------------------------
 
     def healthy(self) -> tuple[bool, str]:
-        if not self._worker.is_alive() and not self._stopping:
-            return False, "reconciler thread is not running"
+        """Liveness: fails only when a background loop is dead for good (a restart would help).
+
+        An unreachable API server or a broken source is not a liveness failure: restarting the
+        process fixes neither; /readyz reports those."""
+        if self._stopping:
+            return True, "ok (shutting down)"
+        dead = self.supervisor.dead()
+        if dead:
+            return False, "dead: " + "; ".join(dead)
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
+        """Readiness, with each failing condition on a line of its own (cluster first: it explains the rest)."""
         if self._stopping:
             return False, "shutting down"
-        if self._source is None:
-            return False, f"source not loaded yet{': ' + self._source_error if self._source_error else ''}"
+        problems = []
+        if not self.cluster_condition.ok:
+            problems.append(f"cluster unreachable: {self.cluster_condition.error}")
+        if not self.source_condition.ok:
+            kept = self._source.checkout.revision if self._source else ""
+            rev = self.source_condition.to_dict()["revision"]
+            problems.append(f"source failed: {self.source_condition.error}"
+                            + (f" (revision {rev})" if rev else "")
+                            + (f"; keeping revision {kept}" if kept else ""))
+        elif self._source is None:
+            problems.append("source not loaded yet")
+        if problems:
+            return False, "\n".join(problems)
         if not self.cache.is_synced():
             return False, "watch caches not synced yet"
         if self.leader is not None and not self.leader.is_leader:
@@ -571,9 +713,12 @@ class Daemon:
             entries = list(self._entries.values())
             errors = list(self._pass_errors)
             last_pass = dict(self._last_pass)
-        if self._source_error:
-            errors.insert(0, f"source: {self._source_error}"
-                             + (f" (revision {self._source_error_revision})" if self._source_error_revision else ""))
+        source = self.source_condition.to_dict()
+        if not self.source_condition.ok:
+            errors.insert(0, f"source: {source['error']}" + (f" (revision {source['revision']})"
+                                                              if source["revision"] else ""))
+        if not self.cluster_condition.ok:
+            errors.insert(0, f"cluster: {self.cluster_condition.error}")
         cs = ChangeSet(
             revision=src.checkout.revision if src else "", source=self._applied[1] if self._applied else "",
             entries=entries, errors=errors, dry_run=not self.opts.self_heal,
@@ -596,10 +741,12 @@ class Daemon:
             "source": {
                 "repo": mask_url(self.opts.source.repo),
                 "revision": src.checkout.revision if src else "",
-                "lastChecked": _iso(self._source_checked) if self._source_checked else "",
-                "error": self._source_error,
-                "errorRevision": self._source_error_revision,
+                "lastChecked": iso_time(self._source_checked) if self._source_checked else "",
+                "error": source["error"],
+                "errorRevision": source["revision"] if source["error"] else "",
             },
+            "conditions": {"source": source, "cluster": self.cluster_condition.to_dict(with_revision=False)},
+            "threads": self.supervisor.status(),
             "lastPass": last_pass,
             "queueDepth": len(self.queue),
             "watches": self.cache.status(),
@@ -610,6 +757,14 @@ class Daemon:
 
 
 # -- helpers -----------------------------------------------------------------------------------------
+
+
+def _masked(exc: BaseException) -> str:
+    """An error fit for /status, the log and Events: typed errors say what and where (URLs masked);
+    anything else is a crash whose text may quote a manifest, so only its type and place are kept."""
+    if isinstance(exc, GitOpsError):
+        return mask_url(str(exc))
+    return f"internal error: {describe_crash(exc)} (message withheld: it may quote manifest values)"
 
 
 def _digest(revision: str, objects: list[DesiredObject]) -> str:
@@ -663,10 +818,6 @@ def _field_log(key: ObjectKey, c: FieldChange) -> dict[str, Any]:
 
 def _rev(src: _Source) -> str:
     return src.checkout.revision[:12] or "(plain directory)"
-
-
-def _iso(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 __all__ = ["FULL", "SOURCE", "ConflictPolicy", "Daemon", "DaemonOptions"]
