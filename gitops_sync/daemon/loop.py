@@ -53,9 +53,10 @@ from gitops_sync.daemon.triggers import Ticker, WebhookResult, verify_webhook, w
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, default_inventory_name, load
 from gitops_sync.errors import ApiError, ClusterError, GitOpsError, SourceError
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
+from gitops_sync.plan.masking import Redactor, mask_literals
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
-from gitops_sync.source import Checkout, fetch, mask_url
+from gitops_sync.source import Checkout, fetch, mask_url, short_revision
 from gitops_sync.source.watch import Watch as LocalWatch
 
 log = structlog.get_logger("gitops_sync.daemon")
@@ -344,7 +345,7 @@ class Daemon:
                         revision=checkout.revision, error=mask_url(str(exc)), retry_in=round(delay, 2))
             return False
         except Exception as exc:
-            self._source_failed(_masked(exc), checkout.revision)
+            self._source_failed(_masked(exc, Redactor(o.manifest for o in objects)), checkout.revision)
             return False
         new = _Source(
             checkout=checkout, targets=targets, digest=digest, by_key={t.key: t for t in targets},
@@ -375,7 +376,11 @@ class Daemon:
             with contextlib.suppress(Exception):
                 revision = fetch(self.opts.source.repo, self.opts.source.revision, self.opts.source.path,
                                  cache_dir=self.opts.source.cache_dir).revision
-        self._source_failed(_masked(exc), revision)
+        self._source_failed(_masked(exc, self._redactor()), revision)
+
+    def _redactor(self) -> Redactor:
+        """The Secret values of the last good state: a broken commit most likely keeps most of them."""
+        return Redactor(t.manifest for t in self._source.targets) if self._source else Redactor()
 
     def _source_failed(self, error: str, revision: str) -> None:
         """Fetch, render or resolve failed: keep the last good state, retry with backoff, report once."""
@@ -397,14 +402,16 @@ class Daemon:
             rev = revision if load_error else kept
             self.metrics.source_ok.set(0)
             if self.source_condition.set(False, error, rev):
-                self._source_event("SourceFailed", WARNING, f"source failed at revision {rev[:12] or '(unknown)'}"
-                                   f"{'; keeping ' + kept[:12] if kept else ''}: {error}")
+                keeping = f"; keeping {short_revision(kept)}" if kept else ""
+                self._source_event("SourceFailed", WARNING,
+                                   f"source failed at revision {short_revision(rev) or '(unknown)'}{keeping}: {error}")
             return
         was_failed = self.source_condition.state is False
         self.metrics.source_ok.set(1)
         if self.source_condition.set(True, revision=revision) and was_failed:
             log.info("source healthy again", revision=revision)
-            self._source_event("SourceRecovered", NORMAL, f"source healthy again at revision {revision[:12]}")
+            self._source_event("SourceRecovered", NORMAL,
+                               f"source healthy again at revision {short_revision(revision)}")
 
     def _source_event(self, reason: str, etype: str, message: str) -> None:
         """An Event on the inventory parent ConfigMap (it stands for the whole source); leader only."""
@@ -454,7 +461,7 @@ class Daemon:
             self._pass_failed(kind, only, mask_url(str(exc)), time.monotonic() - t0)
             return
         except Exception as exc:  # a crash while planning this source: the source is failed, not the daemon
-            self._crashed = _masked(exc)
+            self._crashed = _masked(exc, self._redactor())
             self._pass_failed(kind, only, self._crashed, time.monotonic() - t0)
             self._set_source_health(src.checkout.revision, load_error=self._source_error)
             return
@@ -759,12 +766,15 @@ class Daemon:
 # -- helpers -----------------------------------------------------------------------------------------
 
 
-def _masked(exc: BaseException) -> str:
-    """An error fit for /status, the log and Events: typed errors say what and where (URLs masked);
-    anything else is a crash whose text may quote a manifest, so only its type and place are kept."""
+def _masked(exc: BaseException, redact: Redactor) -> str:
+    """An error fit for /status, the log and Events, masked as the CLI masks its one-line error: known
+    Secret values and URL credentials always; for a crash (not a message we wrote) every quoted literal
+    too, and it says where it happened instead of a traceback."""
+    text = mask_url(redact(str(exc)))
     if isinstance(exc, GitOpsError):
-        return mask_url(str(exc))
-    return f"internal error: {describe_crash(exc)} (message withheld: it may quote manifest values)"
+        return text
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"internal error: {describe_crash(exc)}" + (f": {mask_literals(first)}" if first else "")
 
 
 def _digest(revision: str, objects: list[DesiredObject]) -> str:
@@ -817,7 +827,7 @@ def _field_log(key: ObjectKey, c: FieldChange) -> dict[str, Any]:
 
 
 def _rev(src: _Source) -> str:
-    return src.checkout.revision[:12] or "(plain directory)"
+    return short_revision(src.checkout.revision) or "(plain directory)"
 
 
 __all__ = ["FULL", "SOURCE", "ConflictPolicy", "Daemon", "DaemonOptions"]
