@@ -37,6 +37,19 @@ def _output_options(fn: F) -> F:
     return click.option("-o", "--output", type=click.Choice(report.FORMATS), default="table", show_default=True)(fn)
 
 
+def _safety_options(fn: F) -> F:
+    fn = click.option(
+        "--prune-cascade",
+        is_flag=True,
+        help="With --prune: also delete a Namespace or CRD that still holds objects this prune does not remove.",
+    )(fn)
+    return click.option(
+        "--adopt-shared",
+        is_flag=True,
+        help="Take over objects that are members of another ApplySet (default: leave them, report `shared`).",
+    )(fn)
+
+
 @contextmanager
 def _errors_exit_2() -> Iterator[None]:
     try:
@@ -123,6 +136,7 @@ def _progress(*, enabled: bool, total: int) -> Iterator[Callable[[Entry], None] 
     show_default=True,
     help="report: apply the rest, leave contested fields to their owner; force: take them; skip: leave the object.",
 )
+@_safety_options
 @click.option("--wait", is_flag=True, help="Wait until applied objects are healthy (kstatus rules).")
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait with --wait.")
 @_exits_2
@@ -136,6 +150,8 @@ def sync(
     allow_empty: bool,
     dry_run: bool,
     on_conflict: str,
+    adopt_shared: bool,
+    prune_cascade: bool,
     wait: bool,
     timeout: float,
 ) -> None:
@@ -148,6 +164,8 @@ def sync(
         policy=ConflictPolicy(on_conflict),
         wait=wait,
         timeout=timeout,
+        adopt_shared=adopt_shared,
+        prune_cascade=prune_cascade,
     )
     cs = _run_pass(source, opts, cluster, apply=True, output=output)
     report.write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
@@ -160,10 +178,27 @@ def sync(
 @cluster_options
 @_output_options
 @click.option("--prune", is_flag=True, help="Also list objects that --prune would delete.")
+@_safety_options
 @_exits_2
-def diff(source: SourceOptions, cluster: ClusterArgs, namespace: str, output: str, verbose: bool, prune: bool) -> None:
+def diff(
+    source: SourceOptions,
+    cluster: ClusterArgs,
+    namespace: str,
+    output: str,
+    verbose: bool,
+    prune: bool,
+    adopt_shared: bool,
+    prune_cascade: bool,
+) -> None:
     """Drift and field-ownership report; changes nothing. Exit 0 in sync, 1 differences/conflicts, 2 error."""
-    opts = PassOptions(namespace=namespace, prune=prune, allow_empty=True, dry_run=True)
+    opts = PassOptions(
+        namespace=namespace,
+        prune=prune,
+        allow_empty=True,
+        dry_run=True,
+        adopt_shared=adopt_shared,
+        prune_cascade=prune_cascade,
+    )
     cs = _run_pass(source, opts, cluster, apply=False, output=output)
     report.write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
     sys.exit(report.exit_code_diff(cs))
