@@ -48,7 +48,7 @@ from gitops_sync.errors import ClusterError, GitOpsError, RenderError
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
-from gitops_sync.source import Checkout, fetch, mask_url
+from gitops_sync.source import Checkout, fetch, mask_url, short_revision
 from gitops_sync.source.checkout import is_remote
 
 log = structlog.get_logger("gitops_sync.daemon")
@@ -694,7 +694,7 @@ def _field_log(key: ObjectKey, c: FieldChange) -> dict[str, Any]:
 
 
 def _rev(src: _Source) -> str:
-    return src.checkout.revision[:12] or "(plain directory)"
+    return short_revision(src.checkout.revision) or "(plain directory)"
 
 
 def _iso(epoch: float) -> str:

@@ -30,6 +30,7 @@ _REMOTE_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://", "git+ss
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:(?!//)")  # git@github.com:org/repo.git
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 _REMOTE_HEAD = "refs/gitops-sync/remote-head"
+DIRTY = "-dirty"  # suffix of the revision of a work tree with uncommitted changes
 _KEEP_TREES = 8  # materialised commits kept per repository; older ones are removed on the next fetch
 # Never prompt: a sync in CI must fail on bad credentials rather than hang on a password prompt.
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never", "GIT_ASKPASS": "true"}
@@ -51,6 +52,13 @@ class Checkout:
 def mask_url(text: str) -> str:
     """Hide `user:password@` in URLs: tokens embedded in a repo URL must never reach logs or reports."""
     return _USERINFO.sub("***@", text)
+
+
+def short_revision(revision: str, length: int = 12) -> str:
+    """`3f2c…(12)` with the `-dirty` marker kept: shortened first, then the suffix, so a report never
+    names a clean commit for uncommitted files."""
+    sha, dirty, _ = revision.partition(DIRTY)
+    return sha[:length] + (DIRTY if dirty else "")
 
 
 def is_remote(repo: str) -> bool:
@@ -152,7 +160,7 @@ def _work_tree_revision(local: git.Repo, root: Path, name: str) -> str:
         dirty = local.is_dirty(untracked_files=True, path=scope)
     except GitCommandError as err:
         raise SourceError(f"{name}: cannot read the Git status: {_tail(err.stderr)}") from None
-    return f"{sha}-dirty" if dirty else sha
+    return f"{sha}{DIRTY}" if dirty else sha
 
 
 def _sub_path(base: Path, path: str | None, name: str) -> Path:
