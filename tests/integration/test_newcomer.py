@@ -19,22 +19,12 @@ from typing import Any
 import pytest
 from conftest import KubeCluster
 from daemon_support import Daemon, GitRepo, configmap, wait_until
+from test_sync import gs
 
 pytestmark = pytest.mark.cluster
 
 LONG_IMAGE = "registry.example/minha-aplicacao-com-um-nome-bem-comprido/servico-de-pagamentos:v1.2.3-build.4567"
 LONG_CONTAINER = "api-container-with-a-rather-long-descriptive-name"
-
-
-def gs(kube: KubeCluster, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gitops_sync", *args],
-        env=kube.env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def common(repo: Path, ns: str) -> list[str]:
