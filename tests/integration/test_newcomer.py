@@ -160,8 +160,11 @@ def test_bookkeeping_is_never_drift_nor_a_conflict_after_another_field_manager(
     write(repo, "pre.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: pre}\ndata: {k: v2}\n")
     d = gs(kube, "diff", *common(repo, namespace), "-o", "json")
     pre = obj(doc(d), "ConfigMap", "pre")
-    # ci-bot owns k (a real conflict) and the intent hash (our bookkeeping: not one)
-    assert [(c["path"], c["manager"]) for c in pre["conflicts"]] == [(".data.k", "ci-bot")], pre
+    # ci-bot (and kubectl create) own k: real conflicts; ci-bot owns the intent hash too: our bookkeeping, not one
+    assert {(c["path"], c["manager"]) for c in pre["conflicts"]} == {
+        (".data.k", "ci-bot"),
+        (".data.k", "kubectl-create"),
+    }
     assert not any(".metadata" in c["path"] for c in pre["drift"] + pre["conflicts"])
 
     s = gs(kube, "sync", *common(repo, namespace), "-o", "json", "--on-conflict", "force")
@@ -238,14 +241,18 @@ def test_detect_only_logs_a_new_commit_as_a_revision_change_and_no_empty_drift(
     d = Daemon(["--repo", str(repo.path), "-n", namespace, "--detect-only"], kube.env, tmp_path / "daemon.log")
     with d:
         d.wait_ready()
+        label = "applyset.kubernetes.io/part-of"
+        kube.kubectl("label", "configmap/settings", "-n", namespace, f"{label}-")  # only our bookkeeping
+        wait_until("the label change seen", lambda: d.logged("ownership record would be restored (detect-only)"), 10.0)
+        assert d.logged("drift detected") == [], d.log_tail()  # before: drift detected fields=[]
+
         sha = repo.commit({"cm.yaml": configmap("settings", {"color": "green"})})
         wait_until("the new revision logged", lambda: d.logged("new revision not applied (detect-only)"), 10.0)
         (line,) = d.logged("new revision not applied (detect-only)")
         assert line["revision"] == sha and [f["path"] for f in line["fields"]] == [".data.color"]
-        assert d.logged("drift detected") == [], d.log_tail()
+        assert d.logged("drift detected") == [], d.log_tail()  # before: a new commit was "drift detected"
 
-        label = "applyset.kubernetes.io/part-of"
-        kube.kubectl("label", "configmap/settings", "-n", namespace, f"{label}-")  # only our bookkeeping
-        wait_until("the label change seen", lambda: d.logged("ownership record would be restored (detect-only)"), 10.0)
-        assert not [e for e in d.logged("drift detected") if not e.get("fields")], d.log_tail()
+        kube.kubectl("patch", "configmap/settings", "-n", namespace, "-p", '{"data":{"color":"red"}}')
+        wait_until("real drift still reported", lambda: d.logged("drift detected"), 10.0)
+        assert d.logged("drift detected")[0]["fields"][0]["manager"] == "kubectl-patch"
         assert d.stop() == 0
