@@ -41,7 +41,8 @@ def _apply(fn: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
 
 
 def source_options(fn: F) -> F:
-    """--repo --revision --path --cache-dir --helm-values --helm-release -n -> `source=`, `namespace=`."""
+    """--repo --revision --path --cache-dir --helm-values --helm-release --kustomize-allow-external -n
+    -> `source=`, `namespace=`."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kw: Any) -> Any:
@@ -54,6 +55,7 @@ def source_options(fn: F) -> F:
                 helm_values=tuple(kw.pop("helm_values")),
                 helm_release=kw.pop("helm_release"),
                 namespace=kw["namespace"],
+                kustomize_allow_external=kw.pop("kustomize_allow_external"),
             ),
         )
         return fn(*args, **kw)
@@ -83,10 +85,16 @@ def source_options(fn: F) -> F:
             "--helm-values",
             multiple=True,
             type=click.Path(path_type=Path),
-            help="Values file for every Helm chart (repeatable).",
+            help="Values file for every Helm chart (repeatable); relative: from the current directory, "
+            "else from the repository.",
         ),
         click.option(
             "--helm-release", default=None, help="Release name for Helm charts (default: the chart directory name)."
+        ),
+        click.option(
+            "--kustomize-allow-external",
+            is_flag=True,
+            help="Let kustomizations use remote bases (URLs, git refs) and paths outside the repository.",
         ),
         click.option(
             "-n",
