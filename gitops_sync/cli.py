@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 import structlog
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 
 from gitops_sync import __version__, report
 from gitops_sync.apply.manager import ConflictPolicy
@@ -61,6 +61,19 @@ def _output_options(fn: F) -> F:
         show_default=True,
         help="Report on stdout: table (for people; colour and width follow the terminal), json (for jq; "
         "also on failure, with `errors` filled) or markdown (pull-request comments).",
+    )(fn)
+
+
+def _safety_options(fn: F) -> F:
+    fn = click.option(
+        "--prune-cascade",
+        is_flag=True,
+        help="With --prune: also delete a Namespace or CRD that still holds objects this prune does not remove.",
+    )(fn)
+    return click.option(
+        "--adopt-shared",
+        is_flag=True,
+        help="Take over objects that are members of another ApplySet (default: leave them, report `shared`).",
     )(fn)
 
 
@@ -202,24 +215,36 @@ def _run_pass(
     with Client(cluster.kubeconfig, cluster.context, pool_size=max(cluster.concurrency * 2, 10)) as client:
         engine = Engine(client, field_manager=cluster.field_manager, concurrency=cluster.concurrency)
         targets = engine.resolve(objects, opts)
-        with (
-            _progress("applying", enabled=apply and on_terminal, total=len(objects)) as tick,
-            _progress("waiting", enabled=apply and opts.wait and on_terminal, total=len(targets), at_least=1) as ready,
-        ):
+        with _progress(enabled=apply and on_terminal, applying=len(targets), waiting=len(targets)) as (tick, ready):
             cs = engine.run(checkout, targets, opts, apply=apply, on_entry=tick, on_ready=ready)
         log.info("requests", reads=client.stats.reads, writes=client.stats.writes, dry_runs=client.stats.dry_runs)
     return cs
 
 
+_Tick = Callable[[Any], None]
+
+
 @contextmanager
-def _progress(what: str, *, enabled: bool, total: int, at_least: int = 20) -> Iterator[Callable[[Any], None] | None]:
-    """A transient bar on stderr (a terminal only: never in a CI log or between JSON log lines)."""
-    if not enabled or total < at_least:
-        yield None
+def _progress(*, enabled: bool, applying: int, waiting: int) -> Iterator[tuple[_Tick | None, _Tick | None]]:
+    """Transient bars on stderr, a terminal only (never in a CI log or between JSON log lines): objects
+    applied (for 20 or more), then objects ready under --wait (the bar appears with the first one)."""
+    if not enabled:
+        yield None, None
         return
     with Progress(transient=True, console=Console(stderr=True)) as bar:
-        task = bar.add_task(what, total=total)
-        yield lambda _item: bar.advance(task)
+        applied = bar.add_task("applying", total=applying) if applying >= 20 else None
+        ready: list[TaskID] = []
+
+        def tick(_entry: Any) -> None:
+            if applied is not None:
+                bar.advance(applied)
+
+        def on_ready(_key: Any) -> None:
+            if not ready:
+                ready.append(bar.add_task("waiting until healthy", total=waiting))
+            bar.advance(ready[0])
+
+        yield tick, on_ready
 
 
 def _write_report(cs: ChangeSet, output: str, verbose: bool) -> None:
@@ -243,6 +268,7 @@ def _write_report(cs: ChangeSet, output: str, verbose: bool) -> None:
     show_default=True,
     help="report: apply the rest, leave contested fields to their owner; force: take them; skip: leave the object.",
 )
+@_safety_options
 @click.option("--wait", is_flag=True, help="Wait until applied objects are healthy (kstatus rules).")
 @click.option(
     "--timeout",
@@ -261,6 +287,8 @@ def sync(
     allow_empty: bool,
     dry_run: bool,
     on_conflict: str,
+    adopt_shared: bool,
+    prune_cascade: bool,
     wait: bool,
     timeout: float,
 ) -> None:
@@ -274,6 +302,8 @@ def sync(
         policy=ConflictPolicy(on_conflict),
         wait=wait,
         timeout=timeout,
+        adopt_shared=adopt_shared,
+        prune_cascade=prune_cascade,
     )
     cs = _run_pass(attempt, source, opts, cluster, apply=True)
     _write_report(cs, output, verbose)
@@ -286,10 +316,27 @@ def sync(
 @cluster_options
 @_output_options
 @click.option("--prune", is_flag=True, help="Also list objects that --prune would delete.")
-def diff(source: SourceOptions, cluster: ClusterArgs, namespace: str, output: str, verbose: bool, prune: bool) -> None:
+@_safety_options
+def diff(
+    source: SourceOptions,
+    cluster: ClusterArgs,
+    namespace: str,
+    output: str,
+    verbose: bool,
+    prune: bool,
+    adopt_shared: bool,
+    prune_cascade: bool,
+) -> None:
     """Drift and field-ownership report; changes nothing. Exit 0 in sync, 1 differences/conflicts, 2 error."""
     attempt = _attempt("diff", output=output, source=source, dry_run=True)
-    opts = PassOptions(namespace=namespace, prune=prune, allow_empty=True, dry_run=True)
+    opts = PassOptions(
+        namespace=namespace,
+        prune=prune,
+        allow_empty=True,
+        dry_run=True,
+        adopt_shared=adopt_shared,
+        prune_cascade=prune_cascade,
+    )
     cs = _run_pass(attempt, source, opts, cluster, apply=False)
     _write_report(cs, output, verbose)
     sys.exit(report.exit_code_diff(cs))

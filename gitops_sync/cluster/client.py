@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -131,10 +132,27 @@ class Client:
         timeout: float | None = None,
     ) -> Any:
         """Send one request and decode the JSON answer; non-2xx raises a typed ApiError."""
+        return self.request_status(
+            method, path, query=query, body=body, content_type=content_type, accept=accept, timeout=timeout
+        )[1]
+
+    def request_status(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: _Query | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        accept: str | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, Any]:
+        """`request`, plus the HTTP status: 201 tells an apply that created the object from one that updated it."""
         url, headers = self._prepare(method, path, query, content_type, accept)
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
         with self._stats_lock:
             self.stats.count(method, query, body)
+        started = time.monotonic()
         try:
             resp = self._api.rest_client.pool_manager.request(
                 method,
@@ -147,11 +165,18 @@ class Client:
             )
         except urllib3.exceptions.HTTPError as exc:
             raise ClusterError(f"API server {self.server} unreachable: {_reason(exc)}") from exc
+        # --log-level debug: one line per request (the query names dry runs and the field manager).
+        log.debug(
+            "request",
+            method=method,
+            path=path,
+            query=query,
+            status=resp.status,
+            seconds=round(time.monotonic() - started, 4),
+        )
         if resp.status >= 400:
             raise _api_error(resp.status, resp.data, method, path)
-        if not resp.data:
-            return None
-        return json.loads(resp.data)
+        return int(resp.status), (json.loads(resp.data) if resp.data else None)
 
     def stream_lines(self, path: str, *, query: _Query | None = None, timeout: float | None = None) -> Iterator[bytes]:
         """A streaming GET (watch): yields one JSON line per event until the server closes."""

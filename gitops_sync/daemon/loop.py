@@ -58,6 +58,7 @@ from gitops_sync.plan.masking import Redactor, mask_literals
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 from gitops_sync.source import Checkout, fetch, mask_url, short_revision
+from gitops_sync.source.checkout import is_remote
 from gitops_sync.source.watch import Watch as LocalWatch
 
 log = structlog.get_logger("gitops_sync.daemon")
@@ -109,13 +110,14 @@ class _FencedClient(Client):
         super().__init__(*args, **kwargs)
         self.may_write = may_write
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        # A dry run may say so in the query or (DELETE) in the body's DeleteOptions: both are reads.
+    def request_status(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+        # `request` goes through here too: one fence for every write. A dry run may say so in the query
+        # or (DELETE) in the body's DeleteOptions: both are reads.
         dry = is_dry_run(kwargs.get("query"), kwargs.get("body"))
         if method not in ("GET", "HEAD") and not dry and not self.may_write():
             raise ClusterError(f"not writing {method} {path}: this replica may not write now "
                                "(detect-only, not the leader, or shutting down)")
-        return super().request(method, path, **kwargs)
+        return super().request_status(method, path, **kwargs)
 
 
 @dataclass
@@ -177,6 +179,10 @@ class Daemon:
         self._crashed = ""  # a pass crashed unexpectedly on the current source (masked)
         self._cluster_was_down = False
         self._source_checked = 0.0
+        # A local work tree is read while people write to it: a render is acted on (applied, pruned) only
+        # once a second read, `debounce` later, gives the same digest. (digest, first seen) until then.
+        self._candidate: tuple[str, float] | None = None
+        self._live_tree = not is_remote(opts.source.repo) and (opts.source.revision or "HEAD").strip() == "HEAD"
         self._entries: dict[ObjectKey, Entry] = {}
         self._pass_errors: list[str] = []
         self._last_pass: dict[str, Any] = {}
@@ -185,6 +191,7 @@ class Daemon:
         self._reported: dict[ObjectKey, tuple[Any, ...]] = {}
         self._converged: dict[ObjectKey, str] = {}  # key -> digest it was last seen in sync at
         self._deleted: set[ObjectKey] = set()  # desired objects someone deleted (seen through the watch)
+        self._added: set[ObjectKey] = set()  # desired objects the latest revision added (not in the one before)
         self._fingerprints: dict[ObjectKey, str] = {}
         self._local_watch: LocalWatch | None = None
         self._tickers: list[Ticker] = []
@@ -347,7 +354,10 @@ class Daemon:
         digest = _digest(checkout.revision, objects)
         current = self._source
         if current is not None and current.digest == digest:
+            self._candidate = None
             self._source_ok(checkout.revision)
+            return False
+        if not self._seen_twice(digest):
             return False
         try:
             self.engine.discovery.refresh()  # a new revision may bring CRDs, the cluster new kinds
@@ -370,6 +380,7 @@ class Daemon:
         self._source = new
         self._source_ok(checkout.revision)
         gone = old_keys - set(new.by_key)
+        self._added = set(new.by_key) - old_keys if old_keys else set()
         self.history.forget(gone)
         for key in gone:
             self._reported.pop(key, None)
@@ -380,6 +391,29 @@ class Daemon:
         log.info("source loaded", revision=checkout.revision or "(plain directory)", objects=len(targets),
                  digest=digest[:12])
         return True
+
+    def _seen_twice(self, digest: str) -> bool:
+        """Whether a new render of a local work tree is stable: the same digest `debounce` apart.
+
+        A file caught half-written renders fewer objects (or fewer fields); acting on it would prune or
+        strip what the finished file still has. A commit of a remote (or a pinned --revision) is
+        immutable and needs no second look.
+        """
+        if not self._live_tree:
+            return True
+        now, quiet = time.monotonic(), max(self.opts.debounce, 0.05)
+        if self._candidate is not None and self._candidate[0] == digest:
+            waited = now - self._candidate[1]
+            if waited >= quiet:
+                self._candidate = None
+                return True
+            self.queue.add_after(SOURCE, quiet - waited)
+            return False
+        self._candidate = (digest, now)
+        self.queue.add_after(SOURCE, quiet)
+        log.info("source changed; reading it again after the quiet period before acting on it",
+                 digest=digest[:12], seconds=quiet)
+        return False
 
     def _source_ok(self, revision: str) -> None:
         self.queue.forget(SOURCE)
@@ -581,8 +615,14 @@ class Daemon:
             return
         self.queue.forget(key)
         deleted = key in self._deleted
-        out_of_band = (not applied or deleted or self._converged.get(key) == src.digest
-                       or any(c.manager and c.manager != self.opts.field_manager for c in fields))
+        foreign = any(c.manager and c.manager != self.opts.field_manager for c in fields)
+        # Git moved on rather than the cluster: the object was in sync at an earlier revision (or is new in
+        # this one) and nobody else owns what differs. Not drift, also in --detect-only.
+        new_revision = not deleted and not foreign and (
+            (key in self._converged and self._converged[key] != src.digest)
+            or (e.action is Action.CREATE and key in self._added))
+        out_of_band = (deleted or self._converged.get(key) == src.digest or foreign
+                       or (not applied and not new_revision))
         if applied:
             self._converged[key] = src.digest
             self._deleted.discard(key)
@@ -592,7 +632,11 @@ class Daemon:
         detail = _describe(key, fields)
         log_fields = [_field_log(key, c) for c in fields]
         conflict = e.action is Action.CONFLICT or bool(e.conflicts)
-        if conflict and not (self._forcing and not applied):
+        if e.action is Action.UPDATE and not fields:
+            # Only our bookkeeping (membership label, intent hash) differed: not a field anyone drifted.
+            log.info("ownership recorded" if applied else "ownership record would be restored (detect-only)",
+                     object=str(key), revision=src.checkout.revision)
+        elif conflict and not (self._forcing and not applied):
             self.metrics.conflicts.inc()
             log.warning("conflict", object=str(key), message=e.message, fields=log_fields)
             self._event(src, e, "Conflict", WARNING, f"{e.message}: {detail}")
@@ -610,6 +654,9 @@ class Daemon:
                     what = "missing from the cluster" if not deleted else what
                 self._event(src, e, "DriftDetected", WARNING, f"differs from Git {_rev(src)} (not corrected: "
                             f"detect-only): {what}")
+        elif not applied:
+            log.info("new revision not applied (detect-only)", object=str(key), revision=src.checkout.revision,
+                     missing=e.action is Action.CREATE, fields=log_fields)
         else:
             log.info("applied" if e.action is not Action.CREATE else "created", object=str(key),
                      revision=src.checkout.revision, fields=log_fields)

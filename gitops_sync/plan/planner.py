@@ -12,23 +12,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gitops_sync.apply.inventory import ADOPTED, PART_OF
+from gitops_sync.apply.inventory import ADOPT, ADOPTED, PART_OF
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
 from gitops_sync.errors import RenderError
 from gitops_sync.plan import actors, fieldpath, ownership
 from gitops_sync.plan import diff as _diff
-from gitops_sync.plan.changeset import Action, CoOwner, Entry, FieldChange
-from gitops_sync.plan.masking import mask_diff
+from gitops_sync.plan.changeset import Action, CoOwner, Entry, FieldChange, SharedWith
+from gitops_sync.plan.masking import MASK, VALUES_DIFFER, mask_diff
 from gitops_sync.plan.normalize import prepare_desired
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 
 INTENT_HASH = "gitops-sync.io/intent-hash"
-# Paths we write for our own bookkeeping: differences there are not drift worth reporting.
-_BOOKKEEPING = (
-    f".metadata.labels.{PART_OF}",
-    f".metadata.annotations.{INTENT_HASH}",
-    f".metadata.annotations.{ADOPTED}",
-)
+# The manager `kubectl apply` (client-side) records; `sync` hands its fields to our Apply manager first.
+CSA_MANAGER = "kubectl-client-side-apply"
+# What we write for our own bookkeeping: written with every apply, but never a field difference, a
+# conflict or drift to report (a change there is "record gitops-sync ownership").
+_BOOKKEEPING_KEYS = (("labels", PART_OF), ("annotations", INTENT_HASH), ("annotations", ADOPTED))
+BOOKKEEPING = tuple(f".metadata.{where}.{name}" for where, name in _BOOKKEEPING_KEYS)
 
 
 @dataclass
@@ -100,6 +100,51 @@ def finalize(target: Target, live: Manifest | None, applyset_id: str | None) -> 
     annotations[INTENT_HASH] = intent_hash(target.manifest)
 
 
+def mark_adopted(target: Target) -> None:
+    """The object existed before our first apply (learnt from the apply's answer): release, never delete."""
+    annotations = target.manifest.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations.pop(INTENT_HASH, None)
+    annotations[ADOPTED] = "true"
+    annotations[INTENT_HASH] = intent_hash(target.manifest)
+
+
+def foreign_applyset(live: Manifest | None, own_ids: Iterable[str]) -> str | None:
+    """The id of another ApplySet the live object is a member of (its part-of label), else None."""
+    label = (((live or {}).get("metadata") or {}).get("labels") or {}).get(PART_OF)
+    return str(label) if label and label not in set(own_ids) else None
+
+
+def wants_adoption(target: Target) -> bool:
+    """Git asks, on this object, to take it over from another ApplySet (annotation gitops-sync.io/adopt)."""
+    annotations = (target.manifest.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(ADOPT, "")).lower() == "true"
+
+
+def shared_entry(target: Target, live: Manifest, shared: SharedWith, field_manager: str, *, dry_run: bool) -> Entry:
+    """A `shared` conflict: the object belongs to another ApplySet, so it is left alone, and we say whose."""
+    entry = explain(target, live, None, field_manager, dry_run=dry_run)
+    path = f".metadata.labels.{PART_OF}"
+    owner = _owner(live, path, field_manager)
+    entry.action = Action.CONFLICT
+    entry.shared = shared
+    entry.conflicts = [
+        FieldChange(
+            path=path,
+            desired=((target.manifest.get("metadata") or {}).get("labels") or {}).get(PART_OF),
+            live=shared.applyset_id,
+            manager=owner.manager if owner else "",
+            operation=owner.operation if owner else "",
+            subresource=owner.subresource if owner else "",
+            actor=shared.describe(),
+        )
+    ]
+    entry.message = (
+        f"shared: already a member of {shared.describe()}; left alone (--adopt-shared or the annotation "
+        f'{ADOPT}: "true" in Git takes it over)'
+    )
+    return entry
+
+
 def intent_hash(manifest: Manifest) -> str:
     # The manifest without the hash annotation: copies of the two maps on the way to it, not a deep copy.
     body = manifest
@@ -145,10 +190,8 @@ def explain(
     changes: list[FieldChange] = []
     bookkeeping = False
     if result is not None and result is not live:  # the fast path passes live itself: nothing can differ
-        for d in _diff.diff_objects(result, live):
-            if d.path in _BOOKKEEPING:
-                bookkeeping = True
-                continue
+        bookkeeping = _bookkeeping(result) != _bookkeeping(live)
+        for d in _diff.diff_objects(_without_bookkeeping(result), _without_bookkeeping(live)):
             changes.append(_field_change(live, d.path, d.desired, d.live, field_manager))
     contested = {c.path for c in conflicts or ()}
     entry.drift = _masked(target.key, [c for c in changes if c.path not in contested])
@@ -167,6 +210,40 @@ def explain(
     return entry
 
 
+def _bookkeeping(obj: Manifest) -> tuple[object, ...]:
+    meta = obj.get("metadata") or {}
+    return tuple((meta.get(where) or {}).get(name) for where, name in _BOOKKEEPING_KEYS)
+
+
+def _without_bookkeeping(obj: Manifest) -> Manifest:
+    """`obj` without our labels and annotations, for comparison: a live object without any annotation
+    must not show `.metadata.annotations` as a difference because we add ours. Maps left empty are dropped
+    (the server keeps none). Copies only what it changes."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return obj
+    trimmed = dict(meta)
+    changed = False
+    for where in ("labels", "annotations"):
+        values = meta.get(where)
+        if not isinstance(values, dict):
+            continue
+        kept = {k: v for k, v in values.items() if (where, k) not in _BOOKKEEPING_KEYS}
+        if not kept:
+            del trimmed[where]
+            changed = True
+        elif len(kept) != len(values):
+            trimmed[where] = kept
+            changed = True
+    return {**obj, "metadata": trimmed} if changed else obj
+
+
+def is_bookkeeping_conflict(conflict: ownership.Conflict) -> bool:
+    """A conflict over our own bookkeeping (another field manager name of this tool wrote it): not a fight
+    to report; the apply takes it (the intent hash describes the last apply, whoever made it)."""
+    return conflict.path in BOOKKEEPING
+
+
 def co_owners(desired: Manifest, live: Manifest, field_manager: str) -> list[CoOwner]:
     """Other managers owning fields we set, for the report: who else would fight over them."""
     others = [
@@ -174,12 +251,59 @@ def co_owners(desired: Manifest, live: Manifest, field_manager: str) -> list[CoO
     ]
     if not others:  # only our own apply owns fields (most objects we create): no need to list ours
         return []
-    ours = {p for p in fieldpath.leaf_paths(desired) if p not in _BOOKKEEPING}
+    ours = {p for p in fieldpath.leaf_paths(desired) if p not in BOOKKEEPING}
     out = []
     for mf in others:
         shared = sorted(ours & mf.owned_paths)
         if shared:
             out.append(CoOwner(mf.manager, mf.operation, mf.subresource, shared))
+    return out
+
+
+def is_client_side_apply(manager: str, operation: str, subresource: str) -> bool:
+    return manager == CSA_MANAGER and operation == "Update" and not subresource
+
+
+def is_client_side_apply_entry(entry: Manifest) -> bool:
+    """A raw managedFields entry of `kubectl apply` (client-side), without parsing its fields."""
+    return is_client_side_apply(
+        str(entry.get("manager", "")), str(entry.get("operation", "")), str(entry.get("subresource") or "")
+    )
+
+
+def has_client_side_apply(live: Manifest | None) -> bool:
+    """Whether `sync` would take over `kubectl apply` (client-side) fields of this object before applying."""
+    entries = ((live or {}).get("metadata") or {}).get("managedFields") or []
+    return any(is_client_side_apply_entry(e) for e in entries)
+
+
+def after_takeover(result: Manifest, desired: Manifest, field_manager: str) -> Manifest:
+    """A dry-run apply result as it will be once `sync` has taken over the client-side-apply fields.
+
+    The dry run cannot see the takeover (`sync` patches managedFields first, then applies), so it leaves
+    the fields `kubectl apply` set and Git no longer sets where they are; after the takeover they are ours,
+    and an apply without them removes them (unless another manager owns them or something below them).
+    Without this `diff` would hide a deletion that `sync` makes.
+    """
+    entries = ownership.managed_fields(result)
+    taken = {p for e in entries if is_client_side_apply(*e.identity) for p in e.owned_paths}
+    if not taken:
+        return result
+    others = [
+        p
+        for e in entries
+        if not is_client_side_apply(*e.identity) and e.identity != (field_manager, "Apply", "")
+        for p in e.owned_paths
+    ]
+    wanted: set[str] = set()
+    for leaf, _ in fieldpath.leaves(desired):
+        wanted.add(leaf.format())
+        wanted.update(prefix.format() for prefix in leaf.prefixes())
+    out = result
+    for path in sorted(taken, key=len):  # a parent before its children: once it is gone they are too
+        if path in wanted or any(o == path or o.startswith((path + ".", path + "[")) for o in others):
+            continue
+        out = fieldpath.remove(out, path)
     return out
 
 
@@ -236,4 +360,6 @@ def _masked(key: ObjectKey, changes: list[FieldChange]) -> list[FieldChange]:
     diffs = [_diff.FieldDiff(c.path, c.desired, c.live) for c in changes]
     for c, d in zip(changes, mask_diff(key.kind, diffs), strict=True):
         c.desired, c.live = d.desired, d.live
+        if c.desired == MASK and c.live == MASK:  # `***` against `***` reads as "the same"
+            c.live = VALUES_DIFFER
     return changes
