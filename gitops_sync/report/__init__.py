@@ -60,8 +60,17 @@ def _headline(cs: ChangeSet) -> str:
     return f"{cs.source} at {rev}{mode}: " + (", ".join(parts) or "nothing to do")
 
 
+def _inventory(cs: ChangeSet) -> str:
+    """Which inventory (ApplySet parent) this source owns: where to look, what --name to pass."""
+    if not cs.inventory:
+        return ""
+    return f"inventory {cs.inventory_namespace}/{cs.inventory} (source {cs.source_identity or cs.source})"
+
+
 def table(cs: ChangeSet, console: Console, *, verbose: bool = False) -> None:
     console.print(Text(_headline(cs), style="bold"))
+    if cs.inventory:
+        console.print(Text(_inventory(cs), style="dim"))
     shown = [e for e in cs.sorted_entries() if verbose or e.action is not Action.UNCHANGED]
     if shown:
         t = Table(show_header=True, header_style="bold", expand=False)
@@ -100,6 +109,8 @@ def table(cs: ChangeSet, console: Console, *, verbose: bool = False) -> None:
 
 def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
     lines = [f"### gitops-sync: {_md(_headline(cs))}", ""]
+    if cs.inventory:
+        lines += [_md(_inventory(cs)), ""]
     shown = [e for e in cs.sorted_entries() if verbose or e.action is not Action.UNCHANGED]
     if shown:
         lines += ["| action | object | message |", "|---|---|---|"]
