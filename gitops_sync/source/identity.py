@@ -59,9 +59,14 @@ class SourceIdentity:
 
     def inventory_name(self) -> str:
         """`gitops-sync-<readable part>-<hash>`: DNS-safe, at most MAX_NAME characters, unique per source."""
-        elements = [e for e in self.repo.split("/") if e][-2:] + [e for e in self.path.split("/") if e]
+        repo = [e for e in self.repo.split("/") if e][-2:]
+        elements = [_dns(e) for e in [*repo[:-1], re.sub(r"\.git$", "", repo[-1]) if repo else ""]]
+        elements = [e for e in elements + [_dns(e) for e in self.path.split("/")] if e]
         room = MAX_NAME - len(PREFIX) - _HASH_LEN - 2
-        slug = _dns(re.sub(r"\.git$", "", "-".join(elements)))[:room].strip("-") or "source"
+        # The last elements tell sources apart best (repository, then --path): drop whole ones from the front.
+        while len(elements) > 1 and len("-".join(elements)) > room:
+            elements.pop(0)
+        slug = "-".join(elements)[:room].strip("-") or "source"
         return f"{PREFIX}-{slug}-{self.digest[:_HASH_LEN]}"
 
 

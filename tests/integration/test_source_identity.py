@@ -188,7 +188,7 @@ def _legacy_state(kube: KubeCluster, repo: str, ns: str, cwd: Path, *, prune: bo
 def test_an_inventory_of_the_old_naming_is_taken_over_with_prune(
     kube: KubeCluster, namespace: str, tmp_path: Path
 ) -> None:
-    kube.kubectl("create", "configmap", "pre-existing", "-n", namespace, "--from-literal=v=0")
+    kube.kubectl("create", "configmap", "pre-existing", "-n", namespace, "--from-literal=v=1")
     files = {f"apps/{n}.yaml": configmap(n, {"v": "1"}) for n in ("one", "two", "leaves", "pre-existing")}
     work = GitRepo(tmp_path / "deploy", files)
     legacy = _legacy_state(kube, ".", namespace, work.path, prune=True)
