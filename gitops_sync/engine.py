@@ -6,6 +6,7 @@ live state comes from (fresh reads, or the daemon's watch cache).
 
 from __future__ import annotations
 
+import posixpath
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,7 +25,7 @@ from gitops_sync.plan.planner import Target
 from gitops_sync.render import RenderOptions, render
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_url
-from gitops_sync.source.checkout import knows_commit
+from gitops_sync.source.checkout import is_remote, knows_commit
 from gitops_sync.source.identity import label_identities, legacy_inventory_name
 
 log = structlog.get_logger(__name__)
@@ -98,9 +99,11 @@ class Engine:
         live_of: Callable[[Sequence[Target]], LiveMap] | None = None,
         on_entry: OnEntry | None = None,
         only: set[ObjectKey] | None = None,
+        on_ready: Callable[[ObjectKey], None] | None = None,
     ) -> ChangeSet:
         """Plan (apply=False or opts.dry_run) or converge. Per-object failures land in the change set.
 
+        `on_ready` hears of each object that becomes healthy during `--wait`.
         `only` narrows the pass to some objects (the daemon's per-object work items); such a partial
         pass never prunes and never rewrites the inventory, which need the whole picture.
         """
@@ -153,7 +156,7 @@ class Engine:
                 inventory.delete_parent(self.client, legacy)
                 log.info("legacy inventory taken over", legacy=f"{legacy.namespace}/{legacy.name}", inventory=name)
         if opts.wait and not dry_run:
-            self._wait(cs, targets, opts.timeout)
+            self._wait(cs, targets, opts.timeout, on_ready)
         return cs
 
     def _legacy(
@@ -174,8 +177,11 @@ class Engine:
         recorded = old.recorded.get(inventory.SOURCE, "")
         if identity in label_identities(recorded):
             return old
-        base = label.rsplit("@", 1)[0] if checkout.ref else label
-        same_spelling = recorded in (label, base) or recorded.rsplit("@", 1)[0] == base
+        # Our spelling as recorded now, and as versions before source identities recorded it (`.//apps`).
+        sub = _sub_path(checkout)
+        spellings = {label, mask_url(checkout.repo) + (f"//{sub}" if sub else "")}
+        spellings |= {x.rsplit("@", 1)[0] for x in spellings if checkout.ref}
+        same_spelling = recorded in spellings or recorded.rsplit("@", 1)[0] in spellings
         revision = old.recorded.get(inventory.REVISION, "").removesuffix("-dirty")
         if same_spelling and (knows_commit(checkout.repo, revision) or (not revision and not checkout.revision)):
             return old
@@ -258,9 +264,16 @@ class Engine:
         cs.entries.extend(entries)
         return all(e.action is Action.PRUNE for e in entries)
 
-    def _wait(self, cs: ChangeSet, targets: Sequence[Target], timeout: float) -> None:
+    def _wait(
+        self,
+        cs: ChangeSet,
+        targets: Sequence[Target],
+        timeout: float,
+        on_ready: Callable[[ObjectKey], None] | None = None,
+    ) -> None:
         started = time.monotonic()
-        not_ready = self.manager.wait(targets, timeout)
+        log.info("waiting until healthy", objects=len(targets), timeout=timeout)
+        not_ready = self.manager.wait(targets, timeout, on_ready=on_ready)
         by_key: dict[ObjectKey, str] = {r.key: f"{r.status.value}: {r.message}" for r in not_ready}
         for e in cs.entries:
             e.health = by_key.get(e.key, "Current") if e.action is not Action.PRUNE else ""
@@ -277,10 +290,27 @@ def _sub_path(checkout: Checkout) -> str | None:
 
 
 def _source_label(checkout: Checkout) -> str:
-    """`repo[//sub/dir][@ref]`, the kustomize spelling; credentials in URLs masked."""
-    sub = _sub_path(checkout)
-    label = mask_url(checkout.repo) + (f"//{sub}" if sub else "")
-    return f"{label}@{checkout.ref}" if checkout.ref else label
+    return source_label(checkout.repo, _sub_path(checkout), checkout.ref)
 
 
-__all__ = ["Engine", "PassOptions", "SourceOptions", "default_inventory_name", "load", "source_identity"]
+def source_label(repo: str, sub: str | None, ref: str | None = None) -> str:
+    """`url[//sub/dir][@ref]` (the kustomize spelling) for a remote; the joined, normalised path for a
+    local one (`.` + `clusters/prod` is `clusters/prod`, never `.//clusters/prod`). Credentials masked."""
+    sub = posixpath.normpath(sub.strip("/")) if sub and sub.strip("/") else ""
+    sub = "" if sub == "." else sub
+    if is_remote(repo):
+        label = mask_url(repo.rstrip("/")) + (f"//{sub}" if sub else "")
+    else:
+        label = posixpath.normpath(posixpath.join(repo or ".", sub)) if sub else posixpath.normpath(repo or ".")
+    return f"{label}@{ref}" if ref else label
+
+
+__all__ = [
+    "Engine",
+    "PassOptions",
+    "SourceOptions",
+    "default_inventory_name",
+    "load",
+    "source_identity",
+    "source_label",
+]

@@ -49,7 +49,7 @@ from gitops_sync.errors import ClusterError, GitOpsError, RenderError
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
-from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_url
+from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_url, short_revision
 
 log = structlog.get_logger("gitops_sync.daemon")
 
@@ -672,7 +672,7 @@ def _field_log(key: ObjectKey, c: FieldChange) -> dict[str, Any]:
 
 
 def _rev(src: _Source) -> str:
-    return src.checkout.revision[:12] or "(plain directory)"
+    return short_revision(src.checkout.revision) or "(plain directory)"
 
 
 def _iso(epoch: float) -> str:
