@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -130,6 +131,7 @@ class Client:
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
         with self._stats_lock:
             self.stats.count(method, query, body)
+        started = time.monotonic()
         try:
             resp = self._api.rest_client.pool_manager.request(
                 method,
@@ -142,6 +144,15 @@ class Client:
             )
         except urllib3.exceptions.HTTPError as exc:
             raise ClusterError(f"API server {self.server} unreachable: {_reason(exc)}") from exc
+        # --log-level debug: one line per request (the query names dry runs and the field manager).
+        log.debug(
+            "request",
+            method=method,
+            path=path,
+            query=query,
+            status=resp.status,
+            seconds=round(time.monotonic() - started, 4),
+        )
         if resp.status >= 400:
             raise _api_error(resp.status, resp.data, method, path)
         if not resp.data:
