@@ -127,6 +127,22 @@ class Client:
         timeout: float | None = None,
     ) -> Any:
         """Send one request and decode the JSON answer; non-2xx raises a typed ApiError."""
+        return self.request_status(
+            method, path, query=query, body=body, content_type=content_type, accept=accept, timeout=timeout
+        )[1]
+
+    def request_status(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: _Query | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        accept: str | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, Any]:
+        """`request`, plus the HTTP status: 201 tells an apply that created the object from one that updated it."""
         url, headers = self._prepare(method, path, query, content_type, accept)
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
         with self._stats_lock:
@@ -155,9 +171,7 @@ class Client:
         )
         if resp.status >= 400:
             raise _api_error(resp.status, resp.data, method, path)
-        if not resp.data:
-            return None
-        return json.loads(resp.data)
+        return int(resp.status), (json.loads(resp.data) if resp.data else None)
 
     def stream_lines(self, path: str, *, query: _Query | None = None, timeout: float | None = None) -> Iterator[bytes]:
         """A streaming GET (watch): yields one JSON line per event until the server closes."""
