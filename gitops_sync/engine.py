@@ -68,6 +68,12 @@ def default_inventory_name(repo: str, path: str | None) -> str:
     return identify(repo, path).inventory_name()
 
 
+def inventory_of(checkout: Checkout, opts: PassOptions) -> tuple[str, str, str]:
+    """(name, namespace, source identity) of the inventory a pass uses: for every report, even a failed one."""
+    name = opts.name or source_identity(checkout).inventory_name()
+    return name, opts.inventory_namespace or opts.namespace, source_identity(checkout).text
+
+
 def source_identity(checkout: Checkout) -> SourceIdentity:
     """The identity `fetch` derived; for a Checkout built by hand, derived from its repo and sub-directory."""
     return checkout.identity or identify(checkout.repo, _sub_path(checkout))
@@ -111,18 +117,17 @@ class Engine:
         """
         dry_run = opts.dry_run or not apply
         identity = source_identity(checkout)
-        default_name = identity.inventory_name()
-        name = opts.name or default_name
+        name, inv_ns, identity_text = inventory_of(checkout, opts)
         cs = ChangeSet(
             revision=checkout.revision,
             source=_source_label(checkout),
             dry_run=dry_run,
             inventory=name,
-            inventory_namespace=self._inv_ns(opts),
-            source_identity=identity.text,
+            inventory_namespace=inv_ns,
+            source_identity=identity_text,
         )
         targets = list(all_targets) if only is None else [t for t in all_targets if t.key in only]
-        inv = inventory.load(self.client, name, self._inv_ns(opts), identity.text, default_name)
+        inv = inventory.load(self.client, name, inv_ns, identity_text, identity.inventory_name())
         legacy = None if opts.name else self._legacy(inv, checkout, identity, cs.source)
         live = (live_of or self.manager.fetch_live)(targets)
         for t in targets:
@@ -174,8 +179,7 @@ class Engine:
             else:
                 self._record(inv, inv.group_kinds | group_kinds, inv.namespaces | namespaces, checkout, cs.source)
             if legacy is not None and not cs.has_errors:
-                inventory.delete_parent(self.client, legacy)
-                log.info("legacy inventory taken over", legacy=f"{legacy.namespace}/{legacy.name}", inventory=name)
+                self._retire(legacy, name)
         if opts.wait and not dry_run:
             self._wait(cs, targets, opts.timeout, on_ready)
         return cs
@@ -213,6 +217,17 @@ class Engine:
             source=identity.text,
         )
         return None
+
+    def _retire(self, legacy: inventory.Inventory, name: str) -> None:
+        """Delete the old parent once everything moved; not while it records a kind the server does not
+        serve now: those members cannot be listed or moved yet, and the old parent is how they are found."""
+        unserved = inventory.unserved_kinds(self.discovery, legacy)
+        where = f"{legacy.namespace}/{legacy.name}"
+        if unserved:
+            log.warning("old inventory kept: it records kinds not served now", legacy=where, kinds=sorted(unserved))
+            return
+        inventory.delete_parent(self.client, legacy)
+        log.info("old inventory taken over", legacy=where, inventory=name)
 
     def _adopt_legacy_members(
         self, cs: ChangeSet, inv: inventory.Inventory, legacy: inventory.Inventory, targets: Sequence[Target]
@@ -353,6 +368,7 @@ __all__ = [
     "PassOptions",
     "SourceOptions",
     "default_inventory_name",
+    "inventory_of",
     "load",
     "source_identity",
     "source_label",
