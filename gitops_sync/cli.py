@@ -9,8 +9,10 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import click
@@ -22,7 +24,7 @@ from gitops_sync import __version__, report
 from gitops_sync.apply.manager import ConflictPolicy
 from gitops_sync.cluster.client import Client
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
-from gitops_sync.errors import GitOpsError
+from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, GitOpsError
 from gitops_sync.options import ClusterArgs, cluster_options, log_options, setup_logging, source_options
 from gitops_sync.plan.changeset import ChangeSet, Entry
 from gitops_sync.plan.masking import mask_secret
@@ -35,6 +37,38 @@ log = structlog.get_logger("gitops_sync")
 def _output_options(fn: F) -> F:
     fn = click.option("-v", "--verbose", is_flag=True, help="Also list unchanged objects.")(fn)
     return click.option("-o", "--output", type=click.Choice(report.FORMATS), default="table", show_default=True)(fn)
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """Time limits of one `sync`/`diff`: per API request, and for the whole command (None: no limit)."""
+
+    request_timeout: float
+    deadline: float | None
+    started: float
+
+
+def _budget_options(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        kw["budget"] = _Budget(kw.pop("request_timeout"), kw.pop("deadline"), time.monotonic())
+        return fn(*args, **kw)
+
+    wrapper = click.option(
+        "--deadline",
+        type=click.FloatRange(min=1),
+        default=None,
+        help="Seconds for the whole command (fetch, plan, apply, prune, wait); past it nothing more is sent, "
+        "the rest is reported 'not attempted' and the exit code is 2. Default: no limit.",
+    )(wrapper)
+    return click.option(  # type: ignore[return-value]
+        "--request-timeout",
+        type=click.FloatRange(min=0.1),
+        default=30.0,
+        show_default=True,
+        help="Seconds for one API request. An unanswered request makes the tool probe /readyz; if that fails "
+        "too, every remaining request fails at once ('not attempted') instead of waiting.",
+    )(wrapper)
 
 
 @contextmanager
@@ -82,16 +116,26 @@ def main() -> None:
     """Keep a Kubernetes cluster equal to a Git repository through server-side apply."""
 
 
-def _run_pass(src: SourceOptions, opts: PassOptions, cluster: ClusterArgs, *, apply: bool, output: str) -> ChangeSet:
+def _run_pass(
+    src: SourceOptions, opts: PassOptions, cluster: ClusterArgs, budget: _Budget, *, apply: bool, output: str
+) -> ChangeSet:
     setup_logging()
+    if budget.deadline is not None:
+        src = replace(src, timeout=min(src.timeout, budget.deadline))
     checkout, objects = load(src)  # before any cluster access: a broken source never touches the cluster
     log.info("rendered", revision=checkout.revision, objects=len(objects))
     opts.name = cluster.name  # None: the engine derives it from the repository and --path
     opts.inventory_namespace = cluster.inventory_namespace
-    with Client(cluster.kubeconfig, cluster.context, pool_size=max(cluster.concurrency * 2, 10)) as client:
+    pool = max(cluster.concurrency * 2, 10)
+    with Client(cluster.kubeconfig, cluster.context, pool_size=pool, timeout=budget.request_timeout) as client:
+        client.set_deadline(budget.deadline, started=budget.started)
         engine = Engine(client, field_manager=cluster.field_manager, concurrency=cluster.concurrency)
+        targets = engine.resolve(objects, opts)
         with _progress(enabled=apply and output == "table" and sys.stderr.isatty(), total=len(objects)) as tick:
-            cs = engine.run(checkout, engine.resolve(objects, opts), opts, apply=apply, on_entry=tick)
+            try:
+                cs = engine.run(checkout, targets, opts, apply=apply, on_entry=tick)
+            except (ApiUnavailableError, ApiTimeoutError) as exc:  # before any object was sent
+                cs = engine.not_attempted(checkout, targets, opts, exc, apply=apply)
         log.info("requests", reads=client.stats.reads, writes=client.stats.writes, dry_runs=client.stats.dry_runs)
     return cs
 
@@ -111,6 +155,7 @@ def _progress(*, enabled: bool, total: int) -> Iterator[Callable[[Entry], None] 
 @source_options
 @cluster_options
 @_output_options
+@_budget_options
 @click.option("--prune", is_flag=True, help="Delete objects this source applied earlier that have left Git.")
 @click.option(
     "--allow-empty", is_flag=True, help="With --prune: allow pruning everything when the source renders nothing."
@@ -129,6 +174,7 @@ def _progress(*, enabled: bool, total: int) -> Iterator[Callable[[Entry], None] 
 def sync(
     source: SourceOptions,
     cluster: ClusterArgs,
+    budget: _Budget,
     namespace: str,
     output: str,
     verbose: bool,
@@ -149,7 +195,7 @@ def sync(
         wait=wait,
         timeout=timeout,
     )
-    cs = _run_pass(source, opts, cluster, apply=True, output=output)
+    cs = _run_pass(source, opts, cluster, budget, apply=True, output=output)
     report.write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
     sys.exit(report.exit_code_sync(cs))
 
@@ -159,12 +205,21 @@ def sync(
 @source_options
 @cluster_options
 @_output_options
+@_budget_options
 @click.option("--prune", is_flag=True, help="Also list objects that --prune would delete.")
 @_exits_2
-def diff(source: SourceOptions, cluster: ClusterArgs, namespace: str, output: str, verbose: bool, prune: bool) -> None:
+def diff(
+    source: SourceOptions,
+    cluster: ClusterArgs,
+    budget: _Budget,
+    namespace: str,
+    output: str,
+    verbose: bool,
+    prune: bool,
+) -> None:
     """Drift and field-ownership report; changes nothing. Exit 0 in sync, 1 differences/conflicts, 2 error."""
     opts = PassOptions(namespace=namespace, prune=prune, allow_empty=True, dry_run=True)
-    cs = _run_pass(source, opts, cluster, apply=False, output=output)
+    cs = _run_pass(source, opts, cluster, budget, apply=False, output=output)
     report.write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
     sys.exit(report.exit_code_diff(cs))
 

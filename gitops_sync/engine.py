@@ -16,9 +16,10 @@ import structlog
 
 from gitops_sync import FIELD_MANAGER
 from gitops_sync.apply import inventory
-from gitops_sync.apply.manager import ConflictPolicy, LiveMap, OnEntry, ResourceManager
+from gitops_sync.apply.manager import ConflictPolicy, LiveMap, OnEntry, ResourceManager, not_attempted_entry
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.errors import ClusterError
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry
 from gitops_sync.plan.planner import Target
@@ -36,6 +37,7 @@ class SourceOptions:
     path: str | None = None
     cache_dir: Path | None = None
     render: RenderOptions = field(default_factory=RenderOptions)
+    timeout: float = 60.0  # seconds for each git command (fetch, checkout)
 
 
 @dataclass
@@ -53,7 +55,7 @@ class PassOptions:
 
 def load(source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
     """Fetch and render; raises SourceError/RenderError before anything touches the cluster."""
-    checkout = fetch(source.repo, source.revision, source.path, cache_dir=source.cache_dir)
+    checkout = fetch(source.repo, source.revision, source.path, cache_dir=source.cache_dir, timeout=source.timeout)
     # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths.
     opts = replace(source.render, repo_root=checkout.repo_root or checkout.root)
     return checkout, render(checkout.root, opts)
@@ -128,17 +130,37 @@ class Engine:
         if opts.prune and not partial:
             pruned_all = self._prune(cs, inv, targets, opts, dry_run, on_entry)
         if record and pruned_all and not cs.has_errors:
-            # Shrink the recorded group-kinds only once every member outside them is gone.
-            if opts.prune:
-                self._record(inv, group_kinds, namespaces, checkout, cs.source)
-            else:
-                self._record(inv, inv.group_kinds | group_kinds, inv.namespaces | namespaces, checkout, cs.source)
+            # Shrink the recorded group-kinds only once every member outside them is gone; only now is the
+            # revision recorded as applied.
+            kinds, spaces = group_kinds, namespaces
+            if not opts.prune:
+                kinds, spaces = inv.group_kinds | group_kinds, inv.namespaces | namespaces
+            try:
+                self._record(inv, kinds, spaces, checkout, cs.source, applied=True)
+            except ClusterError as exc:
+                cs.errors.append(f"applied, but the inventory could not record revision {checkout.revision}: {exc}")
         if opts.wait and not dry_run:
             self._wait(cs, targets, opts.timeout)
         return cs
 
+    def not_attempted(
+        self, checkout: Checkout, targets: Sequence[Target], opts: PassOptions, exc: Exception, *, apply: bool
+    ) -> ChangeSet:
+        """The report of a pass the API server stopped before any object was sent: every target untouched."""
+        cs = ChangeSet(revision=checkout.revision, source=_source_label(checkout), dry_run=opts.dry_run or not apply)
+        cs.entries = [not_attempted_entry(t, exc) for t in targets]
+        cs.errors.append(f"nothing applied or pruned: {exc}")
+        return cs
+
     def _record(
-        self, inv: inventory.Inventory, kinds: set[str], namespaces: set[str], checkout: Checkout, source: str
+        self,
+        inv: inventory.Inventory,
+        kinds: set[str],
+        namespaces: set[str],
+        checkout: Checkout,
+        source: str,
+        *,
+        applied: bool = False,
     ) -> None:
         inventory.save(
             self.client,
@@ -148,6 +170,7 @@ class Engine:
             field_manager=self.field_manager,
             revision=checkout.revision,
             source=source,
+            applied=applied,
         )
 
     def _ensure_inventory_namespace(
@@ -181,11 +204,19 @@ class Engine:
         on_entry: OnEntry | None,
     ) -> bool:
         if cs.has_errors:
-            cs.errors.append("prune skipped: some objects failed to apply; nothing is deleted on a failed pass")
+            cs.errors.append(
+                "prune not evaluated: some objects could not be planned"
+                if dry_run
+                else "prune skipped: some objects failed to apply; nothing is deleted on a failed pass"
+            )
             return False
         if not inv.exists:
             return True
-        members = inventory.list_members(self.client, self.discovery, inv)
+        try:
+            members = inventory.list_members(self.client, self.discovery, inv)
+        except ClusterError as exc:
+            cs.errors.append(f"prune not attempted: cannot list the members of the inventory: {exc}")
+            return False
         wanted = {t.key for t in targets}
         gone = [m for k, m in members.items() if k not in wanted]
         if not targets and gone and not opts.allow_empty:
@@ -200,7 +231,11 @@ class Engine:
 
     def _wait(self, cs: ChangeSet, targets: Sequence[Target], timeout: float) -> None:
         started = time.monotonic()
-        not_ready = self.manager.wait(targets, timeout)
+        try:
+            not_ready = self.manager.wait(targets, timeout)
+        except ClusterError as exc:
+            cs.errors.append(f"wait abandoned after {time.monotonic() - started:.0f}s: {exc}")
+            return
         by_key: dict[ObjectKey, str] = {r.key: f"{r.status.value}: {r.message}" for r in not_ready}
         for e in cs.entries:
             e.health = by_key.get(e.key, "Current") if e.action is not Action.PRUNE else ""
