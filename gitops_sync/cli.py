@@ -10,10 +10,11 @@ import functools
 import importlib
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, NoReturn, TypeVar
 
 import click
 import structlog
@@ -23,20 +24,46 @@ from rich.progress import Progress
 from gitops_sync import __version__, report
 from gitops_sync.apply.manager import ConflictPolicy
 from gitops_sync.cluster.client import Client
-from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
+from gitops_sync.engine import Engine, PassOptions, SourceOptions, load, source_label
 from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, GitOpsError
-from gitops_sync.options import ClusterArgs, cluster_options, log_options, setup_logging, source_options
-from gitops_sync.plan.changeset import ChangeSet, Entry
-from gitops_sync.plan.masking import mask_secret
+from gitops_sync.options import (
+    DURATION,
+    ClusterArgs,
+    chosen_log_level,
+    cluster_options,
+    forget_choices,
+    log_options,
+    setup_logging,
+    source_options,
+)
+from gitops_sync.plan.changeset import ChangeSet
+from gitops_sync.plan.masking import Redactor, mask_literals, mask_secret
 from gitops_sync.render import to_yaml
+from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
+from gitops_sync.source import Checkout, mask_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = structlog.get_logger("gitops_sync")
 
+_ENV_EPILOG = (
+    "Environment: GITOPS_SYNC_REPO, GITOPS_SYNC_REVISION, GITOPS_SYNC_PATH, GITOPS_SYNC_NAMESPACE, "
+    "GITOPS_SYNC_NAME, GITOPS_SYNC_INVENTORY_NAMESPACE, GITOPS_SYNC_FIELD_MANAGER, GITOPS_SYNC_CONTEXT and "
+    "KUBECONFIG stand in for the flags; `run` reads every one of its flags as GITOPS_SYNC_<FLAG>. "
+    "Shell completion: eval \"$(_GITOPS_SYNC_COMPLETE=bash_source gitops-sync)\" (zsh_source, fish_source)."
+)
+
 
 def _output_options(fn: F) -> F:
     fn = click.option("-v", "--verbose", is_flag=True, help="Also list unchanged objects.")(fn)
-    return click.option("-o", "--output", type=click.Choice(report.FORMATS), default="table", show_default=True)(fn)
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Choice(report.FORMATS),
+        default="table",
+        show_default=True,
+        help="Report on stdout: table (for people; colour and width follow the terminal), json (for jq; "
+        "also on failure, with `errors` filled) or markdown (pull-request comments).",
+    )(fn)
 
 
 @dataclass(frozen=True)
@@ -51,50 +78,68 @@ class _Budget:
 def _budget_options(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kw: Any) -> Any:
-        kw["budget"] = _Budget(kw.pop("request_timeout"), kw.pop("deadline"), time.monotonic())
+        timeout, deadline = kw.pop("request_timeout"), kw.pop("deadline")
+        if timeout <= 0 or (deadline is not None and deadline <= 0):
+            raise click.BadParameter("must be more than 0", param_hint="--request-timeout/--deadline")
+        kw["budget"] = _Budget(timeout, deadline, time.monotonic())
         return fn(*args, **kw)
 
     wrapper = click.option(
         "--deadline",
-        type=click.FloatRange(min=1),
+        type=DURATION,
         default=None,
-        help="Seconds for the whole command (fetch, plan, apply, prune, wait); past it nothing more is sent, "
-        "the rest is reported 'not attempted' and the exit code is 2. Default: no limit.",
+        help="Time for the whole command (fetch, plan, apply, prune, wait): 90s, 5m or seconds. Past it nothing "
+        "more is sent, the rest is reported 'not attempted', nothing is pruned, exit 2. Default: no limit.",
     )(wrapper)
     return click.option(  # type: ignore[return-value]
         "--request-timeout",
-        type=click.FloatRange(min=0.1),
-        default=30.0,
+        type=DURATION,
+        default="30s",
         show_default=True,
-        help="Seconds for one API request. An unanswered request makes the tool probe /readyz; if that fails "
-        "too, every remaining request fails at once ('not attempted') instead of waiting.",
+        help="Time for one API request. An unanswered request makes the tool probe /readyz; if that fails "
+        "too, every remaining request fails at once ('not attempted') instead of waiting its own timeout.",
     )(wrapper)
 
 
-@contextmanager
-def _errors_exit_2() -> Iterator[None]:
-    try:
-        yield
-    except GitOpsError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(2)
+@dataclass
+class _Attempt:
+    """What a command knows so far, for its failure: the error document and masking the message."""
+
+    command: str
+    output: str = "table"
+    source: SourceOptions | None = None
+    checkout: Checkout | None = None
+    dry_run: bool = False
+    rendered: bool = False  # the Secret values are known (registered with `redact`)
+    redact: Redactor = field(default_factory=Redactor)
+
+    def mask(self, text: str, *, ours: bool) -> str:
+        """`ours`: a message we wrote (already masked by design); else any quoted literal is masked too
+        while the Secret values it might hold are not known yet."""
+        text = mask_url(self.redact(text))
+        return text if ours or self.rendered else mask_literals(text)
+
+    def failed(self, message: str) -> ChangeSet:
+        """The report of a pass that ended in `message`: what was known, `errors` filled."""
+        src, co = self.source, self.checkout
+        label = source_label(src.repo, src.path, src.revision) if src else ""
+        return ChangeSet(revision=co.revision if co else "", source=label, errors=[message], dry_run=self.dry_run)
 
 
-def _exits_2(fn: F) -> F:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with _errors_exit_2():
-            return fn(*args, **kwargs)
+def _attempt(command: str, **known: Any) -> _Attempt:
+    """The attempt of the command running now, found again by the group when the command fails."""
+    attempt = _Attempt(command, **known)
+    click.get_current_context().meta[_ATTEMPT] = attempt
+    return attempt
 
-    return wrapper  # type: ignore[return-value]
+
+_ATTEMPT = "gitops_sync.attempt"
+_PASS_THROUGH = (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort)
 
 
 class _Commands(click.Group):
     """Imports the daemon only for `run`: prometheus, watchdog and the HTTP server cost a one-shot
-    `sync` in CI ~0.1 s of start-up for nothing."""
+    `sync` in CI ~0.1 s of start-up for nothing. Every failure of every command ends here: exit 2."""
 
     _lazy = {"run": ("gitops_sync.daemon.command", "run")}
 
@@ -108,32 +153,102 @@ class _Commands(click.Group):
             return command
         return super().get_command(ctx, cmd_name)
 
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        if parent is None:
+            forget_choices()
+        return super().make_context(info_name, args, parent, **extra)
 
-@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _PASS_THROUGH:
+            raise  # usage errors: click prints them (exit 2) and --help/--version exit 0
+        except GitOpsError as exc:
+            attempt = _current(ctx)
+            _fail(attempt, attempt.mask(str(exc), ours=True))
+        except KeyboardInterrupt:
+            _fail(_current(ctx), "interrupted")
+        except Exception as exc:  # the last line of defence: never a raw traceback
+            attempt = _current(ctx)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            what = type(exc).__name__ + (f": {first}" if first else "")
+            hint = "" if _debug() else " (--log-level debug prints the traceback)"
+            if _debug():
+                click.echo(_masked_traceback(attempt, exc), err=True, nl=False)
+            _fail(attempt, f"gitops-sync {attempt.command} failed unexpectedly: {attempt.mask(what, ours=False)}{hint}")
+
+
+def _masked_traceback(attempt: _Attempt, exc: BaseException) -> str:
+    """Frames (our code: file, line, source) keep their quotes; exception messages are masked like the
+    one-line error; known Secret values and URL credentials are masked everywhere."""
+    chunks = []
+    for chunk in traceback.TracebackException.from_exception(exc).format():
+        frame = chunk.startswith(("  File ", "Traceback "))
+        chunks.append(attempt.mask(chunk, ours=frame))
+    return "".join(chunks)
+
+
+def _current(ctx: click.Context) -> _Attempt:
+    found = ctx.meta.get(_ATTEMPT)
+    return found if isinstance(found, _Attempt) else _Attempt(ctx.invoked_subcommand or "gitops-sync")
+
+
+def _fail(attempt: _Attempt, message: str) -> NoReturn:
+    """One line on stderr; with -o json/markdown also the error document on stdout, so `jq` reads it."""
+    click.echo(f"error: {message}", err=True)
+    if attempt.output in ("json", "markdown"):
+        report.write(attempt.failed(message), attempt.output, sys.stdout)
+    sys.exit(2)
+
+
+def _debug() -> bool:
+    return chosen_log_level() == "debug"
+
+
+@click.group(
+    cls=_Commands,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+    epilog=_ENV_EPILOG,
+)
 @click.version_option(__version__, prog_name="gitops-sync")
 @log_options
 def main() -> None:
     """Keep a Kubernetes cluster equal to a Git repository through server-side apply."""
 
 
+def _load(attempt: _Attempt, source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
+    """Fetch and render, then register the Secret values so that no later message can show them."""
+    checkout, objects = load(source)  # before any cluster access: a broken source never touches the cluster
+    attempt.checkout = checkout
+    attempt.redact.add(o.manifest for o in objects)
+    attempt.rendered = True
+    return checkout, objects
+
+
 def _run_pass(
-    src: SourceOptions, opts: PassOptions, cluster: ClusterArgs, budget: _Budget, *, apply: bool, output: str
+    attempt: _Attempt, src: SourceOptions, opts: PassOptions, cluster: ClusterArgs, budget: _Budget, *, apply: bool
 ) -> ChangeSet:
     setup_logging()
     if budget.deadline is not None:
         src = replace(src, timeout=min(src.timeout, budget.deadline))
-    checkout, objects = load(src)  # before any cluster access: a broken source never touches the cluster
+    checkout, objects = _load(attempt, src)
     log.info("rendered", revision=checkout.revision, objects=len(objects))
     opts.name = cluster.name  # None: the engine derives it from the repository and --path
     opts.inventory_namespace = cluster.inventory_namespace
+    on_terminal = attempt.output == "table" and sys.stderr.isatty()
     pool = max(cluster.concurrency * 2, 10)
     with Client(cluster.kubeconfig, cluster.context, pool_size=pool, timeout=budget.request_timeout) as client:
         client.set_deadline(budget.deadline, started=budget.started)
         engine = Engine(client, field_manager=cluster.field_manager, concurrency=cluster.concurrency)
         targets = engine.resolve(objects, opts)
-        with _progress(enabled=apply and output == "table" and sys.stderr.isatty(), total=len(objects)) as tick:
+        with (
+            _progress("applying", enabled=apply and on_terminal, total=len(objects)) as tick,
+            _progress("waiting", enabled=apply and opts.wait and on_terminal, total=len(targets), at_least=1) as ready,
+        ):
             try:
-                cs = engine.run(checkout, targets, opts, apply=apply, on_entry=tick)
+                cs = engine.run(checkout, targets, opts, apply=apply, on_entry=tick, on_ready=ready)
             except (ApiUnavailableError, ApiTimeoutError) as exc:  # before any object was sent
                 cs = engine.not_attempted(checkout, targets, opts, exc, apply=apply)
         log.info("requests", reads=client.stats.reads, writes=client.stats.writes, dry_runs=client.stats.dry_runs)
@@ -141,16 +256,21 @@ def _run_pass(
 
 
 @contextmanager
-def _progress(*, enabled: bool, total: int) -> Iterator[Callable[[Entry], None] | None]:
-    if not enabled or total < 20:
+def _progress(what: str, *, enabled: bool, total: int, at_least: int = 20) -> Iterator[Callable[[Any], None] | None]:
+    """A transient bar on stderr (a terminal only: never in a CI log or between JSON log lines)."""
+    if not enabled or total < at_least:
         yield None
         return
     with Progress(transient=True, console=Console(stderr=True)) as bar:
-        task = bar.add_task("applying", total=total)
-        yield lambda _entry: bar.advance(task)
+        task = bar.add_task(what, total=total)
+        yield lambda _item: bar.advance(task)
 
 
-@main.command()
+def _write_report(cs: ChangeSet, output: str, verbose: bool) -> None:
+    report.write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
+
+
+@main.command(epilog=_ENV_EPILOG)
 @log_options
 @source_options
 @cluster_options
@@ -169,8 +289,13 @@ def _progress(*, enabled: bool, total: int) -> Iterator[Callable[[Entry], None] 
     help="report: apply the rest, leave contested fields to their owner; force: take them; skip: leave the object.",
 )
 @click.option("--wait", is_flag=True, help="Wait until applied objects are healthy (kstatus rules).")
-@click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait with --wait.")
-@_exits_2
+@click.option(
+    "--timeout",
+    type=DURATION,
+    default="5m",
+    show_default=True,
+    help="How long --wait waits: 90s, 5m, 1h30m or plain seconds.",
+)
 def sync(
     source: SourceOptions,
     cluster: ClusterArgs,
@@ -186,6 +311,7 @@ def sync(
     timeout: float,
 ) -> None:
     """Apply the repository to the cluster (one pass, for CI). Exit 0 clean, 1 conflicts left, 2 error."""
+    attempt = _attempt("sync", output=output, source=source, dry_run=dry_run)
     opts = PassOptions(
         namespace=namespace,
         prune=prune,
@@ -195,19 +321,18 @@ def sync(
         wait=wait,
         timeout=timeout,
     )
-    cs = _run_pass(source, opts, cluster, budget, apply=True, output=output)
-    report.write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
+    cs = _run_pass(attempt, source, opts, cluster, budget, apply=True)
+    _write_report(cs, output, verbose)
     sys.exit(report.exit_code_sync(cs))
 
 
-@main.command()
+@main.command(epilog=_ENV_EPILOG)
 @log_options
 @source_options
 @cluster_options
 @_output_options
 @_budget_options
 @click.option("--prune", is_flag=True, help="Also list objects that --prune would delete.")
-@_exits_2
 def diff(
     source: SourceOptions,
     cluster: ClusterArgs,
@@ -218,22 +343,71 @@ def diff(
     prune: bool,
 ) -> None:
     """Drift and field-ownership report; changes nothing. Exit 0 in sync, 1 differences/conflicts, 2 error."""
+    attempt = _attempt("diff", output=output, source=source, dry_run=True)
     opts = PassOptions(namespace=namespace, prune=prune, allow_empty=True, dry_run=True)
-    cs = _run_pass(source, opts, cluster, budget, apply=False, output=output)
-    report.write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
+    cs = _run_pass(attempt, source, opts, cluster, budget, apply=False)
+    _write_report(cs, output, verbose)
     sys.exit(report.exit_code_diff(cs))
 
 
-@main.command()
+@main.command(epilog=_ENV_EPILOG)
 @log_options
 @source_options
 @click.option("--show-secrets", is_flag=True, help="Print Secret values (masked as *** by default).")
-@_exits_2
 def render(source: SourceOptions, namespace: str, show_secrets: bool) -> None:
     """Print the desired objects as multi-document YAML (no cluster needed)."""
+    attempt = _attempt("render", source=source)
     setup_logging()
-    checkout, objects = load(source)
+    checkout, objects = _load(attempt, source)
     manifests = [o.manifest if show_secrets else mask_secret(o.manifest) for o in objects]
     click.echo(f"# revision: {checkout.revision or '(plain directory)'}")
-    click.echo(to_yaml(manifests), nl=False)
+    click.echo(f"# namespace: {namespace} (-n: for namespaced objects that name none)")
+    cluster_scoped = _cluster_scoped_kinds(manifests)
+    for manifest in manifests:
+        document = to_yaml([manifest])
+        key = ObjectKey.of(manifest)
+        if not key.namespace and (key.group, key.kind) not in cluster_scoped:
+            head, sep, rest = document.partition("\n")
+            document = f"{head}{sep}# namespace: {namespace} (from -n)\n{rest}"
+        click.echo(document, nl=False)
 
+
+# Built-in cluster-scoped kinds: `render` runs without a cluster, so it cannot ask discovery. A custom
+# cluster-scoped kind is recognised when its CRD is in the same source.
+_BUILTIN_CLUSTER_SCOPED = frozenset(
+    {
+        ("", "Namespace"),
+        ("", "Node"),
+        ("", "PersistentVolume"),
+        ("", "ComponentStatus"),
+        ("rbac.authorization.k8s.io", "ClusterRole"),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition"),
+        ("apiregistration.k8s.io", "APIService"),
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding"),
+        ("storage.k8s.io", "StorageClass"),
+        ("storage.k8s.io", "CSIDriver"),
+        ("storage.k8s.io", "CSINode"),
+        ("storage.k8s.io", "VolumeAttachment"),
+        ("scheduling.k8s.io", "PriorityClass"),
+        ("networking.k8s.io", "IngressClass"),
+        ("node.k8s.io", "RuntimeClass"),
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+        ("certificates.k8s.io", "CertificateSigningRequest"),
+    }
+)
+
+
+def _cluster_scoped_kinds(manifests: list[Manifest]) -> set[tuple[str, str]]:
+    """(group, kind) of the built-in cluster-scoped kinds and of CRDs in the source with `scope: Cluster`."""
+    out = set(_BUILTIN_CLUSTER_SCOPED)
+    for m in manifests:
+        spec = m.get("spec") if m.get("kind") == "CustomResourceDefinition" else None
+        if isinstance(spec, dict) and spec.get("scope") == "Cluster":
+            names = spec.get("names") or {}
+            out.add((str(spec.get("group", "")), str(names.get("kind", "") if isinstance(names, dict) else "")))
+    return out

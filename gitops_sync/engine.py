@@ -6,6 +6,7 @@ live state comes from (fresh reads, or the daemon's watch cache).
 
 from __future__ import annotations
 
+import posixpath
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from gitops_sync.plan.planner import Target
 from gitops_sync.render import RenderOptions, render
 from gitops_sync.resource import DesiredObject, ObjectKey
 from gitops_sync.source import Checkout, fetch, mask_url
+from gitops_sync.source.checkout import is_remote
 
 log = structlog.get_logger(__name__)
 
@@ -97,9 +99,11 @@ class Engine:
         live_of: Callable[[Sequence[Target]], LiveMap] | None = None,
         on_entry: OnEntry | None = None,
         only: set[ObjectKey] | None = None,
+        on_ready: Callable[[ObjectKey], None] | None = None,
     ) -> ChangeSet:
         """Plan (apply=False or opts.dry_run) or converge. Per-object failures land in the change set.
 
+        `on_ready` hears of each object that becomes healthy during `--wait`.
         `only` narrows the pass to some objects (the daemon's per-object work items); such a partial
         pass never prunes and never rewrites the inventory, which need the whole picture.
         """
@@ -140,7 +144,7 @@ class Engine:
             except ClusterError as exc:
                 cs.errors.append(f"applied, but the inventory could not record revision {checkout.revision}: {exc}")
         if opts.wait and not dry_run:
-            self._wait(cs, targets, opts.timeout)
+            self._wait(cs, targets, opts.timeout, on_ready)
         return cs
 
     def not_attempted(
@@ -229,10 +233,17 @@ class Engine:
         cs.entries.extend(entries)
         return all(e.action is Action.PRUNE for e in entries)
 
-    def _wait(self, cs: ChangeSet, targets: Sequence[Target], timeout: float) -> None:
+    def _wait(
+        self,
+        cs: ChangeSet,
+        targets: Sequence[Target],
+        timeout: float,
+        on_ready: Callable[[ObjectKey], None] | None = None,
+    ) -> None:
         started = time.monotonic()
+        log.info("waiting until healthy", objects=len(targets), timeout=timeout)
         try:
-            not_ready = self.manager.wait(targets, timeout)
+            not_ready = self.manager.wait(targets, timeout, on_ready=on_ready)
         except ClusterError as exc:
             cs.errors.append(f"wait abandoned after {time.monotonic() - started:.0f}s: {exc}")
             return
@@ -252,10 +263,19 @@ def _sub_path(checkout: Checkout) -> str | None:
 
 
 def _source_label(checkout: Checkout) -> str:
-    """`repo[//sub/dir][@ref]`, the kustomize spelling; credentials in URLs masked."""
-    sub = _sub_path(checkout)
-    label = mask_url(checkout.repo) + (f"//{sub}" if sub else "")
-    return f"{label}@{checkout.ref}" if checkout.ref else label
+    return source_label(checkout.repo, _sub_path(checkout), checkout.ref)
 
 
-__all__ = ["Engine", "PassOptions", "SourceOptions", "default_inventory_name", "load"]
+def source_label(repo: str, sub: str | None, ref: str | None = None) -> str:
+    """`url[//sub/dir][@ref]` (the kustomize spelling) for a remote; the joined, normalised path for a
+    local one (`.` + `clusters/prod` is `clusters/prod`, never `.//clusters/prod`). Credentials masked."""
+    sub = posixpath.normpath(sub.strip("/")) if sub and sub.strip("/") else ""
+    sub = "" if sub == "." else sub
+    if is_remote(repo):
+        label = mask_url(repo.rstrip("/")) + (f"//{sub}" if sub else "")
+    else:
+        label = posixpath.normpath(posixpath.join(repo or ".", sub)) if sub else posixpath.normpath(repo or ".")
+    return f"{label}@{ref}" if ref else label
+
+
+__all__ = ["Engine", "PassOptions", "SourceOptions", "default_inventory_name", "load", "source_label"]

@@ -7,10 +7,12 @@ a `ClusterArgs` (`cluster`) instead of a dozen loose keyword arguments.
 from __future__ import annotations
 
 import functools
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -39,7 +41,8 @@ def _apply(fn: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
 
 
 def source_options(fn: F) -> F:
-    """--repo --revision --path --cache-dir --helm-values --helm-release -n -> `source=`, `namespace=`."""
+    """--repo --revision --path --cache-dir --helm-values --helm-release --kustomize-allow-external -n
+    -> `source=`, `namespace=`."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kw: Any) -> Any:
@@ -52,6 +55,7 @@ def source_options(fn: F) -> F:
                 helm_values=tuple(kw.pop("helm_values")),
                 helm_release=kw.pop("helm_release"),
                 namespace=kw["namespace"],
+                kustomize_allow_external=kw.pop("kustomize_allow_external"),
             ),
         )
         return fn(*args, **kw)
@@ -81,10 +85,16 @@ def source_options(fn: F) -> F:
             "--helm-values",
             multiple=True,
             type=click.Path(path_type=Path),
-            help="Values file for every Helm chart (repeatable).",
+            help="Values file for every Helm chart (repeatable); relative: from the current directory, "
+            "else from the repository.",
         ),
         click.option(
             "--helm-release", default=None, help="Release name for Helm charts (default: the chart directory name)."
+        ),
+        click.option(
+            "--kustomize-allow-external",
+            is_flag=True,
+            help="Let kustomizations use remote bases (URLs, git refs) and paths outside the repository.",
         ),
         click.option(
             "-n",
@@ -183,3 +193,55 @@ def log_options(fn: F) -> F:
 
 def setup_logging(default_level: str = "warning") -> None:
     logsetup.configure(_chosen.get("log_format", "auto"), _chosen.get("log_level", default_level))
+
+
+def forget_choices() -> None:
+    """A new command line starts with no --log-* choice (several invocations share a process in tests)."""
+    _chosen.clear()
+
+
+def chosen_log_level() -> str | None:
+    """The --log-level given on the command line, if any."""
+    return _chosen.get("log_level")
+
+
+# --- durations ------------------------------------------------------------------------------------
+
+_DURATION_PART: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|h|m|s)")
+_UNIT_SECONDS: Final = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds from `90`, `90s`, `5m`, `1h30m`, `1.5h`, `500ms` (Go's time.ParseDuration units that
+    make sense here, as `kubectl --timeout` and flux take them); ValueError otherwise."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        seconds = float(text)
+    else:
+        raw = str(text).strip().lower()
+        try:
+            seconds = float(raw)
+        except ValueError:
+            pos, seconds = 0, 0.0
+            for match in _DURATION_PART.finditer(raw):
+                if match.start() != pos:
+                    break
+                seconds += float(match[1]) * _UNIT_SECONDS[match[2]]
+                pos = match.end()
+            if not raw or pos != len(raw):
+                raise ValueError(f"{text!r} is not a duration (examples: 90, 90s, 5m, 1h30m)") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{text!r} is not a duration (examples: 90, 90s, 5m, 1h30m)")
+    return seconds
+
+
+class _Duration(click.ParamType[float]):
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION: Final = _Duration()

@@ -377,9 +377,20 @@ class ResourceManager:
 
     # -- waiting ----------------------------------------------------------------------------
 
-    def wait(self, targets: Sequence[Target], timeout: float, interval: float = 0.5) -> list[WaitResult]:
-        """Poll until every target is Current (kstatus rules); returns the ones that are not."""
-        deadline = time.monotonic() + timeout
+    def wait(
+        self,
+        targets: Sequence[Target],
+        timeout: float,
+        interval: float = 0.5,
+        *,
+        on_ready: Callable[[ObjectKey], None] | None = None,
+    ) -> list[WaitResult]:
+        """Poll until every target is Current (kstatus rules); returns the ones that are not.
+
+        Each object that becomes Current is logged (info) and passed to `on_ready` (a progress bar).
+        """
+        started = time.monotonic()
+        deadline = started + timeout
         pending = list(targets)
         last: dict[ObjectKey, WaitResult] = {}
         while pending:
@@ -393,6 +404,11 @@ class ResourceManager:
 
             results = self._each(check, pending)
             last = {r.key: r for r in results}
+            for r in results:
+                if r.status is Status.CURRENT:
+                    log.info("ready", object=str(r.key), seconds=round(time.monotonic() - started, 1))
+                    if on_ready:
+                        on_ready(r.key)
             failed = [r for r in results if r.status is Status.FAILED]
             pending = [t for t, r in zip(pending, results, strict=True) if r.status is not Status.CURRENT]
             if failed or not pending or time.monotonic() >= deadline:

@@ -13,6 +13,7 @@ import click
 import structlog
 
 from gitops_sync.apply.manager import ConflictPolicy
+from gitops_sync.daemon.auth import AUTH_MODES
 from gitops_sync.daemon.leader import LeaderConfig, default_identity
 from gitops_sync.daemon.loop import Daemon, DaemonOptions
 from gitops_sync.daemon.triggers import WEBHOOK_SECRET_ENV, load_webhook_secret
@@ -51,6 +52,10 @@ _CONFLICT_HELP = (
               "in a local repository before re-rendering.")
 @click.option("--http-addr", default=":8080", help="HOST:PORT for /healthz /readyz /metrics /status and "
               "POST /hooks/git.")
+@click.option("--http-auth", type=click.Choice(AUTH_MODES), default="none",
+              help="Who may read /status, /metrics (and any other path but the probes and the webhook): "
+              "none, or kubernetes: a bearer token checked with TokenReview and authorised with "
+              "SubjectAccessReview (get on the non-resource URL).")
 @click.option("--webhook-secret-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help=f"Secret for POST /hooks/git (GitHub X-Hub-Signature-256 or GitLab X-Gitlab-Token); "
               f"else ${WEBHOOK_SECRET_ENV}; without one the webhook is off.")
@@ -68,7 +73,7 @@ _CONFLICT_HELP = (
               "the pass in flight before abandoning it.")
 def run(source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: bool, prune: bool,
         allow_empty: bool, on_conflict: str, interval: float, resync: float, debounce: float, http_addr: str,
-        webhook_secret_file: Path | None, leader_elect: bool, leader_elect_namespace: str | None,
+        http_auth: str, webhook_secret_file: Path | None, leader_elect: bool, leader_elect_namespace: str | None,
         leader_elect_identity: str | None, lease_duration: float, renew_deadline: float, retry_period: float,
         shutdown_grace: float) -> None:
     """Keep the cluster equal to the repository for as long as it runs (the daemon).
@@ -89,6 +94,7 @@ def run(source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: 
         pass_opts=PassOptions(namespace=namespace, prune=prune, allow_empty=allow_empty, policy=policy,
                               name=cluster.name, inventory_namespace=cluster.inventory_namespace),
         self_heal=self_heal, interval=interval, resync=resync, debounce=debounce, http_addr=http_addr,
+        http_auth=http_auth,
         webhook_secret=secret, kubeconfig=cluster.kubeconfig, context=cluster.context,
         field_manager=cluster.field_manager, concurrency=cluster.concurrency, leader_elect=leader_elect,
         leader_namespace=leader_elect_namespace or _pod_namespace(),

@@ -1,28 +1,57 @@
 """The daemon's HTTP endpoints: probes, metrics, status and the Git webhook.
 
-Standard library server, one thread per request: the endpoints are cheap reads of in-memory state,
-and a dependency-free server keeps the container image small.
+Served by waitress: one event loop thread reads and writes every connection and hands only complete
+requests to a fixed pool of worker threads, so a slow client, a trickled header or hundreds of idle
+connections cost a socket each, never a thread. `Limits` bounds connections, header and body size,
+idle time and the time a request may take to arrive. Each request asks the daemon through `Endpoints`
+(cheap reads of in-memory state); /status, /metrics and any other path first pass the optional
+`Authorizer` (auth.py: TokenReview + SubjectAccessReview). Probes stay open for the kubelet, and the
+webhook is authenticated by its HMAC (triggers.py).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
+import socket
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import structlog
+from waitress import wasyncore
+from waitress.adjustments import Adjustments
+from waitress.channel import HTTPChannel
+from waitress.parser import HTTPRequestParser
+from waitress.server import TcpWSGIServer
+from waitress.task import ThreadedTaskDispatcher
 
+from gitops_sync.daemon.auth import Authorizer, Decision
 from gitops_sync.daemon.metrics import CONTENT_TYPE
 from gitops_sync.daemon.triggers import WebhookResult
+from gitops_sync.errors import GitOpsError
 
 log = structlog.get_logger(__name__)
 
 MAX_WEBHOOK_BODY = 5 * 1024 * 1024
+
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one daemon's HTTP server holds at most, and for how long."""
+
+    threads: int = 8  # workers; requests beyond wait in a queue, connections in the event loop
+    connections: int = 500  # open at once; more wait in the kernel's listen backlog
+    idle_timeout: int = 30  # seconds a connection may stay silent (keep-alive or before its first byte)
+    request_timeout: int = 10  # seconds from a request's first byte until its headers and body are in
+    max_header_bytes: int = 64 * 1024
+    max_body_bytes: int = MAX_WEBHOOK_BODY
 
 
 @dataclass
@@ -34,6 +63,10 @@ class Endpoints:
     metrics: Callable[[], bytes]
     status: Callable[..., dict[str, Any]]  # status(full_history=False)
     webhook: Callable[[dict[str, str], bytes], WebhookResult]
+
+
+class ListenError(GitOpsError):
+    """The address cannot be bound (in use, not local, not resolvable)."""
 
 
 def encode_json(doc: Any) -> bytes:
@@ -63,101 +96,243 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+def listen(host: str, port: int, backlog: int = 1024) -> socket.socket:
+    """A listening TCP socket; a failure names the address: `cannot listen on 127.0.0.1:8080: address ...`."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    shown = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host or '0.0.0.0'}:{port}"
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # restart while old sockets sit in TIME_WAIT
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        reason = (exc.strerror or str(exc)).lower()
+        raise ListenError(f"cannot listen on {shown}: {reason}") from exc
+    return sock
 
-    def __init__(self, addr: tuple[str, int], endpoints: Endpoints) -> None:
-        if ":" in addr[0]:
-            import socket
 
-            self.address_family = socket.AF_INET6
-        super().__init__(addr, _Handler)
+# -- the WSGI application ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Reply:
+    status: int
+    body: bytes
+    content_type: str = "text/plain; charset=utf-8"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+_REASONS = {
+    200: "OK",
+    202: "Accepted",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Payload Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+def _text(status: int, text: str, headers: list[tuple[str, str]] | None = None) -> _Reply:
+    return _Reply(status, f"{text}\n".encode(), headers=headers or [])
+
+
+_GET_ONLY = _text(405, "GET or HEAD only", [("Allow", "GET, HEAD")])
+
+
+def _json(status: int, doc: Any) -> _Reply:
+    return _Reply(status, encode_json(doc), "application/json")
+
+
+class _App:
+    """Routes a request; every failure inside becomes a status code, never an exception for the server."""
+
+    def __init__(self, endpoints: Endpoints, auth: Authorizer | None, max_body: int) -> None:
         self.endpoints = endpoints
+        self.auth = auth
+        self.max_body = max_body
 
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # probes every few seconds would drown the logs; errors are logged where they happen
-
-    def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _json(self, code: int, doc: Any) -> None:
-        self._send(code, encode_json(doc), "application/json")
-
-    def do_HEAD(self) -> None:
-        self.do_GET()
-
-    def do_GET(self) -> None:
-        ep = self.server.endpoints
-        path = self.path.split("?", 1)[0]
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        method = str(environ.get("REQUEST_METHOD", "GET"))
+        path = str(environ.get("PATH_INFO") or "/")
         try:
-            if path in ("/healthz", "/livez"):
-                ok, why = ep.healthy()
-                self._send(200 if ok else 503, f"{why}\n".encode())
-            elif path == "/readyz":
-                ok, why = ep.ready()
-                self._send(200 if ok else 503, f"{why}\n".encode())
-            elif path == "/metrics":
-                self._send(200, ep.metrics(), CONTENT_TYPE)
-            elif path == "/status":
-                query = parse_qs(urlsplit(self.path).query)
-                self._json(200, ep.status(full_history=True) if query.get("history") == ["all"] else ep.status())
-            elif path == "/hooks/git":
-                self._send(405, b"POST only\n")
-            else:
-                self._send(404, b"not found: /healthz /readyz /metrics /status, POST /hooks/git\n")
+            reply = self._route(method, path, environ)
         except Exception as exc:
-            log.exception("http handler failed", path=path)
-            self._send(500, f"internal error: {exc}\n".encode())
+            # the exception text may quote a value: its type only, the traceback at debug level
+            log.error("http handler failed", path=path, error_type=type(exc).__name__)
+            log.debug("http handler traceback", exc_info=True)
+            reply = _text(500, f"internal error ({type(exc).__name__}; the daemon's log has more)")
+        headers = [
+            ("Content-Type", reply.content_type),
+            ("Content-Length", str(len(reply.body))),
+            ("Cache-Control", "no-store"),
+            *reply.headers,
+        ]
+        start_response(f"{reply.status} {_REASONS.get(reply.status, '')}".rstrip(), headers)
+        return [b"" if method == "HEAD" else reply.body]
 
-    def do_POST(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path != "/hooks/git":
-            self._send(404, b"not found\n")
-            return
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            self._send(400, b"bad Content-Length\n")
-            return
-        if length > MAX_WEBHOOK_BODY:
-            self._send(413, b"payload too large\n")
-            self.close_connection = True
-            return
-        body = self.rfile.read(length) if length else b""
-        try:
-            result = self.server.endpoints.webhook(dict(self.headers.items()), body)
-        except Exception as exc:
-            log.exception("webhook handler failed")
-            self._send(500, f"internal error: {exc}\n".encode())
-            return
-        self._json(result.status, {"accepted": result.ok, "reason": result.reason, "provider": result.provider})
+    def _route(self, method: str, path: str, environ: dict[str, Any]) -> _Reply:
+        ep = self.endpoints
+        if path == "/hooks/git":
+            return self._webhook(environ) if method == "POST" else _text(405, "POST only", [("Allow", "POST")])
+        reading = method in ("GET", "HEAD")
+        if path in ("/healthz", "/livez", "/readyz"):
+            if not reading:
+                return _GET_ONLY
+            ok, why = ep.ready() if path == "/readyz" else ep.healthy()
+            return _text(200 if ok else 503, why)
+        if self.auth is not None:
+            decision = self.auth(path, environ.get("HTTP_AUTHORIZATION"))
+            if decision.status != 200:
+                return _refused(decision)
+        if path not in ("/metrics", "/status"):
+            return _text(404, "not found: /healthz /readyz /metrics /status, POST /hooks/git")
+        if not reading:
+            return _GET_ONLY
+        if path == "/metrics":
+            return _Reply(200, ep.metrics(), CONTENT_TYPE)
+        query = parse_qs(str(environ.get("QUERY_STRING") or ""))
+        return _json(200, ep.status(full_history=True) if query.get("history") == ["all"] else ep.status())
+
+    def _webhook(self, environ: dict[str, Any]) -> _Reply:
+        length = str(environ.get("CONTENT_LENGTH") or "")
+        if not length:  # (a body sent without a length is then read as the next request: 400)
+            return _text(411, "Content-Length required")
+        if not length.isdigit():  # waitress refuses these first (400); kept for any other server
+            return _text(400, "bad Content-Length")
+        if int(length) > self.max_body:  # likewise (413)
+            return _text(413, "payload too large")
+        body = environ["wsgi.input"].read(int(length))
+        headers = {k[5:].replace("_", "-").title(): str(v) for k, v in environ.items() if k.startswith("HTTP_")}
+        result = self.endpoints.webhook(headers, body)
+        return _json(result.status, {"accepted": result.ok, "reason": result.reason, "provider": result.provider})
+
+
+def _refused(decision: Decision) -> _Reply:
+    headers = [("WWW-Authenticate", 'Bearer realm="gitops-sync"')] if decision.status == 401 else []
+    if decision.status == 503:
+        headers.append(("Retry-After", "5"))
+    return _text(decision.status, decision.reason, headers)
+
+
+# -- the server ---------------------------------------------------------------------------------------
+
+
+class _Parser(HTTPRequestParser):  # type: ignore[misc]  # waitress is untyped
+    """Remembers when a request's first byte arrived, for the request deadline."""
+
+    def __init__(self, adj: Adjustments) -> None:
+        super().__init__(adj)
+        self.started = time.monotonic()
+
+
+class _Channel(HTTPChannel):  # type: ignore[misc]
+    parser_class = _Parser
+
+
+class _Server(TcpWSGIServer):  # type: ignore[misc]
+    """waitress's server plus a deadline for a request to arrive in full (against trickled headers)."""
+
+    channel_class = _Channel
+    request_timeout = 10.0
+
+    def maintenance(self, now: float) -> None:
+        super().maintenance(now)  # closes connections silent for longer than idle_timeout
+        cutoff = time.monotonic() - self.request_timeout
+        for channel in list(self.active_channels.values()):
+            request = channel.request
+            if request is not None and not channel.requests and request.started < cutoff:
+                channel.will_close = True
+
+
+class _ToStructlog(logging.Handler):
+    """waitress logs through `logging`; the daemon's log is structlog's."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = "warning" if record.levelno >= logging.WARNING else "info"
+        getattr(log, level)("http server: " + record.getMessage(), logger_name=record.name)
+
+
+def _route_waitress_logs() -> None:
+    logger = logging.getLogger("waitress")
+    if not any(isinstance(h, _ToStructlog) for h in logger.handlers):
+        logger.addHandler(_ToStructlog(logging.INFO))
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
 
 
 class HttpServer:
-    def __init__(self, addr: str, endpoints: Endpoints) -> None:
-        self._server = _Server(parse_addr(addr), endpoints)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
+    """Binds at construction (so a busy port fails before anything starts); serves after `start()`."""
+
+    def __init__(
+        self, addr: str, endpoints: Endpoints, *, auth: Authorizer | None = None, limits: Limits | None = None
+    ) -> None:
+        self.limits = limits = limits or Limits()
+        host, port = parse_addr(addr)
+        sock = listen(host, port)
+        _route_waitress_logs()
+        adj = Adjustments(
+            sockets=[sock],
+            threads=limits.threads,
+            connection_limit=limits.connections,
+            channel_timeout=limits.idle_timeout,
+            cleanup_interval=1,
+            asyncore_loop_timeout=1,
+            asyncore_use_poll=True,  # select() stops at fd 1024
+            max_request_header_size=limits.max_header_bytes,
+            max_request_body_size=limits.max_body_bytes,
+            expose_tracebacks=False,
+            ident="gitops-sync",
+        )
+        self._map: dict[int, Any] = {}
+        self._dispatcher = ThreadedTaskDispatcher()
+        self._server = _Server(
+            _App(endpoints, auth, limits.max_body_bytes),
+            self._map,
+            True,
+            sock,
+            dispatcher=self._dispatcher,
+            adj=adj,
+            bind_socket=False,
+            sockinfo=(sock.family, sock.type, sock.proto, sock.getsockname()),
+        )
+        self._server.request_timeout = float(limits.request_timeout)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="http", daemon=True)
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return int(self._server.effective_port)
 
     def start(self) -> HttpServer:
+        self._dispatcher.set_thread_count(self.limits.threads)
         self._thread.start()
         return self
 
+    def _serve(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                wasyncore.loop(timeout=1.0, map=self._map, use_poll=True, count=1)
+        except Exception:
+            log.exception("http server loop failed; probes stop answering")
+            raise
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        wasyncore.close_all(self._map)
+        self._dispatcher.shutdown(timeout=5)
+
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        """Close every connection and the listening socket; wait for the workers (at most ~5 s)."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._server.pull_trigger()
+            self._thread.join(10)
+        elif self._map:
+            self._close()

@@ -29,6 +29,7 @@ import structlog
 from gitops_sync import FIELD_MANAGER
 from gitops_sync.apply.manager import ConflictPolicy, LiveMap
 from gitops_sync.cluster.client import Client
+from gitops_sync.daemon.auth import KubernetesAuth
 from gitops_sync.daemon.cache import EventType, WatchCache
 from gitops_sync.daemon.events import NORMAL, WARNING, EventRecorder, EventSpec
 from gitops_sync.daemon.history import Fight, OwnershipHistory, is_secret, tracked_paths
@@ -48,7 +49,7 @@ from gitops_sync.errors import ClusterError, GitOpsError, RenderError
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
-from gitops_sync.source import Checkout, fetch, mask_url
+from gitops_sync.source import Checkout, fetch, mask_url, short_revision
 
 log = structlog.get_logger("gitops_sync.daemon")
 
@@ -67,6 +68,7 @@ class DaemonOptions:
     resync: float = 600.0
     debounce: float = 0.2
     http_addr: str = ":8080"
+    http_auth: str = "none"  # none | kubernetes (auth.py)
     webhook_secret: bytes | None = None
     kubeconfig: Path | None = None
     context: str | None = None
@@ -141,10 +143,14 @@ class Daemon:
                                         on_started=self._on_started_leading, on_stopped=self._on_stopped_leading)
         else:
             self.metrics.leader.set(1)
+        # Reviews go through a client of their own: unfenced (a TokenReview writes nothing) and never
+        # queued behind Lease renewals or Events.
+        self.auth_client = Client(opts.kubeconfig, opts.context, pool_size=8, timeout=5)
+        auth = KubernetesAuth(self.auth_client).check if opts.http_auth == "kubernetes" else None
         self.http = HttpServer(opts.http_addr, Endpoints(
             healthy=self.healthy, ready=self.ready, metrics=self._metrics, status=self.status,
             webhook=self._webhook,
-        ))
+        ), auth=auth)
         self._state = threading.Lock()
         self._source: _Source | None = None
         self._source_error = ""
@@ -211,7 +217,7 @@ class Daemon:
         self.cache.stop()
         self.events.stop(timeout=3)
         self.http.stop()
-        for c in (self.client, self.aux, self.watch_client):
+        for c in (self.client, self.aux, self.watch_client, self.auth_client):
             c.close()
         self._stop.set()
         log.info("stopped")
@@ -662,7 +668,7 @@ def _field_log(key: ObjectKey, c: FieldChange) -> dict[str, Any]:
 
 
 def _rev(src: _Source) -> str:
-    return src.checkout.revision[:12] or "(plain directory)"
+    return short_revision(src.checkout.revision) or "(plain directory)"
 
 
 def _iso(epoch: float) -> str:

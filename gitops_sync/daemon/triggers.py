@@ -76,7 +76,8 @@ class WebhookResult:
 def verify_webhook(headers: Mapping[str, str], body: bytes, secret: bytes | None) -> WebhookResult:
     """GitHub (`X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`) or GitLab (`X-Gitlab-Token`).
 
-    Constant-time comparisons; no secret configured means the endpoint is off (never unauthenticated).
+    Constant-time comparisons of bytes (a non-ASCII header is a mismatch, not an error); no secret
+    configured means the endpoint is off (never unauthenticated).
     """
     if not secret:
         return WebhookResult(False, 404, "webhook disabled: no secret configured (--webhook-secret-file)")
@@ -86,16 +87,21 @@ def verify_webhook(headers: Mapping[str, str], body: bytes, secret: bytes | None
         algo, _, digest = signature.strip().partition("=")
         if algo != "sha256" or not digest:
             return WebhookResult(False, 401, "malformed X-Hub-Signature-256 (want sha256=<hex>)", "github")
-        expected = hmac.new(secret, body, hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(expected, digest.strip().lower()):
+        expected = hmac.new(secret, body, hashlib.sha256).hexdigest().encode()
+        if not hmac.compare_digest(expected, _bytes(digest.strip().lower())):
             return WebhookResult(False, 401, "signature mismatch", "github")
         return WebhookResult(True, 202, "accepted", "github")
     token = lower.get("x-gitlab-token")
     if token is not None:
-        if not hmac.compare_digest(token.encode(), secret):
+        if not hmac.compare_digest(_bytes(token), secret):
             return WebhookResult(False, 401, "token mismatch", "gitlab")
         return WebhookResult(True, 202, "accepted", "gitlab")
     return WebhookResult(False, 401, "unsigned request: X-Hub-Signature-256 or X-Gitlab-Token required")
+
+
+def _bytes(header: str) -> bytes:
+    """Header values arrive as latin-1 text and may hold anything; compare_digest takes non-ASCII only as bytes."""
+    return header.encode("utf-8", "surrogatepass")
 
 
 def load_webhook_secret(path: Path | None) -> bytes | None:

@@ -9,7 +9,11 @@ carries the whole Secret as kubectl last applied it.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
 import copy
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Final
@@ -19,7 +23,7 @@ from gitops_sync.plan.fieldpath import MISSING, Field, parse
 from gitops_sync.plan.normalize import LAST_APPLIED
 from gitops_sync.resource import Manifest, ObjectKey, split_api_version
 
-__all__ = ["MASK", "is_secret", "mask_diff", "mask_secret"]
+__all__ = ["MASK", "Redactor", "is_secret", "mask_diff", "mask_literals", "mask_secret"]
 
 MASK: Final = "***"
 _VALUE_MAPS: Final = ("data", "stringData")
@@ -89,3 +93,57 @@ def _mask_at(path: str, value: Any) -> Any:
     if path == ".metadata" and isinstance(value, Mapping) and "annotations" in value:
         return {**value, "annotations": _mask_annotations(value["annotations"])}
     return value
+
+
+# --- text we did not write: the last line of defence ---------------------------------------------
+
+_SHORT_VALUE: Final = 4  # values shorter than this are masked only as whole words, not inside others
+_QUOTED_LITERAL: Final = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+
+
+class Redactor:
+    """Masks every Secret value it has seen in a text: for messages nobody wrote with masking in mind
+    (an unexpected exception's text and traceback), where a value may have been interpolated.
+
+    Values are registered as written (`stringData`), as stored (base64 `data`) and decoded, and in their
+    `repr` spelling (how exception messages quote them).
+    """
+
+    def __init__(self, manifests: Iterable[Manifest] = ()) -> None:
+        self._values: set[str] = set()
+        self.add(manifests)
+
+    def add(self, manifests: Iterable[Manifest]) -> None:
+        for obj in manifests:
+            if not is_secret(obj):
+                continue
+            for name in _VALUE_MAPS:
+                values = obj.get(name)
+                if isinstance(values, Mapping):
+                    for value in values.values():
+                        self._add_value(value, decode=name == "data")
+
+    def _add_value(self, value: Any, *, decode: bool) -> None:
+        if value is None:
+            return
+        text = value if isinstance(value, str) else str(value)
+        spellings = {text, repr(text)[1:-1]}
+        if decode:
+            with contextlib.suppress(binascii.Error, ValueError):
+                plain = base64.b64decode(text, validate=True).decode("utf-8", errors="replace")
+                spellings |= {plain, repr(plain)[1:-1]}
+        self._values |= {s for s in spellings if s.strip()}
+
+    def __call__(self, text: str) -> str:
+        for value in sorted(self._values, key=len, reverse=True):
+            if len(value) >= _SHORT_VALUE:
+                text = text.replace(value, MASK)
+            else:
+                text = re.sub(rf"(?<!\w){re.escape(value)}(?!\w)", MASK, text)
+        return text
+
+
+def mask_literals(text: str) -> str:
+    """Every quoted literal (`'...'`, `"..."`) as `'***'`: for an exception raised while the values that
+    might be in it are not known yet (before rendering finished)."""
+    return _QUOTED_LITERAL.sub("'***'", text)

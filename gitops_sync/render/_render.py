@@ -2,21 +2,24 @@
 
 Everything here is local and deterministic: no namespace defaulting, no cluster look-ups (the planner
 does those with discovery), so `render` gives the same objects for the same tree on any machine.
+Every failure is a RenderError naming the file, document and object, and never quoting a value: the
+objects go on to the planner, the messages to reports, logs and the daemon's /status.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gitops_sync.errors import RenderError
-from gitops_sync.render import _tools
-from gitops_sync.render._yaml import load_json, load_yaml
-from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
+from gitops_sync.render import _kustomize, _tools
+from gitops_sync.render._kustomize import KUSTOMIZATION_FILES
+from gitops_sync.render._yaml import NodeBudget, load_json, load_yaml
+from gitops_sync.resource import DesiredObject, Manifest, ObjectKey, split_api_version
 
-KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -24,17 +27,24 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 class RenderOptions:
     """How to render; the defaults suit a plain repository of manifests."""
 
-    helm_values: tuple[Path, ...] = ()  # extra values files for every chart (relative: from repo_root)
+    # Extra values files for every chart, given by the user (trusted): a relative path is looked up in
+    # the current directory first, then in the repository (where it must stay inside repo_root).
+    helm_values: tuple[Path, ...] = ()
     helm_release: str | None = None  # default: the chart directory's name
     namespace: str = "default"  # passed to `helm template --namespace`
     kubectl: str = "kubectl"  # binary for `kubectl kustomize`
     helm: str = "helm"
     max_file_bytes: int = 10 * 1024 * 1024
-    max_yaml_nodes: int = 1_000_000  # bound on nodes after alias expansion
+    max_yaml_nodes: int = 1_000_000  # nodes (aliases expanded) per file
+    max_render_nodes: int = 10_000_000  # nodes (aliases expanded) over every file and tool output of a render
+    max_depth: int = 100  # nesting levels of one document
     # The repository's top: symlinks may not lead out of it, relative values files start from it.
     # None: the rendered root itself (pass Checkout.repo_root when rendering a --path sub-directory).
     repo_root: Path | None = None
     tool_timeout: float = 300  # seconds for one `kubectl kustomize` / `helm template`
+    max_tool_output_bytes: int = 32 * 1024 * 1024  # stdout of one `kubectl kustomize` / `helm template`
+    # Kustomizations may name remote bases (URLs, git refs) and paths outside the repository.
+    kustomize_allow_external: bool = False
 
 
 def render(root: Path, options: RenderOptions | None = None) -> list[DesiredObject]:
@@ -43,7 +53,16 @@ def render(root: Path, options: RenderOptions | None = None) -> list[DesiredObje
     if not root.is_dir():
         raise RenderError("not a directory", file=str(root))
     walker = _Walker(root, opts)
-    walker.walk(root, "", frozenset())
+    try:
+        walker.walk(root, "", frozenset())
+    except RenderError:
+        raise
+    except RecursionError:
+        raise RenderError("nested too deeply", file=walker.current or ".") from None
+    except OSError as err:
+        raise RenderError(f"cannot read: {err.strerror or type(err).__name__}", file=walker.current or ".") from None
+    except Exception as err:  # a bug or an input nobody foresaw: name the file, never echo the value
+        raise RenderError(f"cannot render ({type(err).__name__})", file=walker.current or ".") from None
     return _unique(walker.objects)
 
 
@@ -53,14 +72,18 @@ class _Walker:
     opts: RenderOptions
     objects: list[DesiredObject] = field(default_factory=list)
     boundary: Path = field(init=False)
+    budget: NodeBudget = field(init=False)
+    current: str = ""  # the file or directory being rendered, for errors nobody foresaw
 
     def __post_init__(self) -> None:
+        self.budget = NodeBudget(self.opts.max_yaml_nodes, self.opts.max_render_nodes, self.opts.max_depth)
         self.boundary = (self.opts.repo_root or self.root).resolve()
         if not self.root.resolve().is_relative_to(self.boundary):
             raise RenderError(f"the rendered directory is outside the repository {self.boundary}", file=str(self.root))
 
     def walk(self, directory: Path, rel: str, ancestors: frozenset[Path]) -> None:
         """Sorted, depth-first; a kustomization or chart directory is rendered whole by its tool."""
+        self.current = rel or "."
         real = directory.resolve()
         if real in ancestors:
             raise RenderError("symlink loop: the directory contains itself", file=rel or ".")
@@ -75,7 +98,11 @@ class _Walker:
             tool = "kustomize" if kustomization is not None else "helm"
             label = f"{rel or '.'} ({tool})"
             output = self._kustomize(directory, label) if tool == "kustomize" else self._helm(directory, label)
-            for number, value in load_yaml(output, label, self.opts.max_yaml_nodes):
+            # A tool's output is the rendering of a whole tree: bounded by bytes and by the render's budget.
+            budget = replace(self.budget, per_file=sys.maxsize)
+            docs = load_yaml(output, label, budget)
+            self.budget.used = budget.used
+            for number, value in docs:
                 self._add(value, label, f"{label}#{number}")
             return
         for entry in entries:
@@ -89,10 +116,14 @@ class _Walker:
             if entry.is_dir():
                 self.walk(path, entry_rel, ancestors | {real})
             elif is_manifest and entry.is_file():
+                self.current = entry_rel
                 self._load_file(path, entry_rel)
 
     def _check_link(self, path: Path, rel: str) -> None:
-        target = path.resolve()
+        try:
+            target = path.resolve()
+        except RuntimeError:  # Python 3.11 raises on a loop of file symlinks
+            raise RenderError("symlink loop", file=rel) from None
         if not target.is_relative_to(self.boundary):
             raise RenderError(f"symlink leads outside the repository (to {target})", file=rel)
         if not target.exists():
@@ -121,9 +152,9 @@ class _Walker:
         if len(data) > limit:
             raise too_big
         if rel.lower().endswith(".json"):
-            docs = load_json(data, rel)
+            docs = load_json(data, rel, self.budget)
         else:
-            docs = load_yaml(data, rel, self.opts.max_yaml_nodes)
+            docs = load_yaml(data, rel, self.budget)
         for number, value in docs:
             origin = f"{rel}#{number}"
             self._add(value, origin, origin)
@@ -139,19 +170,36 @@ class _Walker:
         self.objects.append(DesiredObject(_validate(value, where), origin))
 
     def _kustomize(self, directory: Path, label: str) -> str:
-        return _tools.kustomize(self.opts.kubectl, directory, label, self.opts.tool_timeout)
+        # Refuse remote bases and paths leaving the repository before kustomize fetches or reads them, and
+        # learn the secretGenerator values its error messages might quote.
+        secrets = _kustomize.check(directory, self.boundary, allow_external=self.opts.kustomize_allow_external)
+        limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
+        return _tools.kustomize(self.opts.kubectl, directory, label, limits, secrets)
 
     def _helm(self, directory: Path, label: str) -> str:
-        values: list[Path] = []
-        for given in self.opts.helm_values:
-            path = given if given.is_absolute() else self.boundary / given
-            if not path.is_file():
-                raise RenderError(f"values file {given} does not exist (looked at {path})", file=label)
-            values.append(path)
+        values = [self._values_file(given, label) for given in self.opts.helm_values]
         release = self.opts.helm_release or directory.resolve().name
-        return _tools.helm_template(
-            self.opts.helm, directory, release, self.opts.namespace, values, label, self.opts.tool_timeout
-        )
+        limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
+        return _tools.helm_template(self.opts.helm, directory, release, self.opts.namespace, values, label, limits)
+
+    def _values_file(self, given: Path, label: str) -> Path:
+        """A --helm-values file: the user's own (absolute, or relative to the current directory) is
+        trusted; one found in the repository must stay inside it like any file the repository names."""
+        if given.is_absolute() or (Path.cwd() / given).is_file():
+            path = given if given.is_absolute() else Path.cwd() / given
+            if not path.is_file():
+                raise RenderError(f"values file {given} does not exist", file=label)
+            return path
+        in_repo = self.boundary / given
+        if not in_repo.is_file():
+            raise RenderError(
+                f"values file {given} does not exist (looked in the current directory {Path.cwd()} "
+                f"and in the repository {self.boundary})",
+                file=label,
+            )
+        if not in_repo.resolve().is_relative_to(self.boundary):
+            raise RenderError(f"values file {given} leads outside the repository (symlink)", file=label)
+        return in_repo
 
 
 def _is_list(value: dict[str, Any]) -> bool:
@@ -163,33 +211,74 @@ def _is_list(value: dict[str, Any]) -> bool:
 
 
 def _label(value: Any) -> str | None:
-    """`Kind/name` (or whichever is known) for error messages."""
+    """`Kind/name` (or whichever is known) for error messages; only strings, never a nested value."""
     if not isinstance(value, dict):
         return None
     meta = value.get("metadata")
     name = meta.get("name") or meta.get("generateName") if isinstance(meta, dict) else None
-    parts = [str(p) for p in (value.get("kind"), name) if p]
+    parts = [p[:253] for p in (value.get("kind"), name) if isinstance(p, str) and p]
     return "/".join(parts) or None
 
 
+# Maps of strings checked here, by (group, kind): the API server would reject them too, but its message
+# (or a stage before it) could quote a Secret's value.
+_STRING_MAPS = {("", "Secret"): ("data", "stringData")}
+
+
 def _validate(value: Any, where: str) -> Manifest:
-    """What server-side apply needs: apiVersion, kind and a fixed metadata.name, as strings."""
+    """What server-side apply needs: apiVersion, kind and a fixed metadata.name, as strings; labels,
+    annotations and Secret data as maps of strings. Messages name keys and types, never values."""
     if not isinstance(value, dict):
-        found = "a list" if isinstance(value, list) else type(value).__name__
-        raise RenderError(f"expected a Kubernetes object (a mapping), found {found}", file=where)
+        raise RenderError(f"expected a Kubernetes object (a mapping), found {_type_name(value)}", file=where)
     problems = [f"missing {f}" for f in ("apiVersion", "kind") if not _non_empty_str(value.get(f))]
     meta = value.get("metadata")
     meta = {} if meta is None else meta
     if not isinstance(meta, dict):
-        problems.append("metadata must be a mapping")
+        problems.append(f"metadata must be a mapping (found {_type_name(meta)})")
     else:
         if not _non_empty_str(meta.get("name")):
             problems.append(_name_problem(meta))
         if not isinstance(meta.get("namespace") or "", str):
-            problems.append("metadata.namespace must be a string")
+            problems.append(f"metadata.namespace must be a string (found {_type_name(meta.get('namespace'))})")
+        for name in ("labels", "annotations"):
+            problems += _string_map_problems(meta.get(name), f"metadata.{name}")
+    api_version, kind = value.get("apiVersion"), value.get("kind")
+    if isinstance(api_version, str) and isinstance(kind, str):
+        for name in _STRING_MAPS.get((split_api_version(api_version)[0], kind), ()):
+            problems += _string_map_problems(value.get(name), name)
     if problems:
         raise RenderError("; ".join(problems), file=where, obj=_label(value))
     return value
+
+
+def _string_map_problems(value: Any, what: str) -> list[str]:
+    """A map of string keys to string values (null: absent, as the API server reads it)."""
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        return [f"{what} must be a mapping of strings (found {_type_name(value)})"]
+    wrong = [f"{what}.{key} must be a string (found {_type_name(v)})" for key, v in value.items()
+             if not isinstance(v, str) and v is not None]
+    if len(wrong) > 3:
+        wrong[3:] = [f"and {len(wrong) - 3} more in {what}"]
+    return wrong
+
+
+def _type_name(value: Any) -> str:
+    """What a value is, in YAML's words (never the value itself: it may be a Secret's)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
 
 
 def _name_problem(meta: dict[str, Any]) -> str:

@@ -3,7 +3,13 @@
 YAML aliases let a 1 kB file describe 10^9 nodes (billion laughs). PyYAML shares aliased objects, so
 loading alone stays small, but everything after (diffs, JSON encoding, deep copies) expands them. So we
 compose the node graph first, count the nodes as if aliases were expanded (memoised per node, linear in
-the file), and only construct documents that stay within the bound.
+the file), and only construct documents that stay within the bound. The bound holds per file and per
+render (a `NodeBudget` shared by every file of one render), and so does a nesting-depth limit: the
+diff, mask and YAML-output stages downstream recurse, and Python's recursion limit must never be what
+stops a manifest.
+
+Nothing read from a file is echoed in an error except keys, tags and positions: a constructor error
+(`password: !!int hunter2`) would otherwise quote a Secret's value.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -25,8 +32,52 @@ _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoade
 _BaseDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
+@dataclass
+class NodeBudget:
+    """How many YAML nodes (aliases expanded) one file and one whole render may build, and how deep.
+
+    One instance is shared by every file of a render, so many small files (or many documents) cannot
+    add up to what one file may not be.
+    """
+
+    per_file: int = 1_000_000
+    per_render: int = 10_000_000
+    max_depth: int = 100  # nesting levels; real manifests (CRD schemas included) stay well below
+    used: int = 0  # nodes built so far in this render
+
+    def left(self, file_used: int) -> int:
+        return min(self.per_file - file_used, self.per_render - self.used)
+
+    def exceeded(self, number: int, file_used: int) -> str:
+        """The message for a document that does not fit, naming the limit it hit."""
+        if self.per_file - file_used <= self.per_render - self.used:
+            return (
+                f"document {number} expands to more than {self.per_file} YAML nodes in this file "
+                "(aliases expanded); refusing to load it"
+            )
+        return (
+            f"document {number} brings the render past {self.per_render} YAML nodes over all files "
+            "(aliases expanded); refusing to load it"
+        )
+
+    def too_deep(self, number: int) -> str:
+        return f"document {number} is nested more than {self.max_depth} levels deep"
+
+
 class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
     """SafeLoader whose results are JSON values, as the API server will read them."""
+
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        # A scalar whose tag does not fit it (`!!int hunter2`, `!!bool x`, a 5,000-digit number) makes
+        # PyYAML's constructor raise ValueError/KeyError/... quoting the value; say where, never what.
+        try:
+            return super().construct_object(node, deep=deep)
+        except (yaml.YAMLError, RecursionError, MemoryError):
+            raise
+        except Exception:
+            raise ConstructorError(
+                None, None, f"the value cannot be read as {_short_tag(node.tag)}", node.start_mark
+            ) from None
 
     def construct_mapping(self, node: Node, deep: bool = False) -> dict[str, Any]:
         # Keys become strings while building: as Python keys, `on:` (True) and `1:` would be one key.
@@ -58,16 +109,26 @@ class _Dumper(_BaseDumper):  # type: ignore[valid-type,misc]
         return True
 
 
-def load_yaml(data: bytes | str, source: str, max_nodes: int) -> list[tuple[int, Any]]:
-    """(document number from 1, value) for each document, empty documents left out."""
+def load_yaml(data: bytes | str, source: str, budget: NodeBudget | int) -> list[tuple[int, Any]]:
+    """(document number from 1, value) for each document, empty documents left out.
+
+    `budget`: the render's NodeBudget (charged with what this file builds), or a node limit for this
+    text alone.
+    """
+    if isinstance(budget, int):
+        budget = NodeBudget(per_file=budget, per_render=budget)
     docs: list[tuple[int, Any]] = []
+    file_used = 0
     # Without an anchor (`&`) there are no aliases, so nothing is shared and nothing expands, and without a
     # tag (`!`) every value is already JSON-shaped: the node-count walk and the copy have nothing to do.
     # The walk stays for files large enough to exceed the bound by themselves (a node takes >= 1 byte).
     # (An `&` or `!` inside a string value merely takes the full path.)
     amp, bang = ("&", "!") if isinstance(data, str) else (b"&", b"!")
-    plain = amp not in data and bang not in data and 2 * (len(data) + 1) <= max_nodes  # type: ignore[operator]
+    # The plain path counts nodes after building (the bytes bound them); the full path before.
+    bound = 2 * (len(data) + 1)
+    plain = amp not in data and bang not in data and bound <= budget.left(0)  # type: ignore[operator]
     loader = _Loader(data)
+    node: Node | None = None
     try:
         number = 0
         while loader.check_node():
@@ -77,29 +138,49 @@ def load_yaml(data: bytes | str, source: str, max_nodes: int) -> list[tuple[int,
                 continue
             if plain:
                 value = loader.construct_document(node)
+                size, depth = measure(value)
+                if depth > budget.max_depth:
+                    _check_nodes(node, budget, source, number, file_used)  # raises, naming the line
+                    raise RenderError(f"invalid YAML: {budget.too_deep(number)}", file=source)
             else:
-                _check_nodes(node, max_nodes, source, number)
+                size = _check_nodes(node, budget, source, number, file_used)
                 value = _plain(loader.construct_document(node))
+            file_used += size
+            budget.used += size
             if value is not None:
                 docs.append((number, value))
+    except RenderError:
+        raise
     except yaml.MarkedYAMLError as err:
         context = err.context or ""
         if err.context_mark is not None and err.problem_mark is not None and context:
             # Where the unclosed thing started is usually where the mistake is, not where libyaml noticed.
             context += f" started at line {err.context_mark.line + 1}, column {err.context_mark.column + 1}"
         problem = ": ".join(p for p in (context, err.problem) if p)
-        raise RenderError(f"invalid YAML: {problem}", file=_at(source, err.problem_mark or err.context_mark)) from None
+        # A constructor error comes after the document was composed: name its object too.
+        obj = _node_label(node) if isinstance(err, ConstructorError) else None
+        where = _at(source, err.problem_mark or err.context_mark)
+        raise RenderError(f"invalid YAML: {problem}", file=where, obj=obj) from None
     except yaml.YAMLError as err:  # e.g. a reader error on a control character or bad encoding
         raise RenderError(f"invalid YAML: {err}", file=source) from None
     except RecursionError:
         raise RenderError("invalid YAML: nested too deeply", file=source) from None
+    except Exception as err:  # whatever else PyYAML throws: its text may quote the value, so only the type
+        raise RenderError(f"invalid YAML: cannot be read ({type(err).__name__})", file=source) from None
     finally:
         loader.dispose()
     return docs
 
 
-def load_json(data: bytes, source: str) -> list[tuple[int, Any]]:
-    """A JSON file: one document, or one per element when the top level is an array."""
+def load_json(data: bytes, source: str, budget: NodeBudget | None = None) -> list[tuple[int, Any]]:
+    """A JSON file: one document, or one per element when the top level is an array.
+
+    An empty (zero-byte or whitespace-only) file has no documents, as an empty YAML file has none:
+    `diff -o json > report.json` inside the repository must not trip over its own output file.
+    """
+    if not data.strip():
+        return []
+    budget = budget or NodeBudget()
     try:
         value = json.loads(data, object_pairs_hook=_unique_pairs)
     except json.JSONDecodeError as err:
@@ -110,8 +191,44 @@ def load_json(data: bytes, source: str) -> list[tuple[int, Any]]:
         raise RenderError(f"invalid JSON: not UTF-8/16/32 text ({err.reason})", file=source) from None
     except RecursionError:
         raise RenderError("invalid JSON: nested too deeply", file=source) from None
+    except ValueError as err:  # e.g. a number past Python's int-string limit; the text may quote it
+        raise RenderError(f"invalid JSON: cannot be read ({type(err).__name__})", file=source) from None
     items = value if isinstance(value, list) else [value]
-    return [(i, item) for i, item in enumerate(items, start=1) if item is not None]
+    docs: list[tuple[int, Any]] = []
+    file_used = 0
+    for number, item in enumerate(items, start=1):
+        size, depth = measure(item)
+        if depth > budget.max_depth:
+            raise RenderError(f"invalid JSON: {budget.too_deep(number)}", file=source)
+        if size > budget.left(file_used):
+            raise RenderError(budget.exceeded(number, file_used), file=source)
+        file_used += size
+        budget.used += size
+        if item is not None:
+            docs.append((number, item))
+    return docs
+
+
+def measure(value: Any) -> tuple[int, int]:
+    """(nodes, nesting depth) of a JSON-shaped value, counting a mapping's keys as nodes, as YAML does.
+
+    Level by level, without recursion: this runs on every document, before anything deeper may recurse.
+    """
+    count = 0
+    depth = 0
+    level = [value]
+    while level:
+        depth += 1
+        count += len(level)
+        below: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                count += len(item)
+                below.extend(item.values())
+            elif isinstance(item, list):
+                below.extend(item)
+        level = below
+    return count, depth
 
 
 def to_yaml(objs: Iterable[Manifest]) -> str:
@@ -151,13 +268,16 @@ def _children(node: Node) -> list[Node]:
     return []
 
 
-def _check_nodes(root: Node, limit: int, source: str, number: int) -> None:
-    """Reject alias expansions past `limit` nodes, recursive aliases and duplicate mapping keys.
+def _check_nodes(root: Node, budget: NodeBudget, source: str, number: int, file_used: int) -> int:
+    """The document's node count with aliases expanded; rejects counts past what the budget has left,
+    nesting past its depth, recursive aliases and duplicate mapping keys.
 
-    Iterative post-order walk with one size per distinct node: linear in the composed graph however
-    large the expansion, and no recursion limit to hit.
+    Iterative post-order walk with one size and depth per distinct node: linear in the composed graph
+    however large the expansion, and no recursion limit to hit.
     """
+    limit = budget.left(file_used)
     sizes: dict[int, int] = {}
+    depths: dict[int, int] = {}
     on_path: set[int] = set()
     stack: list[tuple[Node, bool]] = [(root, False)]
     while stack:
@@ -165,24 +285,30 @@ def _check_nodes(root: Node, limit: int, source: str, number: int) -> None:
         key = id(node)
         if finished:
             on_path.discard(key)
-            size = 1 + sum(sizes[id(child)] for child in _children(node))
+            children = _children(node)
+            size = 1 + sum(sizes[id(child)] for child in children)
             if size > limit:
+                raise RenderError(budget.exceeded(number, file_used), file=source)
+            depth = 1 + max((depths[id(child)] for child in children), default=0)
+            if depth > budget.max_depth:
                 raise RenderError(
-                    f"document {number} expands to more than {limit} YAML nodes (aliases expanded); "
-                    "refusing to load it",
-                    file=source,
+                    f"invalid YAML: {budget.too_deep(number)}", file=_at(source, node), obj=_node_label(root)
                 )
             sizes[key] = size
+            depths[key] = depth
             continue
         if key in sizes:
             continue
         if key in on_path:
-            raise RenderError(f"recursive YAML alias in document {number}", file=_at(source, node))
+            raise RenderError(
+                f"recursive YAML alias in document {number}", file=_at(source, node), obj=_node_label(root)
+            )
         on_path.add(key)
         stack.append((node, True))
         if isinstance(node, MappingNode):
-            _check_unique_keys(node, source)
+            _check_unique_keys(node, source, root)
         stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+    return sizes[id(root)]
 
 
 def _check_unique_keys_here(node: MappingNode) -> None:
@@ -196,13 +322,15 @@ def _check_unique_keys_here(node: MappingNode) -> None:
         seen.add(key_node.value)
 
 
-def _check_unique_keys(node: MappingNode, source: str) -> None:
+def _check_unique_keys(node: MappingNode, source: str, root: Node) -> None:
     seen: set[str] = set()
     for key_node, _ in node.value:
         if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
             continue
         if key_node.value in seen:
-            raise RenderError(f"invalid YAML: duplicate key {key_node.value!r}", file=_at(source, key_node))
+            raise RenderError(
+                f"invalid YAML: duplicate key {key_node.value!r}", file=_at(source, key_node), obj=_node_label(root)
+            )
         seen.add(key_node.value)
 
 
@@ -226,6 +354,27 @@ def _key(key: Any) -> str:
     if key is None:
         return "null"
     return key if isinstance(key, str) else str(key)
+
+
+def _node_label(node: Node | None) -> str | None:
+    """`Kind/name` of a composed document, read from its scalars without constructing anything."""
+    if not isinstance(node, MappingNode):
+        return None
+    found: dict[str, str] = {}
+    for key, value in node.value:
+        if isinstance(key, ScalarNode) and key.value == "kind" and isinstance(value, ScalarNode):
+            found["kind"] = str(value.value)[:253]
+        if isinstance(key, ScalarNode) and key.value == "metadata" and isinstance(value, MappingNode):
+            for inner_key, inner in value.value:
+                if isinstance(inner_key, ScalarNode) and inner_key.value == "name" and isinstance(inner, ScalarNode):
+                    found["name"] = str(inner.value)[:253]
+    return "/".join(found[k] for k in ("kind", "name") if found.get(k)) or None
+
+
+def _short_tag(tag: str) -> str:
+    """`tag:yaml.org,2002:int` -> `!!int`; local tags as written."""
+    prefix = "tag:yaml.org,2002:"
+    return "!!" + tag.removeprefix(prefix) if tag.startswith(prefix) else tag
 
 
 def _at(source: str, where: Node | Mark | None) -> str:

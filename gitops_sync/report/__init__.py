@@ -1,18 +1,23 @@
 """Change sets for people (table), machines (json) and pull requests (markdown).
 
-Values reach here already masked for Secrets; long values are shortened for the table only.
+Values reach here already masked for Secrets. Every cell is plain text in every format: the table
+never reads a value as rich markup (`[/]`, `containers[name="api"]`), Markdown escapes what would
+break a table row or inject HTML. On a terminal the table follows its width and long values are
+shortened; anywhere else (a pipe, a CI log) nothing is cut.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, TextIO
+import re
+from typing import Any, Final, TextIO
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
+from gitops_sync.source import short_revision
 
 FORMATS = ("table", "json", "markdown")
 
@@ -24,23 +29,52 @@ _STYLE = {
     Action.CONFLICT: "bold red",
     Action.ERROR: "bold red",
 }
+# Off a terminal the table is as wide as its widest row: rich needs a width, this one is never reached.
+_UNBOUNDED: Final = 1_000_000
+_TERMINAL_VALUE_LIMIT: Final = 60
 
 
-def write(cs: ChangeSet, fmt: str, out: TextIO, *, color: bool | None = None, verbose: bool = False) -> None:
+def write(
+    cs: ChangeSet,
+    fmt: str,
+    out: TextIO,
+    *,
+    color: bool | None = None,
+    verbose: bool = False,
+    terminal: bool | None = None,
+) -> None:
+    """`terminal` (default: whether `out` is one) decides width and shortening of the table."""
     if fmt == "json":
-        json.dump(cs.to_dict(), out, indent=2, default=str)
-        out.write("\n")
+        out.write(json.dumps(cs.to_dict(), indent=2, default=str) + "\n")  # whole or nothing
     elif fmt == "markdown":
         out.write(markdown(cs, verbose=verbose))
     else:
-        table(cs, Console(file=out, force_terminal=color, no_color=color is False, width=160), verbose=verbose)
+        on_terminal = _isatty(out) if terminal is None else terminal
+        console = Console(
+            file=out,
+            force_terminal=color,
+            no_color=color is False,
+            width=None if on_terminal else _UNBOUNDED,
+            highlight=False,
+            emoji=False,
+            markup=False,
+        )
+        table(cs, console, verbose=verbose, limit=_TERMINAL_VALUE_LIMIT if on_terminal else None)
 
 
-def short(value: Any, limit: int = 60) -> str:
+def _isatty(out: TextIO) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def short(value: Any, limit: int | None = _TERMINAL_VALUE_LIMIT) -> str:
+    """A value as one line of text; cut to `limit` characters (None: never)."""
     if value is None:
         return "(absent)"
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def who(c: FieldChange) -> str:
@@ -55,61 +89,67 @@ def who(c: FieldChange) -> str:
 def _headline(cs: ChangeSet) -> str:
     s = cs.summary()
     parts = [f"{s[a.value]} {a.value}" for a in Action if s[a.value]]
-    rev = cs.revision[:12] if cs.revision else "(no revision)"
+    rev = short_revision(cs.revision) if cs.revision else "(no revision)"
     mode = " (dry run)" if cs.dry_run else ""
     return f"{cs.source} at {rev}{mode}: " + (", ".join(parts) or "nothing to do")
 
 
-def table(cs: ChangeSet, console: Console, *, verbose: bool = False) -> None:
+def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int | None = None) -> None:
+    """Every cell is a `Text`, never markup; columns fold rather than cut what does not fit."""
     console.print(Text(_headline(cs), style="bold"))
     shown = [e for e in cs.sorted_entries() if verbose or e.action is not Action.UNCHANGED]
     if shown:
-        t = Table(show_header=True, header_style="bold", expand=False)
-        for col in ("action", "object", "message"):
-            t.add_column(col)
+        t = _table(None, "action", "object", "message")
         for e in shown:
-            t.add_row(Text(e.action.value, style=_STYLE[e.action]), str(e.key), e.message)
+            t.add_row(Text(e.action.value, style=_STYLE[e.action]), Text(str(e.key)), Text(e.message))
         console.print(t)
     fields = [(e, c, kind) for e in shown for kind, cs_ in (("conflict", e.conflicts), ("drift", e.drift)) for c in cs_]
     if fields:
-        ft = Table(title="fields", show_header=True, header_style="bold")
-        for col in ("object", "", "path", "desired (Git)", "live", "owned live by"):
-            ft.add_column(col)
+        ft = _table("fields", "object", "", "path", "desired (Git)", "live", "owned live by")
         for e, c, kind in fields:
             ft.add_row(
-                str(e.key),
+                Text(str(e.key)),
                 Text(kind, style="bold red" if kind == "conflict" else "yellow"),
-                c.path,
-                short(c.desired),
-                short(c.live),
-                who(c),
+                Text(c.path),
+                Text(short(c.desired, limit)),
+                Text(short(c.live, limit)),
+                Text(who(c)),
             )
         console.print(ft)
     co = [(e, o) for e in shown for o in e.co_owners]
     if co:
-        ot = Table(title="other managers owning fields Git sets", show_header=True, header_style="bold")
-        for col in ("object", "manager", "operation", "fields"):
-            ot.add_column(col)
+        ot = _table("other managers owning fields Git sets", "object", "manager", "operation", "fields")
         for e, o in co:
             op = o.operation + (f" ({o.subresource})" if o.subresource else "")
-            ot.add_row(str(e.key), o.manager, op, ", ".join(o.fields[:6]) + (" …" if len(o.fields) > 6 else ""))
+            many = limit is not None and len(o.fields) > 6
+            fields_text = ", ".join(o.fields[:6] if many else o.fields) + (" …" if many else "")
+            ot.add_row(Text(str(e.key)), Text(o.manager), Text(op), Text(fields_text))
         console.print(ot)
     for err in cs.errors:
         console.print(Text(f"error: {err}", style="bold red"))
 
 
+def _table(title: str | None, *columns: str) -> Table:
+    t = Table(title=title, show_header=True, header_style="bold", expand=False)
+    for col in columns:
+        t.add_column(col, overflow="fold")
+    return t
+
+
 def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
+    """GitHub-flavoured Markdown; values in code spans, everything from the cluster or Git escaped."""
     lines = [f"### gitops-sync: {_md(_headline(cs))}", ""]
     shown = [e for e in cs.sorted_entries() if verbose or e.action is not Action.UNCHANGED]
     if shown:
         lines += ["| action | object | message |", "|---|---|---|"]
-        lines += [f"| {e.action.value} | `{e.key}` | {_md(e.message)} |" for e in shown]
+        lines += [f"| {e.action.value} | {_code(str(e.key))} | {_md(e.message)} |" for e in shown]
         lines.append("")
     rows = [(e, kind, c) for e in shown for kind, lst in (("conflict", e.conflicts), ("drift", e.drift)) for c in lst]
     if rows:
         lines += ["| object | | path | desired (Git) | live | owned live by |", "|---|---|---|---|---|---|"]
         lines += [
-            f"| `{e.key}` | {kind} | `{c.path}` | `{_md(short(c.desired))}` | `{_md(short(c.live))}` | {_md(who(c))} |"
+            f"| {_code(str(e.key))} | {kind} | {_code(c.path)} | {_code(short(c.desired))} | {_code(short(c.live))} "
+            f"| {_md(who(c))} |"
             for e, kind, c in rows
         ]
         lines.append("")
@@ -117,15 +157,36 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
     if co:
         lines += ["<details><summary>other managers owning fields Git sets</summary>", ""]
         lines += [
-            f"- `{e.key}`: **{o.manager}** ({o.operation}) on {', '.join(f'`{f}`' for f in o.fields)}" for e, o in co
+            f"- {_code(str(e.key))}: **{_md(o.manager)}** ({_md(o.operation)}) on "
+            + ", ".join(_code(f) for f in o.fields)
+            for e, o in co
         ]
         lines += ["", "</details>", ""]
     lines += [f"> **error:** {_md(err)}" for err in cs.errors]
     return "\n".join(lines).rstrip() + "\n"
 
 
+# What means something to Markdown inside a table cell (emphasis, code, links, strike-through, the cell
+# border): escaped with a backslash. Line-start markers (`#`, `>`, `-`) cannot occur mid-row.
+_MD_SPECIAL: Final = re.compile(r"([\\`*_\[\]|~])")
+
+
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Plain text for a Markdown table cell: markup characters escaped, `<` and `&` as entities
+    (no HTML from a value), line breaks as `<br>` (a raw newline would end the table row)."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return text.replace("\r\n", "<br>").replace("\n", "<br>").replace("\r", "<br>")
+
+
+def _code(text: str) -> str:
+    """A code span holding `text` literally, whatever backticks it contains (CommonMark: a longer fence);
+    `|` escaped (GFM reads it as a cell border even in a code span), newlines shown as `\\n`."""
+    text = text.replace("\r", "\\r").replace("\n", "\\n").replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or (text.startswith(" ") and text.endswith(" ")) else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def exit_code_diff(cs: ChangeSet) -> int:

@@ -35,13 +35,20 @@ log = structlog.get_logger(__name__)
 
 _REMOTE_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://", "git+ssh://", "ssh+git://")
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:(?!//)")  # git@github.com:org/repo.git
-_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+# Userinfo runs to the LAST `@` of the URL's token: `https://user:p@ss@host` must hide all of `p@ss`.
+# (An `@` in a path makes this hide more than needed, never less.)
+_USERINFO = re.compile(r"(?<=://)[^\s'\"<>]*@")
 _REMOTE_HEAD = "refs/gitops-sync/remote-head"
+DIRTY = "-dirty"  # suffix of the revision of a work tree with uncommitted changes
 _KEEP_TREES = 8  # materialised commits kept per repository; older ones are removed on the next fetch
 # A git lock file this old, found while we hold the cache's flock, belongs to no live git process of ours.
 STALE_LOCK_AGE = 5.0
 # Never prompt: a sync in CI must fail on bad credentials rather than hang on a password prompt.
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never", "GIT_ASKPASS": "true"}
+# Credentials from a URL reach git through the environment only, never its command line (`ps` shows that
+# to every user): a credential helper, configured by GIT_CONFIG_* variables, prints these two variables.
+_USER_VAR, _PASSWORD_VAR = "GITOPS_SYNC_CREDENTIAL_USERNAME", "GITOPS_SYNC_CREDENTIAL_PASSWORD"
+_HELPER = f'!f() {{ test "$1" = get || exit 0; echo "username=${_USER_VAR}"; echo "password=${_PASSWORD_VAR}"; }}; f'
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,44 @@ class Checkout:
 def mask_url(text: str) -> str:
     """Hide `user:password@` in URLs: tokens embedded in a repo URL must never reach logs or reports."""
     return _USERINFO.sub("***@", text)
+
+
+@dataclass(frozen=True)
+class _Remote:
+    """A remote URL split for git: what goes on the command line and what goes in the environment."""
+
+    url: str  # without a password (and, for http(s), without any userinfo)
+    env: dict[str, str]
+
+    @classmethod
+    def of(cls, url: str) -> _Remote:
+        scheme, sep, rest = url.partition("://")
+        authority, slash, path = rest.partition("/")
+        userinfo, at, host = authority.rpartition("@")
+        if not sep or not at:
+            return cls(url, {})
+        user, _, password = userinfo.partition(":")
+        if scheme.lower() not in ("http", "https"):
+            # ssh and the others: a user name is no secret and ssh needs it; a password cannot work anyway.
+            return cls(f"{scheme}://{user + '@' if user else ''}{host}{slash}{path}", {})
+        count = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)  # keep whatever the caller configured
+        env = {
+            "GIT_CONFIG_COUNT": str(count + 2),
+            f"GIT_CONFIG_KEY_{count}": "credential.helper",
+            f"GIT_CONFIG_VALUE_{count}": "",  # an empty helper clears the list: the URL's credentials win
+            f"GIT_CONFIG_KEY_{count + 1}": "credential.helper",
+            f"GIT_CONFIG_VALUE_{count + 1}": _HELPER,
+            _USER_VAR: unquote(user),
+            _PASSWORD_VAR: unquote(password),
+        }
+        return cls(f"{scheme}://{host}{slash}{path}", env)
+
+
+def short_revision(revision: str, length: int = 12) -> str:
+    """`3f2c…(12)` with the `-dirty` marker kept: shortened first, then the suffix, so a report never
+    names a clean commit for uncommitted files."""
+    sha, dirty, _ = revision.partition(DIRTY)
+    return sha[:length] + (DIRTY if dirty else "")
 
 
 def is_remote(repo: str) -> bool:
@@ -84,7 +129,9 @@ def fetch(
         revision = None
     if revision is not None and revision.startswith("-"):
         raise SourceError(f"invalid revision {revision!r} for {mask_url(repo)}")
-    cache = cache_dir if cache_dir is not None else _default_cache_dir()
+    # Absolute and without symlinks: git runs in the cache's own directories, where a relative path
+    # would mean something else.
+    cache = (cache_dir if cache_dir is not None else _default_cache_dir()).expanduser().resolve()
     if is_remote(repo):
         return _fetch_remote(repo, revision, path, cache, timeout)
     return _fetch_local(repo, revision, path, cache, timeout)
@@ -97,19 +144,22 @@ def _default_cache_dir() -> Path:
 
 def _fetch_remote(url: str, revision: str | None, path: str | None, cache: Path, timeout: float) -> Checkout:
     masked = mask_url(url)
-    repo_cache = cache / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:24]
+    remote = _Remote.of(url)
+    # Keyed without credentials: a rotated token keeps its cache.
+    repo_cache = cache / hashlib.sha256(remote.url.rstrip("/").encode()).hexdigest()[:24]
     with _locked(repo_cache):
         bare = _open_bare(repo_cache / "repo.git", masked)
         clear_stale_locks(repo_cache / "repo.git")
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
         if revision is None:
             refspecs.append(f"+HEAD:{_REMOTE_HEAD}")
-        _run(bare, timeout, url, "fetch", "--prune", "--force", "--no-write-fetch-head", "--", url, *refspecs)
+        _run(bare, timeout, url, remote.env, "fetch", "--prune", "--force", "--no-write-fetch-head", "--",
+             remote.url, *refspecs)
         sha = _resolve(bare, revision or _REMOTE_HEAD, masked, timeout)
         if sha is None and revision is not None and re.fullmatch(r"[0-9a-fA-F]{40}", revision):
             # A commit no branch or tag points at: servers that allow it hand it out by SHA.
             with contextlib.suppress(SourceError):
-                _run(bare, timeout, url, "fetch", "--no-write-fetch-head", "--", url, revision)
+                _run(bare, timeout, url, remote.env, "fetch", "--no-write-fetch-head", "--", remote.url, revision)
             sha = _resolve(bare, revision, masked, timeout)
         if sha is None:
             raise SourceError(f"unknown revision {revision!r} in {masked} (not a branch, tag or commit)")
@@ -164,7 +214,7 @@ def _work_tree_revision(local: git.Repo, root: Path, name: str) -> str:
         dirty = local.is_dirty(untracked_files=True, path=scope)
     except GitCommandError as err:
         raise SourceError(f"{name}: cannot read the Git status: {_tail(err.stderr)}") from None
-    return f"{sha}-dirty" if dirty else sha
+    return f"{sha}{DIRTY}" if dirty else sha
 
 
 def _sub_path(base: Path, path: str | None, name: str) -> Path:
@@ -199,10 +249,11 @@ def _open_bare(git_dir: Path, name: str) -> git.Repo:
     return bare
 
 
-def _run(repo: git.Repo, timeout: float, url: str, *args: str) -> str:
-    """Run a git command against `url`, translating failures into a SourceError naming the host."""
+def _run(repo: git.Repo, timeout: float, url: str, env: dict[str, str], *args: str) -> str:
+    """Run a git command against `url` (credentials in `env`), translating failures into a SourceError
+    naming the host."""
     try:
-        out: str = repo.git.execute(["git", *args], kill_after_timeout=timeout)
+        out: str = repo.git.execute(["git", *args], kill_after_timeout=timeout, env=env)
     except GitCommandNotFound:
         raise SourceError("the `git` command is not installed (GitPython needs it on PATH)") from None
     except GitCommandError as err:

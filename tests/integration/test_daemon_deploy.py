@@ -62,11 +62,12 @@ def test_kustomize_variant_applies_with_server_side_dry_run(kube: KubeCluster, n
     assert dep["spec"]["replicas"] == 2
     container = dep["spec"]["template"]["spec"]["containers"][0]
     assert "--leader-elect" in container["args"] and container["args"][0] == "run"
+    assert "--http-auth=kubernetes" in container["args"]  # /metrics and /status need a token in a cluster
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "gitops-sync"
     for rule in (r for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]):
-        assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+        assert "*" not in rule["verbs"] and "*" not in rule.get("resources", rule.get("nonResourceURLs")), rule
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
 
     # the Namespace as it is, the rest in a namespace that exists (a dry-run persists no Namespace)
@@ -156,4 +157,6 @@ def test_daemon_with_the_service_account_token_works_in_its_namespace_and_is_ref
             assert d.proc.poll() is None, "no crash"
             assert d.stop() == 0
     finally:
-        kube.kubectl("delete", "clusterrole", f"gitops-sync-apply{suffix}", "--ignore-not-found", check=False)
+        for d in rbac:
+            if d["kind"] == "ClusterRole":
+                kube.kubectl("delete", "clusterrole", d["metadata"]["name"], "--ignore-not-found", check=False)

@@ -51,7 +51,7 @@ def test_plain_and_full_paths_give_the_same_documents() -> None:
 def test_duplicate_keys_are_found_on_both_paths(anchor: str) -> None:
     text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n" + anchor + "data:\n  a: 1\n  a: 2\n"
     line = 7 + (1 if anchor else 0)
-    with pytest.raises(RenderError, match=rf"^d\.yaml:{line}:3: invalid YAML: duplicate key 'a'$"):
+    with pytest.raises(RenderError, match=rf"^d\.yaml:{line}:3, ConfigMap/c: invalid YAML: duplicate key 'a'$"):
         load_yaml(text, "d.yaml", 1_000_000)
 
 

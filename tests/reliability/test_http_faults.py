@@ -1,0 +1,423 @@
+"""The daemon's HTTP server under bad clients: each gets a 4xx or a timeout, never a 500, a leak or a crash.
+
+The server runs in a process of its own (http_target.py: the real HttpServer with stand-in endpoints) so
+its threads and file descriptors are counted exactly in /proc/PID, apart from this test's sockets.
+Loopback only; every loop is bounded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, closing, suppress
+from pathlib import Path
+
+import pytest
+
+from gitops_sync.cluster.client import Client
+from gitops_sync.daemon.auth import KubernetesAuth
+from tests.reliability.conftest import Recorder
+from tests.reliability.http_target import SECRET
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Target:
+    """The server process: its port, thread and fd counts, and its log."""
+
+    def __init__(self, limits: dict[str, int], log: Path) -> None:
+        self.log = log
+        self._log = open(log, "wb")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.reliability.http_target", json.dumps(limits)],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+        )
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())
+        status, _ = request(self.port, "GET", "/healthz")
+        assert status == 200
+
+    def threads(self) -> int:
+        return len(os.listdir(f"/proc/{self.proc.pid}/task"))
+
+    def fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def settled_fds(self, at_most: int | None = None, timeout: float = 6.0) -> int:
+        """The fd count once it stops changing (and is at most `at_most`): closing is asynchronous."""
+        deadline = time.monotonic() + timeout
+        last = self.fds()
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            now = self.fds()
+            if now == last and (at_most is None or now <= at_most):
+                return now
+            last = now
+        return last
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(15)
+        self._log.close()
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Iterator[Target]:
+    t = Target({"idle_timeout": 2, "request_timeout": 2, "threads": 4}, tmp_path / "server.log")
+    try:
+        yield t
+    finally:
+        if t.alive():
+            log = t.close()
+            assert "Traceback" not in log, log
+
+
+def exchange(port: int, data: bytes, timeout: float = 5.0) -> tuple[int | None, bytes, float]:
+    """Send raw bytes; read one response (or until the server closes). (status or None, head, seconds)."""
+    t0 = time.monotonic()
+    with closing(socket.create_connection(("127.0.0.1", port), timeout=timeout)) as s:
+        with suppress(OSError):  # the server may close before it read everything (431): its answer counts
+            s.sendall(data)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            try:
+                chunk = s.recv(65536)
+            except TimeoutError:
+                return None, buf, time.monotonic() - t0
+            except OSError:
+                break
+            if not chunk:
+                break
+            buf += chunk
+    elapsed = time.monotonic() - t0
+    if not buf.startswith(b"HTTP/"):
+        return None, buf, elapsed
+    return int(buf.split(b" ", 2)[1]), buf.split(b"\r\n\r\n", 1)[0], elapsed
+
+
+def request(
+    port: int, method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""
+) -> tuple[int | None, float]:
+    head = f"{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    status, _, elapsed = exchange(port, head.encode() + b"\r\n" + body)
+    return status, elapsed
+
+
+def connections(stack: ExitStack, port: int, n: int) -> list[socket.socket]:
+    """`n` open connections to the server, closed when `stack` ends."""
+    return [stack.enter_context(closing(socket.create_connection(("127.0.0.1", port), timeout=5))) for _ in range(n)]
+
+
+def post(extra: bytes, body: bytes = b"") -> bytes:
+    return b"POST /hooks/git HTTP/1.1\r\nHost: t\r\n" + extra + b"\r\n" + body
+
+
+def test_bad_content_length_and_oversized_bodies_get_a_4xx(target: Target, reliability: Recorder) -> None:
+    threads = target.threads()
+    cases = {
+        "Content-Length: -1": (post(b"Content-Length: -1\r\n", b"{}"), 400),
+        "Content-Length: 1e3": (post(b"Content-Length: 1e3\r\n", b"{}"), 400),
+        "two different Content-Length headers": (post(b"Content-Length: 2\r\nContent-Length: 3\r\n", b"{}"), 400),
+        "POST with a body and no Content-Length": (post(b"", b'{"a": 1}'), 411),
+        "declared body of 5 MiB + 1 (not sent)": (post(f"Content-Length: {5 * 1024 * 1024 + 1}\r\n".encode()), 413),
+        "chunked body of 6 MiB": (
+            post(b"Transfer-Encoding: chunked\r\n", b"600000\r\n" + b"a" * 0x600000 + b"\r\n0\r\n\r\n"),
+            413,
+        ),
+    }
+    seen = {}
+    for name, (data, want) in cases.items():
+        status, _, elapsed = exchange(target.port, data)
+        seen[name] = (status, round(elapsed, 2))
+        assert status == want, (name, status)
+    assert request(target.port, "GET", "/healthz")[0] == 200
+    assert target.threads() == threads and target.alive()
+    reliability.record(
+        area="HTTP",
+        fault="negative, non-numeric, duplicate or missing Content-Length; body over the 5 MiB cap "
+        "(declared and chunked)",
+        outcome="; ".join(f"{k}: {v[0]}" for k, v in seen.items()),
+        checked="each a 4xx (never 500), probes still 200, worker threads unchanged",
+        figures=f"slowest answer {max(v[1] for v in seen.values()):.2f} s; threads {threads} before and after",
+    )
+
+
+def test_non_ascii_signature_headers_are_a_mismatch_not_an_error(target: Target, reliability: Recorder) -> None:
+    body = b'{"ref": "refs/heads/main"}'
+    good = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+    length = f"Content-Length: {len(body)}\r\n".encode()
+    cases = {
+        "X-Hub-Signature-256: sha256=\\xff\\xfe\\xe9 (latin-1 bytes)": b"X-Hub-Signature-256: sha256=\xff\xfe\xe9\r\n",
+        "X-Hub-Signature-256: sha256=<hex>é (UTF-8)": b"X-Hub-Signature-256: " + good.encode() + "é\r\n".encode(),
+        "X-Gitlab-Token: é (UTF-8)": "X-Gitlab-Token: é\r\n".encode(),
+        "X-Gitlab-Token: \\x00\\xff": b"X-Gitlab-Token: \xff\xfe\r\n",
+    }
+    got = {}
+    for name, header in cases.items():
+        status, _, _ = exchange(target.port, post(length + header, body))
+        got[name] = status
+        assert status == 401, (name, status)
+    ok, _, _ = exchange(target.port, post(length + f"X-Hub-Signature-256: {good}\r\n".encode(), body))
+    assert ok == 202  # the real signature still verifies
+    reliability.record(
+        area="HTTP",
+        fault="non-ASCII webhook signature and token headers (latin-1 and UTF-8 bytes)",
+        outcome=f"{len(cases)} requests: 401 signature/token mismatch each; a correct signature afterwards: 202",
+        checked="never 500 (compare_digest used to raise TypeError on non-ASCII str), server alive",
+    )
+
+
+GARBAGE = {
+    "binary junk": b"\x00\x01\x02\xff\r\n\r\n",
+    "method only": b"GET\r\n\r\n",
+    "header line without a colon": b"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n",
+    "request line of 100 kB": b"GET /" + b"A" * 100_000 + b" HTTP/1.1\r\n\r\n",
+    "a header of 70 kB (cap 64 KiB)": b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n",
+    "unknown method": b"BREW /status HTTP/1.1\r\nHost: t\r\n\r\n",
+    "POST to a probe": b"POST /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n",
+    "percent-encoded junk path": b"GET /%ff%00%2e%2e/status HTTP/1.1\r\nHost: t\r\n\r\n",
+    "HTTP/9.9": b"GET /nope HTTP/9.9\r\nHost: t\r\n\r\n",
+    "chunked with a bad chunk size": b"POST /hooks/git HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"zz\r\n{}\r\n0\r\n\r\n",
+}
+
+
+def test_garbage_request_lines_get_a_4xx(target: Target, reliability: Recorder) -> None:
+    threads = target.threads()
+    got: dict[str, int | None] = {}
+    for name, data in GARBAGE.items():
+        status, _, _ = exchange(target.port, data)
+        got[name] = status
+        assert status is not None and 400 <= status < 500, (name, status)
+    # An unknown transfer coding is 501 by RFC 9112 6.1: a 5xx, but the client's fault is named, not a crash.
+    status, _, _ = exchange(target.port, b"GET /healthz HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n")
+    assert status == 501
+    # Blank lines only: no request at all, so no answer; the connection is closed by the request deadline.
+    status, raw, elapsed = exchange(target.port, b"\r\n\r\n\r\n", timeout=10)
+    assert status is None and raw == b"" and 1.0 <= elapsed < 6.0, (status, raw, elapsed)
+    assert request(target.port, "GET", "/healthz")[0] == 200
+    assert target.threads() == threads and target.alive()
+    reliability.record(
+        area="HTTP",
+        fault=f"{len(GARBAGE)} malformed requests (" + ", ".join(GARBAGE) + ")",
+        outcome=", ".join(f"{k}: {v}" for k, v in got.items()) + "; Transfer-Encoding: gzip: 501 (RFC 9112); "
+        f"blank lines only: closed after {elapsed:.1f} s",
+        checked="each a 4xx or a timeout (never 500), server alive, worker threads unchanged",
+    )
+
+
+def _closed_by_server(s: socket.socket, wait: float) -> bool:
+    """True once the server has closed `s` (any answer bytes still in flight are read and dropped)."""
+    deadline = time.monotonic() + wait
+    while True:
+        readable, _, _ = select.select([s], [], [], max(0.0, deadline - time.monotonic()))
+        if not readable:
+            return False
+        try:
+            if s.recv(65536) == b"":
+                return True
+        except OSError:
+            return True
+
+
+def test_slowloris_trickled_headers_are_cut_at_the_request_deadline(target: Target, reliability: Recorder) -> None:
+    threads, fds = target.threads(), target.settled_fds()
+    n = 50
+    with ExitStack() as stack:
+        socks = connections(stack, target.port, n)
+        for s in socks:
+            s.sendall(b"GET /status HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+        t0 = time.monotonic()
+        open_socks = list(socks)
+        probe_worst = 0.0
+        for _ in range(40):  # a byte every 0.25 s, at most 10 s
+            for s in list(open_socks):
+                try:
+                    s.sendall(b"a")
+                except OSError:
+                    open_socks.remove(s)
+                    continue
+                if _closed_by_server(s, 0):
+                    open_socks.remove(s)
+            status, took = request(target.port, "GET", "/healthz")
+            assert status == 200
+            probe_worst = max(probe_worst, took)
+            assert target.threads() == threads
+            if not open_socks:
+                break
+            time.sleep(0.25)
+        cut_after = time.monotonic() - t0
+        assert not open_socks, f"{len(open_socks)} trickling connections still open after {cut_after:.1f} s"
+    assert 1.5 <= cut_after < 5.0  # deadline 2 s, checked every second
+    assert target.settled_fds(fds) == fds and target.threads() == threads
+    reliability.record(
+        area="HTTP",
+        fault=f"slowloris: {n} connections trickling one header byte every 0.25 s",
+        outcome=f"all closed by the 2 s request deadline after {cut_after:.1f} s; /healthz answered meanwhile",
+        checked="no worker thread held (count constant), fds back to baseline",
+        figures=f"worst /healthz during the attack {probe_worst * 1000:.0f} ms; threads {threads}; fds {fds}",
+    )
+
+
+def test_hundreds_of_idle_connections_hold_no_thread_and_are_closed(target: Target, reliability: Recorder) -> None:
+    threads, fds = target.threads(), target.settled_fds()
+    n = 300
+    with ExitStack() as stack:
+        socks = connections(stack, target.port, n)
+        # half of them silent from the start, half idle after one keep-alive request
+        for s in socks[n // 2 :]:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        deadline = time.monotonic() + 3
+        while target.fds() < fds + n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        peak_fds, peak_threads = target.fds(), target.threads()
+        assert peak_fds >= fds + n and peak_threads == threads
+        status, took = request(target.port, "GET", "/healthz")
+        assert status == 200 and took < 1.0
+        t0 = time.monotonic()
+        closed = [_closed_by_server(s, 6.0) for s in socks]
+        closed_after = time.monotonic() - t0
+        assert all(closed), f"{closed.count(False)} idle connections not closed by the server"
+    assert (target.settled_fds(fds), target.threads()) == (fds, threads)
+    reliability.record(
+        area="HTTP",
+        fault=f"{n} idle connections (half silent, half after a keep-alive request)",
+        outcome=f"/healthz answered in {took * 1000:.0f} ms with all open; every one closed by the 2 s idle "
+        f"timeout within {closed_after:.1f} s",
+        checked="threads constant, fds back to baseline",
+        figures=f"server fds {fds} -> {peak_fds} -> {target.fds()}; threads {threads} -> {peak_threads} -> "
+        f"{target.threads()}",
+    )
+
+
+def test_connections_over_the_cap_wait_in_the_backlog(tmp_path: Path, reliability: Recorder) -> None:
+    t = Target({"idle_timeout": 2, "request_timeout": 2, "threads": 4, "connections": 50}, tmp_path / "s.log")
+    try:
+        fds = t.settled_fds()
+        n = 200
+        with ExitStack() as stack:
+            socks = connections(stack, t.port, n)
+            time.sleep(1.5)
+            held = t.fds() - fds
+            assert held <= 50, held  # the map counts the listener and the wake-up pipe too
+            for s in socks:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            answered = 0
+            t0 = time.monotonic()
+            for s in socks:  # each is accepted once an earlier one is done
+                if s.recv(4096).startswith(b"HTTP/1.1 200"):
+                    answered += 1
+            took = time.monotonic() - t0
+        assert answered == n
+        assert t.settled_fds(fds) == fds
+    finally:
+        log = t.close()
+    assert "Traceback" not in log
+    reliability.record(
+        area="HTTP",
+        fault=f"{n} connections against a cap of 50",
+        outcome=f"at most {held} accepted at once, "
+        f"the rest waited in the listen backlog; all {n} answered 200 within {took:.1f} s",
+        checked="server fds never above the cap, back to baseline after",
+        figures=f"peak extra fds {held}",
+    )
+
+
+def test_worker_cap_holds_under_concurrent_requests(target: Target, reliability: Recorder) -> None:
+    threads = target.threads()
+    n = 100
+    codes: list[int | None] = []
+    peak = [threads]
+    lock = threading.Lock()
+
+    def one() -> None:
+        status, _ = request(target.port, "GET", "/status")
+        with lock:
+            codes.append(status)
+            peak[0] = max(peak[0], target.threads())
+
+    t0 = time.monotonic()
+    clients = [threading.Thread(target=one) for _ in range(n)]
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join(30)
+    took = time.monotonic() - t0
+    assert codes == [200] * n
+    assert peak[0] == threads == target.threads()
+    reliability.record(
+        area="HTTP",
+        fault=f"{n} concurrent GET /status (50 ms each) against 4 workers",
+        outcome=f"all 200 in {took:.1f} s (queued, not refused)",
+        checked="server threads never above the cap",
+        figures=f"threads {threads} throughout",
+    )
+
+
+# -- authentication when the API server cannot answer ------------------------------------------------
+
+
+def _kubeconfig(server: str, path: Path) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "u", "user": {"token": "daemon-token"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
+    return path
+
+
+def test_auth_answers_503_when_the_api_server_is_away_or_hung(reliability: Recorder) -> None:
+    with tempfile.TemporaryDirectory() as tmp, socket.socket() as hung, socket.socket() as gone:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)  # accepts (the kernel does) and never answers: a frozen API server
+        gone.bind(("127.0.0.1", 0))  # bound, never listening: connection refused
+        figures = []
+        for name, sock in (("refused", gone), ("hung", hung)):
+            port = sock.getsockname()[1]
+            client = Client(_kubeconfig(f"https://127.0.0.1:{port}", Path(tmp) / f"{name}.kubeconfig"))
+            auth = KubernetesAuth(client, timeout=1.0)
+            t0 = time.monotonic()
+            decision = auth.check("/metrics", "Bearer some-token")
+            took = time.monotonic() - t0
+            assert decision.status == 503, decision
+            assert "some-token" not in decision.reason
+            assert took < 3.0
+            # not cached: the next request asks again (and is 503 again, not a stale 200 or 401)
+            assert auth.check("/metrics", "Bearer some-token").status == 503
+            figures.append(f"{name}: 503 in {took:.2f} s")
+            client.close()
+    reliability.record(
+        area="HTTP",
+        fault="--http-auth kubernetes with the API server refusing connections, and hung (accepts, never answers)",
+        outcome="/metrics and /status answer 503 with Retry-After (never 200, never a hang past "
+        "the 5 s review timeout; 1 s here)",
+        checked="errors are not cached; the token is not in the answer",
+        figures="; ".join(figures),
+    )

@@ -1,0 +1,103 @@
+"""Reports are plain text in every format, never cut off a terminal, and keep the `-dirty` marker."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+
+from gitops_sync import report
+from gitops_sync.plan.changeset import Action, ChangeSet, CoOwner, Entry, FieldChange
+from gitops_sync.resource import ObjectKey
+from gitops_sync.source import short_revision
+
+SHA = "3f2c9a1b7d4e5f60718293a4b5c6d7e8f9012345"
+KEY = ObjectKey("apps", "Deployment", "prod", "minha-api")
+LONG_PATH = '.spec.template.spec.containers[name="api-with-a-rather-long-container-name"].image'
+LONG_IMAGE = "registry.example/minha-api-with-a-very-long-repository-name/and-a-path:v1.2.3-build.4567890"
+
+
+def changeset(*changes: FieldChange, revision: str = SHA, message: str = "would update 1 field(s)") -> ChangeSet:
+    entry = Entry(KEY, "apps/v1", Action.UPDATE, drift=list(changes), message=message)
+    return ChangeSet(revision=revision, source="clusters/prod", entries=[entry], dry_run=True)
+
+
+def table_text(cs: ChangeSet, *, terminal: bool, verbose: bool = False) -> str:
+    out = io.StringIO()
+    report.write(cs, "table", out, color=False, terminal=terminal, verbose=verbose)
+    return out.getvalue()
+
+
+def test_markup_in_values_is_printed_literally_not_interpreted() -> None:
+    """`[/]` made rich raise MarkupError after a sync had applied; `[name="api"]` vanished as a tag."""
+    cs = changeset(
+        FieldChange('.spec.template.spec.containers[name="api"].args', "[/]", "[bold]x[/bold] :smile:"),
+        message="[/] [red]not red[/red]",
+    )
+    text = table_text(cs, terminal=False)
+    assert '.spec.template.spec.containers[name="api"].args' in text
+    assert "[/]" in text and "[bold]x[/bold] :smile:" in text and "[/] [red]not red[/red]" in text
+
+
+def test_off_a_terminal_nothing_is_cut() -> None:
+    cs = changeset(FieldChange(LONG_PATH, LONG_IMAGE, LONG_IMAGE.replace("v1.2.3", "v9.9.9"), "kubectl-edit"))
+    text = table_text(cs, terminal=False)
+    assert LONG_PATH in text
+    assert LONG_IMAGE in text and LONG_IMAGE.replace("v1.2.3", "v9.9.9") in text
+    assert "…" not in text
+
+
+def test_on_a_terminal_the_table_follows_its_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    cs = changeset(FieldChange(LONG_PATH, LONG_IMAGE, "x", "kubectl-edit"))
+    text = table_text(cs, terminal=True)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    # Folded, never cut: the path is all there once the line breaks are taken out.
+    flat = "".join(line.strip(" │┃|") for line in text.splitlines())
+    assert "containers[name=" in flat
+
+
+def test_many_co_owned_fields_are_all_listed_off_a_terminal() -> None:
+    fields = [f".data.key{i}" for i in range(10)]
+    cs = changeset(FieldChange(".data.a", "1", "2"))
+    cs.entries[0].co_owners = [CoOwner("helm", "Update", "", fields)]
+    assert all(f in table_text(cs, terminal=False) for f in fields)
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_dirty_marker_survives_shortening(fmt: str) -> None:
+    cs = changeset(revision=SHA + "-dirty")
+    out = io.StringIO()
+    report.write(cs, fmt, out, color=False, terminal=False)
+    assert f"{SHA[:12]}-dirty" in out.getvalue()
+    assert short_revision(SHA + "-dirty") == SHA[:12] + "-dirty"
+    assert short_revision(SHA) == SHA[:12]
+    assert short_revision("") == ""
+
+
+def test_markdown_escapes_what_breaks_a_table_row() -> None:
+    cs = changeset(
+        FieldChange(".data.a", "x|y `tick` <img src=x>\nsecond line", "``double``", "kubectl-edit", "Update"),
+        message="a|b <script> *not bold* [not](link)\nnext",
+    )
+    md = report.markdown(cs)
+    row = next(line for line in md.splitlines() if line.startswith("| update"))
+    assert len(re.findall(r"(?<!\\)\|", row)) == 4  # three cells: no stray border from the message
+    assert "a\\|b &lt;script> \\*not bold\\* \\[not\\](link)<br>next" in row
+    field_row = next(line for line in md.splitlines() if ".data.a" in line)
+    assert len(re.findall(r"(?<!\\)\|", field_row)) == 7  # six cells
+    # Values are code spans fenced longer than any backtick run inside; `|` escaped; newline shown as \n.
+    assert "``x\\|y `tick` <img src=x>\\nsecond line``" in field_row
+    assert "``` ``double`` ```" in field_row
+    assert "<img" not in md.replace("``x\\|y `tick` <img src=x>", "")  # raw HTML only inside code spans
+
+
+def test_json_keeps_values_exactly() -> None:
+    cs = changeset(FieldChange('.spec.x[name="api"]', "[/]", "a|b\n`c`"))
+    out = io.StringIO()
+    report.write(cs, "json", out)
+    doc = json.loads(out.getvalue())
+    drift = doc["objects"][0]["drift"][0]
+    assert drift["path"] == '.spec.x[name="api"]' and drift["desired"] == "[/]" and drift["live"] == "a|b\n`c`"
