@@ -19,7 +19,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 import structlog
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 
 from gitops_sync import __version__, report
 from gitops_sync.apply.manager import ConflictPolicy
@@ -243,10 +243,7 @@ def _run_pass(
         client.set_deadline(budget.deadline, started=budget.started)
         engine = Engine(client, field_manager=cluster.field_manager, concurrency=cluster.concurrency)
         targets = engine.resolve(objects, opts)
-        with (
-            _progress("applying", enabled=apply and on_terminal, total=len(objects)) as tick,
-            _progress("waiting", enabled=apply and opts.wait and on_terminal, total=len(targets), at_least=1) as ready,
-        ):
+        with _progress(enabled=apply and on_terminal, applying=len(targets), waiting=len(targets)) as (tick, ready):
             try:
                 cs = engine.run(checkout, targets, opts, apply=apply, on_entry=tick, on_ready=ready)
             except (ApiUnavailableError, ApiTimeoutError) as exc:  # before any object was sent
@@ -255,15 +252,30 @@ def _run_pass(
     return cs
 
 
+_Tick = Callable[[Any], None]
+
+
 @contextmanager
-def _progress(what: str, *, enabled: bool, total: int, at_least: int = 20) -> Iterator[Callable[[Any], None] | None]:
-    """A transient bar on stderr (a terminal only: never in a CI log or between JSON log lines)."""
-    if not enabled or total < at_least:
-        yield None
+def _progress(*, enabled: bool, applying: int, waiting: int) -> Iterator[tuple[_Tick | None, _Tick | None]]:
+    """Transient bars on stderr, a terminal only (never in a CI log or between JSON log lines): objects
+    applied (for 20 or more), then objects ready under --wait (the bar appears with the first one)."""
+    if not enabled:
+        yield None, None
         return
     with Progress(transient=True, console=Console(stderr=True)) as bar:
-        task = bar.add_task(what, total=total)
-        yield lambda _item: bar.advance(task)
+        applied = bar.add_task("applying", total=applying) if applying >= 20 else None
+        ready: list[TaskID] = []
+
+        def tick(_entry: Any) -> None:
+            if applied is not None:
+                bar.advance(applied)
+
+        def on_ready(_key: Any) -> None:
+            if not ready:
+                ready.append(bar.add_task("waiting until healthy", total=waiting))
+            bar.advance(ready[0])
+
+        yield tick, on_ready
 
 
 def _write_report(cs: ChangeSet, output: str, verbose: bool) -> None:

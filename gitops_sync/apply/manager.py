@@ -32,7 +32,17 @@ from gitops_sync.errors import (
 from gitops_sync.health import Status, assess
 from gitops_sync.plan import ownership
 from gitops_sync.plan.changeset import Action, Entry
-from gitops_sync.plan.planner import INTENT_HASH, Target, explain, is_unchanged, without_conflicts
+from gitops_sync.plan.planner import (
+    INTENT_HASH,
+    Target,
+    after_takeover,
+    explain,
+    has_client_side_apply,
+    is_bookkeeping_conflict,
+    is_client_side_apply,
+    is_unchanged,
+    without_conflicts,
+)
 from gitops_sync.resource import Manifest, ObjectKey
 
 log = structlog.get_logger(__name__)
@@ -169,6 +179,12 @@ class ResourceManager:
     def _if_unchanged(self, t: Target, live: Manifest | None, *, dry_run: bool) -> Entry | None:
         """The entry of an object provably unchanged (see `is_unchanged`), without a request; else None."""
         if is_unchanged(t, live):
+            log.debug(
+                "decided",
+                object=str(t.key),
+                action="unchanged",
+                why="live carries this intent hash and every field Git sets holds its value: no request",
+            )
             return explain(t, live, live, self.field_manager, dry_run=dry_run)
         return None
 
@@ -176,6 +192,20 @@ class ResourceManager:
         self, t: Target, live: Manifest | None, *, policy: ConflictPolicy, dry_run: bool, pending: str = ""
     ) -> Entry:
         """An object the fast path could not settle: ask the server (dry run or apply)."""
+        entry = self._ask_server(t, live, policy=policy, dry_run=dry_run, pending=pending)
+        log.debug(
+            "decided",
+            object=str(t.key),
+            action=entry.action.value,
+            why=entry.message,
+            drift=[c.path for c in entry.drift],
+            conflicts=[f"{c.path} ({c.manager})" for c in entry.conflicts],
+        )
+        return entry
+
+    def _ask_server(
+        self, t: Target, live: Manifest | None, *, policy: ConflictPolicy, dry_run: bool, pending: str
+    ) -> Entry:
         try:
             if pending:
                 entry = explain(t, None, None, self.field_manager, dry_run=True)
@@ -215,28 +245,59 @@ class ResourceManager:
     def _try_ssa(
         self, t: Target, body: Manifest, live: Manifest | None, *, dry_run: bool
     ) -> tuple[Manifest | None, list[ownership.Conflict]]:
-        """A non-forced apply; a field-manager 409 comes back as its conflicts rather than an exception."""
+        """A non-forced apply; a field-manager 409 comes back as its conflicts rather than an exception.
+
+        Conflicts over our bookkeeping alone are not conflicts: the apply is repeated with force."""
         try:
             return self._ssa(t, body, force=False, dry_run=dry_run), []
         except ConflictError as exc:
             conflicts = ownership.parse_conflicts(exc.body, live=live)
             if not conflicts:
                 raise  # a resourceVersion precondition, not a field fight
-            return None, conflicts
+            real = [c for c in conflicts if not is_bookkeeping_conflict(c)]
+            if real:
+                return None, real
+        # Only our own bookkeeping was contested (written under another --field-manager): ours to take.
+        return self._ssa(t, body, force=True, dry_run=dry_run), []
 
     def _dry_run(self, t: Target, live: Manifest | None) -> Entry:
+        """What `_apply` would do, without doing it; including the client-side-apply takeover, which a dry
+        run cannot perform: its fields are not conflicts (they will be ours) and those Git dropped go."""
+        takeover = has_client_side_apply(live)
         result, conflicts = self._try_ssa(t, t.manifest, live, dry_run=True)
         if conflicts:  # what the object would become if Git won, for the field-level report
             result = self._ssa(t, t.manifest, force=True, dry_run=True)
-        return explain(t, live, result, self.field_manager, conflicts=conflicts, dry_run=True)
+            if takeover:
+                conflicts = [c for c in conflicts if not is_client_side_apply(c.manager, c.operation, c.subresource)]
+        if takeover and result is not None:
+            taken = after_takeover(result, t.manifest, self.field_manager)
+            result = result if taken is result else self._defaulted(t, taken)
+        entry = explain(t, live, result, self.field_manager, conflicts=conflicts, dry_run=True)
+        if takeover:
+            entry.message = _join(entry.message, f"would take over {_TAKEOVER}")
+        return entry
+
+    def _defaulted(self, t: Target, obj: Manifest) -> Manifest:
+        """`obj` as the server would store it (a dry-run update): a field the takeover removes that the
+        server defaults again (a Deployment's `strategy`, a container's `imagePullPolicy`) is no change."""
+        meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in ("managedFields", "resourceVersion")}
+        try:
+            stored: Manifest = self.client.request(
+                "PUT",
+                t.path,
+                query={"dryRun": "All", "fieldManager": self.field_manager},
+                body={**obj, "metadata": meta},
+            )
+        except ApiError as exc:  # the local estimate still shows the removals sync will make
+            log.debug("dry-run update refused; showing the takeover as computed", object=str(t.key), error=str(exc))
+            return obj
+        return stored
 
     def _apply(self, t: Target, live: Manifest | None, policy: ConflictPolicy) -> Entry:
         upgraded = live is not None and self._upgrade_client_side_apply(t, live)
         entry = self._apply_policy(t, live, policy)
         if upgraded:
-            entry.message = (entry.message + "; " if entry.message else "") + (
-                "took over the fields of kubectl apply (client-side)"
-            )
+            entry.message = _join(entry.message, f"took over {_TAKEOVER}")
         return entry
 
     def _upgrade_client_side_apply(self, t: Target, live: Manifest) -> bool:
@@ -247,7 +308,7 @@ class ResourceManager:
         """
         meta = live.get("metadata") or {}
         entries = meta.get("managedFields") or []
-        if not any(_is_csa(e) for e in entries):
+        if not has_client_side_apply(live):
             return False
         ours = next(
             (e for e in entries if e.get("manager") == self.field_manager and e.get("operation") == "Apply"), None
@@ -455,11 +516,16 @@ def _crd_group_kind(crd: Manifest) -> tuple[str, str]:
 
 
 def _is_csa(entry: Manifest) -> bool:
-    return (
-        entry.get("manager") == "kubectl-client-side-apply"
-        and entry.get("operation") == "Update"
-        and not entry.get("subresource")
+    return is_client_side_apply(
+        str(entry.get("manager")), str(entry.get("operation")), str(entry.get("subresource") or "")
     )
+
+
+_TAKEOVER = "the fields of kubectl apply (client-side)"
+
+
+def _join(message: str, more: str) -> str:
+    return f"{message}; {more}" if message else more
 
 
 def _merge_fields(a: Manifest, b: Manifest) -> Manifest:

@@ -258,6 +258,7 @@ class Client:
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
         with self._stats_lock:
             self.stats.count(method, query, body)
+        started = time.monotonic()
         try:
             resp = self._api.rest_client.pool_manager.request(
                 method,
@@ -270,6 +271,15 @@ class Client:
             )
         except urllib3.exceptions.HTTPError as exc:
             raise self._transport_error(exc, method, budget) from exc
+        # --log-level debug: one line per request (the query names dry runs and the field manager).
+        log.debug(
+            "request",
+            method=method,
+            path=path,
+            query=query,
+            status=resp.status,
+            seconds=round(time.monotonic() - started, 4),
+        )
         if resp.status >= 400:
             raise _api_error(resp.status, resp.data, method, path)
         if not resp.data:

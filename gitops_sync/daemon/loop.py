@@ -164,6 +164,7 @@ class Daemon:
         self._reported: dict[ObjectKey, tuple[Any, ...]] = {}
         self._converged: dict[ObjectKey, str] = {}  # key -> digest it was last seen in sync at
         self._deleted: set[ObjectKey] = set()  # desired objects someone deleted (seen through the watch)
+        self._added: set[ObjectKey] = set()  # desired objects the latest revision added (not in the one before)
         self._fingerprints: dict[ObjectKey, str] = {}
         self._tickers: list[Ticker] = []
         self._unwatch: Callable[[], None] | None = None
@@ -307,6 +308,7 @@ class Daemon:
         self._source = new
         self._source_ok()
         gone = old_keys - set(new.by_key)
+        self._added = set(new.by_key) - old_keys if old_keys else set()
         self.history.forget(gone)
         for key in gone:
             self._reported.pop(key, None)
@@ -444,8 +446,14 @@ class Daemon:
             return
         self.queue.forget(key)
         deleted = key in self._deleted
-        out_of_band = (not applied or deleted or self._converged.get(key) == src.digest
-                       or any(c.manager and c.manager != self.opts.field_manager for c in fields))
+        foreign = any(c.manager and c.manager != self.opts.field_manager for c in fields)
+        # Git moved on rather than the cluster: the object was in sync at an earlier revision (or is new in
+        # this one) and nobody else owns what differs. Not drift, also in --detect-only.
+        new_revision = not deleted and not foreign and (
+            (key in self._converged and self._converged[key] != src.digest)
+            or (e.action is Action.CREATE and key in self._added))
+        out_of_band = (deleted or self._converged.get(key) == src.digest or foreign
+                       or (not applied and not new_revision))
         if applied:
             self._converged[key] = src.digest
             self._deleted.discard(key)
@@ -455,7 +463,11 @@ class Daemon:
         detail = _describe(key, fields)
         log_fields = [_field_log(key, c) for c in fields]
         conflict = e.action is Action.CONFLICT or bool(e.conflicts)
-        if conflict and not (self._forcing and not applied):
+        if e.action is Action.UPDATE and not fields:
+            # Only our bookkeeping (membership label, intent hash) differed: not a field anyone drifted.
+            log.info("ownership recorded" if applied else "ownership record would be restored (detect-only)",
+                     object=str(key), revision=src.checkout.revision)
+        elif conflict and not (self._forcing and not applied):
             self.metrics.conflicts.inc()
             log.warning("conflict", object=str(key), message=e.message, fields=log_fields)
             self._event(src, e, "Conflict", WARNING, f"{e.message}: {detail}")
@@ -473,6 +485,9 @@ class Daemon:
                     what = "missing from the cluster" if not deleted else what
                 self._event(src, e, "DriftDetected", WARNING, f"differs from Git {_rev(src)} (not corrected: "
                             f"detect-only): {what}")
+        elif not applied:
+            log.info("new revision not applied (detect-only)", object=str(key), revision=src.checkout.revision,
+                     missing=e.action is Action.CREATE, fields=log_fields)
         else:
             log.info("applied" if e.action is not Action.CREATE else "created", object=str(key),
                      revision=src.checkout.revision, fields=log_fields)

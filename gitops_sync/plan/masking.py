@@ -23,9 +23,11 @@ from gitops_sync.plan.fieldpath import MISSING, Field, parse
 from gitops_sync.plan.normalize import LAST_APPLIED
 from gitops_sync.resource import Manifest, ObjectKey, split_api_version
 
-__all__ = ["MASK", "Redactor", "is_secret", "mask_diff", "mask_literals", "mask_secret"]
+__all__ = ["MASK", "VALUES_DIFFER", "Redactor", "is_secret", "mask_diff", "mask_literals", "mask_secret"]
 
 MASK: Final = "***"
+# The live side of a masked Secret value that differs from Git: `***` against `***` reads as "equal".
+VALUES_DIFFER: Final = "*** (values differ)"
 _VALUE_MAPS: Final = ("data", "stringData")
 _LAST_APPLIED_PATH: Final = f".metadata.annotations.{LAST_APPLIED}"
 

@@ -18,17 +18,17 @@ from gitops_sync.errors import RenderError
 from gitops_sync.plan import actors, fieldpath, ownership
 from gitops_sync.plan import diff as _diff
 from gitops_sync.plan.changeset import Action, CoOwner, Entry, FieldChange
-from gitops_sync.plan.masking import mask_diff
+from gitops_sync.plan.masking import MASK, VALUES_DIFFER, mask_diff
 from gitops_sync.plan.normalize import prepare_desired
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 
 INTENT_HASH = "gitops-sync.io/intent-hash"
-# Paths we write for our own bookkeeping: differences there are not drift worth reporting.
-_BOOKKEEPING = (
-    f".metadata.labels.{PART_OF}",
-    f".metadata.annotations.{INTENT_HASH}",
-    f".metadata.annotations.{ADOPTED}",
-)
+# The manager `kubectl apply` (client-side) records; `sync` hands its fields to our Apply manager first.
+CSA_MANAGER = "kubectl-client-side-apply"
+# What we write for our own bookkeeping: written with every apply, but never a field difference, a
+# conflict or drift to report (a change there is "record gitops-sync ownership").
+_BOOKKEEPING_KEYS = (("labels", PART_OF), ("annotations", INTENT_HASH), ("annotations", ADOPTED))
+BOOKKEEPING = tuple(f".metadata.{where}.{name}" for where, name in _BOOKKEEPING_KEYS)
 
 
 @dataclass
@@ -145,10 +145,8 @@ def explain(
     changes: list[FieldChange] = []
     bookkeeping = False
     if result is not None and result is not live:  # the fast path passes live itself: nothing can differ
-        for d in _diff.diff_objects(result, live):
-            if d.path in _BOOKKEEPING:
-                bookkeeping = True
-                continue
+        bookkeeping = _bookkeeping(result) != _bookkeeping(live)
+        for d in _diff.diff_objects(_without_bookkeeping(result), _without_bookkeeping(live)):
             changes.append(_field_change(live, d.path, d.desired, d.live, field_manager))
     contested = {c.path for c in conflicts or ()}
     entry.drift = _masked(target.key, [c for c in changes if c.path not in contested])
@@ -167,6 +165,40 @@ def explain(
     return entry
 
 
+def _bookkeeping(obj: Manifest) -> tuple[object, ...]:
+    meta = obj.get("metadata") or {}
+    return tuple((meta.get(where) or {}).get(name) for where, name in _BOOKKEEPING_KEYS)
+
+
+def _without_bookkeeping(obj: Manifest) -> Manifest:
+    """`obj` without our labels and annotations, for comparison: a live object without any annotation
+    must not show `.metadata.annotations` as a difference because we add ours. Maps left empty are dropped
+    (the server keeps none). Copies only what it changes."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return obj
+    trimmed = dict(meta)
+    changed = False
+    for where in ("labels", "annotations"):
+        values = meta.get(where)
+        if not isinstance(values, dict):
+            continue
+        kept = {k: v for k, v in values.items() if (where, k) not in _BOOKKEEPING_KEYS}
+        if not kept:
+            del trimmed[where]
+            changed = True
+        elif len(kept) != len(values):
+            trimmed[where] = kept
+            changed = True
+    return {**obj, "metadata": trimmed} if changed else obj
+
+
+def is_bookkeeping_conflict(conflict: ownership.Conflict) -> bool:
+    """A conflict over our own bookkeeping (another field manager name of this tool wrote it): not a fight
+    to report; the apply takes it (the intent hash describes the last apply, whoever made it)."""
+    return conflict.path in BOOKKEEPING
+
+
 def co_owners(desired: Manifest, live: Manifest, field_manager: str) -> list[CoOwner]:
     """Other managers owning fields we set, for the report: who else would fight over them."""
     others = [
@@ -174,12 +206,51 @@ def co_owners(desired: Manifest, live: Manifest, field_manager: str) -> list[CoO
     ]
     if not others:  # only our own apply owns fields (most objects we create): no need to list ours
         return []
-    ours = {p for p in fieldpath.leaf_paths(desired) if p not in _BOOKKEEPING}
+    ours = {p for p in fieldpath.leaf_paths(desired) if p not in BOOKKEEPING}
     out = []
     for mf in others:
         shared = sorted(ours & mf.owned_paths)
         if shared:
             out.append(CoOwner(mf.manager, mf.operation, mf.subresource, shared))
+    return out
+
+
+def is_client_side_apply(manager: str, operation: str, subresource: str) -> bool:
+    return manager == CSA_MANAGER and operation == "Update" and not subresource
+
+
+def has_client_side_apply(live: Manifest | None) -> bool:
+    """Whether `sync` would take over `kubectl apply` (client-side) fields of this object before applying."""
+    return live is not None and any(is_client_side_apply(*e.identity) for e in ownership.managed_fields(live))
+
+
+def after_takeover(result: Manifest, desired: Manifest, field_manager: str) -> Manifest:
+    """A dry-run apply result as it will be once `sync` has taken over the client-side-apply fields.
+
+    The dry run cannot see the takeover (`sync` patches managedFields first, then applies), so it leaves
+    the fields `kubectl apply` set and Git no longer sets where they are; after the takeover they are ours,
+    and an apply without them removes them (unless another manager owns them or something below them).
+    Without this `diff` would hide a deletion that `sync` makes.
+    """
+    entries = ownership.managed_fields(result)
+    taken = {p for e in entries if is_client_side_apply(*e.identity) for p in e.owned_paths}
+    if not taken:
+        return result
+    others = [
+        p
+        for e in entries
+        if not is_client_side_apply(*e.identity) and e.identity != (field_manager, "Apply", "")
+        for p in e.owned_paths
+    ]
+    wanted: set[str] = set()
+    for leaf, _ in fieldpath.leaves(desired):
+        wanted.add(leaf.format())
+        wanted.update(prefix.format() for prefix in leaf.prefixes())
+    out = result
+    for path in sorted(taken, key=len):  # a parent before its children: once it is gone they are too
+        if path in wanted or any(o == path or o.startswith((path + ".", path + "[")) for o in others):
+            continue
+        out = fieldpath.remove(out, path)
     return out
 
 
@@ -236,4 +307,6 @@ def _masked(key: ObjectKey, changes: list[FieldChange]) -> list[FieldChange]:
     diffs = [_diff.FieldDiff(c.path, c.desired, c.live) for c in changes]
     for c, d in zip(changes, mask_diff(key.kind, diffs), strict=True):
         c.desired, c.live = d.desired, d.live
+        if c.desired == MASK and c.live == MASK:  # `***` against `***` reads as "the same"
+            c.live = VALUES_DIFFER
     return changes

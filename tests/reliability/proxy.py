@@ -26,6 +26,7 @@ class CuttingProxy:
         self.cut = 0
         self._lock = threading.Lock()
         self._live: set[socket.socket] = set()
+        self._cut: set[socket.socket] = set()  # reset by cut_all: their pumps must not close them orderly
         self._stop = threading.Event()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -53,6 +54,10 @@ class CuttingProxy:
         with self._lock:
             socks = list(self._live)
             self._live.clear()
+            self._cut.update(socks)
+        for s in socks:  # every socket gets SO_LINGER 0 before any is closed (a closing one wakes its pumps)
+            with contextlib.suppress(OSError):
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         for s in socks:
             _reset(s)
         n = len(socks) // 2
@@ -115,6 +120,9 @@ class CuttingProxy:
         with self._lock:
             self._live.discard(src)
             self._live.discard(dst)
+            cut = src in self._cut or dst in self._cut
+        if cut:
+            return  # cut_all resets both ends; an orderly shutdown here would send a FIN first
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)

@@ -7,11 +7,12 @@ rows go to RELIABILITY.md through the `reliability` recorder.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -86,12 +87,21 @@ def _uids_kept(
     return [k for k in sorted(keys) if k not in after or after[k].uid != before[k].uid]  # type: ignore[attr-defined]
 
 
+def _outage_shown(status: dict[str, Any]) -> str:
+    """What /status says about an unreachable API server: a pass or source error, or a failed watch."""
+    daemon = status["daemon"]
+    failed_watches = [f"watch {w['resource']}: {w['error']}" for w in daemon["watches"] if w["state"] == "error"]
+    return next(iter([*status["errors"], *failed_watches, daemon.get("lastPass", {}).get("error", "")]), "")
+
+
 # -- 1. the API server dies in the middle of `sync --prune` ------------------------------------------
 
 
 def test_api_server_killed_mid_sync_prune(
     private_cluster: PrivateCluster, reliability: Recorder, tmp_path: Path
 ) -> None:
+    """SIGKILL, not SIGTERM: a SIGTERMed server drains for up to 15 s and keeps serving the connections it
+    has, so the sync may well finish first; a kill lands exactly where the test puts it."""
     env, ns, audit = private_cluster.env, _namespace(private_cluster, "sync-outage"), _audit(private_cluster)
     total, leaving = 260, 20
     repo = GitRepo(tmp_path / "repo", configmap_files(total, "v1"))
@@ -177,13 +187,12 @@ def test_api_server_stopped_under_daemon_with_prune(
             "remove cm-000, change 11 objects",
         )
         # The daemon sees the commit (file events) while the API server is away, and reports it.
-        wait_until("the daemon to report the outage", lambda: bool(d.status()["errors"]), 30, 0.2)
-        errors_while_down = d.status()["errors"]
+        wait_until("the daemon to report the outage", lambda: _outage_shown(d.status()), 30, 0.2)
+        shown = _outage_shown(d.status())
         assert d.get("/healthz")[0] == 200
         time.sleep(max(0.0, 8 - (time.monotonic() - down)))
         private_cluster.start(API)
-        up = time.monotonic()
-        assert audit_deletes(audit, ns, offset) == [], "a delete while the API server was away"
+        up, up_wall = time.monotonic(), time.time()
 
         def converged() -> bool:
             return count_configmaps(env, ns) == 39 and count_configmaps(env, ns, "v2") == 10 and _replicas(env, ns) == 3
@@ -194,8 +203,10 @@ def test_api_server_stopped_under_daemon_with_prune(
         assert set(before) - set(after) == {("ConfigMap", "cm-000")}
         assert not _uids_kept(before, after, set(before) - {("ConfigMap", "cm-000")})
         assert audit_deletes(audit, ns, offset) == ["configmaps/cm-000"]
-        pruned = [e for e in d.logged("pruned")]
+        pruned = d.logged("pruned")
         assert len(pruned) == 1 and "cm-000" in pruned[0]["object"], pruned
+        when = datetime.datetime.fromisoformat(pruned[0]["timestamp"]).timestamp()
+        assert when >= up_wall - 0.5, "pruned before the API server was back"
         assert d.stop() == 0
 
     reliability.record(
@@ -204,10 +215,10 @@ def test_api_server_stopped_under_daemon_with_prune(
         "objects and changes 11",
         outcome="daemon stays healthy, /status reports the outage; after the restart it applies the commit "
         "and only then prunes the removed object",
-        checked="0 deletes audited while the API server was away; afterwards exactly 1 (the object that left "
-        "Git); the other 41 kept their uid",
+        checked="the only delete audited is the object that left Git, logged as pruned after the API server "
+        "was back; the other 41 objects kept their uid",
         figures=f"converged {took:.1f} s after /readyz answered (down {up - down:.1f} s); "
-        f"error shown: {errors_while_down[0][:80]!r}",
+        f"/status showed: {shown[:80]!r}",
     )
 
 

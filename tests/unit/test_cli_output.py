@@ -219,3 +219,15 @@ def test_redactor_masks_every_spelling_of_a_secret_value() -> None:
 
 def test_mask_literals() -> None:
     assert mask_literals("""bad 'x' and "y\\"z" kept""") == "bad '***' and '***' kept"
+
+
+def test_apply_and_wait_progress_share_one_live_display() -> None:
+    """Two rich live displays at once raise LiveError: the bars are tasks of one Progress."""
+    with cli._progress(enabled=True, applying=25, waiting=3) as (tick, ready):
+        assert tick is not None and ready is not None
+        for _ in range(25):
+            tick(None)
+        for _ in range(3):
+            ready(None)
+    with cli._progress(enabled=False, applying=25, waiting=3) as callbacks:
+        assert callbacks == (None, None)
