@@ -40,6 +40,7 @@ from gitops_sync.plan.planner import (
     has_client_side_apply,
     is_bookkeeping_conflict,
     is_client_side_apply,
+    is_client_side_apply_entry,
     is_unchanged,
     without_conflicts,
 )
@@ -315,7 +316,7 @@ class ResourceManager:
         )
         upgraded: list[Manifest] = []
         for e in entries:
-            if not _is_csa(e):
+            if not is_client_side_apply_entry(e):
                 upgraded.append(e)
             elif ours is not None:
                 ours["fieldsV1"] = _merge_fields(ours.get("fieldsV1") or {}, e.get("fieldsV1") or {})
@@ -513,12 +514,6 @@ def _pending_reason(t: Target, new_namespaces: set[str], new_crds: set[tuple[str
 def _crd_group_kind(crd: Manifest) -> tuple[str, str]:
     spec = crd.get("spec") or {}
     return str(spec.get("group", "")), str((spec.get("names") or {}).get("kind", ""))
-
-
-def _is_csa(entry: Manifest) -> bool:
-    return is_client_side_apply(
-        str(entry.get("manager")), str(entry.get("operation")), str(entry.get("subresource") or "")
-    )
 
 
 _TAKEOVER = "the fields of kubectl apply (client-side)"

@@ -219,9 +219,17 @@ def is_client_side_apply(manager: str, operation: str, subresource: str) -> bool
     return manager == CSA_MANAGER and operation == "Update" and not subresource
 
 
+def is_client_side_apply_entry(entry: Manifest) -> bool:
+    """A raw managedFields entry of `kubectl apply` (client-side), without parsing its fields."""
+    return is_client_side_apply(
+        str(entry.get("manager", "")), str(entry.get("operation", "")), str(entry.get("subresource") or "")
+    )
+
+
 def has_client_side_apply(live: Manifest | None) -> bool:
     """Whether `sync` would take over `kubectl apply` (client-side) fields of this object before applying."""
-    return live is not None and any(is_client_side_apply(*e.identity) for e in ownership.managed_fields(live))
+    entries = ((live or {}).get("metadata") or {}).get("managedFields") or []
+    return any(is_client_side_apply_entry(e) for e in entries)
 
 
 def after_takeover(result: Manifest, desired: Manifest, field_manager: str) -> Manifest:

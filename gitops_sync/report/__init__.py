@@ -31,7 +31,7 @@ _STYLE = {
 }
 # Off a terminal the table is as wide as its widest row: rich needs a width, this one is never reached.
 _UNBOUNDED: Final = 1_000_000
-_TERMINAL_VALUE_LIMIT: Final = 60
+_TERMINAL_VALUE_LIMIT: Final = 200  # a whole embedded file is noise on a screen; an image is not
 
 
 def write(
