@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import resource
 import socket
 import threading
 import time
@@ -47,6 +48,7 @@ class Limits:
     """What one daemon's HTTP server holds at most, and for how long."""
 
     threads: int = 8  # workers; requests beyond wait in a queue, connections in the event loop
+    reserved: int = 2  # workers only probes and the webhook may use (the rest: /status, /metrics, others)
     connections: int = 500  # open at once; more wait in the kernel's listen backlog
     idle_timeout: int = 30  # seconds a connection may stay silent (keep-alive or before its first byte)
     request_timeout: int = 10  # seconds from a request's first byte until its headers and body are in
@@ -152,10 +154,13 @@ def _json(status: int, doc: Any) -> _Reply:
 class _App:
     """Routes a request; every failure inside becomes a status code, never an exception for the server."""
 
-    def __init__(self, endpoints: Endpoints, auth: Authorizer | None, max_body: int) -> None:
+    def __init__(self, endpoints: Endpoints, auth: Authorizer | None, max_body: int, heavy: int) -> None:
         self.endpoints = endpoints
         self.auth = auth
         self.max_body = max_body
+        # /status, /metrics and their token reviews may take seconds: they get `heavy` workers at most,
+        # so the rest are always free for the kubelet's probes (which time out after 1 s).
+        self._heavy = threading.BoundedSemaphore(heavy)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         method = str(environ.get("REQUEST_METHOD", "GET"))
@@ -186,6 +191,16 @@ class _App:
                 return _GET_ONLY
             ok, why = ep.ready() if path == "/readyz" else ep.healthy()
             return _text(200 if ok else 503, why)
+        if not self._heavy.acquire(blocking=False):
+            return _text(503, "busy: too many /status and /metrics requests at once", [("Retry-After", "1")])
+        try:
+            return self._read(method, path, environ)
+        finally:
+            self._heavy.release()
+
+    def _read(self, method: str, path: str, environ: dict[str, Any]) -> _Reply:
+        ep = self.endpoints
+        reading = method in ("GET", "HEAD")
         if self.auth is not None:
             decision = self.auth(path, environ.get("HTTP_AUTHORIZATION"))
             if decision.status != 200:
@@ -276,10 +291,12 @@ class HttpServer:
         host, port = parse_addr(addr)
         sock = listen(host, port)
         _route_waitress_logs()
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)  # each connection is a descriptor: stay well below
+        connections = min(limits.connections, max(16, soft // 2)) if soft > 0 else limits.connections
         adj = Adjustments(
             sockets=[sock],
             threads=limits.threads,
-            connection_limit=limits.connections,
+            connection_limit=connections,
             channel_timeout=limits.idle_timeout,
             cleanup_interval=1,
             asyncore_loop_timeout=1,
@@ -292,7 +309,7 @@ class HttpServer:
         self._map: dict[int, Any] = {}
         self._dispatcher = ThreadedTaskDispatcher()
         self._server = _Server(
-            _App(endpoints, auth, limits.max_body_bytes),
+            _App(endpoints, auth, limits.max_body_bytes, max(1, limits.threads - limits.reserved)),
             self._map,
             True,
             sock,
