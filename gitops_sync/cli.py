@@ -101,6 +101,19 @@ def _budget_options(fn: F) -> F:
     )(wrapper)
 
 
+def _safety_options(fn: F) -> F:
+    fn = click.option(
+        "--prune-cascade",
+        is_flag=True,
+        help="With --prune: also delete a Namespace or CRD that still holds objects this prune does not remove.",
+    )(fn)
+    return click.option(
+        "--adopt-shared",
+        is_flag=True,
+        help="Take over objects that are members of another ApplySet (default: leave them, report `shared`).",
+    )(fn)
+
+
 @dataclass
 class _Attempt:
     """What a command knows so far, for its failure: the error document and masking the message."""
@@ -300,6 +313,7 @@ def _write_report(cs: ChangeSet, output: str, verbose: bool) -> None:
     show_default=True,
     help="report: apply the rest, leave contested fields to their owner; force: take them; skip: leave the object.",
 )
+@_safety_options
 @click.option("--wait", is_flag=True, help="Wait until applied objects are healthy (kstatus rules).")
 @click.option(
     "--timeout",
@@ -319,6 +333,8 @@ def sync(
     allow_empty: bool,
     dry_run: bool,
     on_conflict: str,
+    adopt_shared: bool,
+    prune_cascade: bool,
     wait: bool,
     timeout: float,
 ) -> None:
@@ -332,6 +348,8 @@ def sync(
         policy=ConflictPolicy(on_conflict),
         wait=wait,
         timeout=timeout,
+        adopt_shared=adopt_shared,
+        prune_cascade=prune_cascade,
     )
     cs = _run_pass(attempt, source, opts, cluster, budget, apply=True)
     _write_report(cs, output, verbose)
@@ -345,6 +363,7 @@ def sync(
 @_output_options
 @_budget_options
 @click.option("--prune", is_flag=True, help="Also list objects that --prune would delete.")
+@_safety_options
 def diff(
     source: SourceOptions,
     cluster: ClusterArgs,
@@ -353,10 +372,19 @@ def diff(
     output: str,
     verbose: bool,
     prune: bool,
+    adopt_shared: bool,
+    prune_cascade: bool,
 ) -> None:
     """Drift and field-ownership report; changes nothing. Exit 0 in sync, 1 differences/conflicts, 2 error."""
     attempt = _attempt("diff", output=output, source=source, dry_run=True)
-    opts = PassOptions(namespace=namespace, prune=prune, allow_empty=True, dry_run=True)
+    opts = PassOptions(
+        namespace=namespace,
+        prune=prune,
+        allow_empty=True,
+        dry_run=True,
+        adopt_shared=adopt_shared,
+        prune_cascade=prune_cascade,
+    )
     cs = _run_pass(attempt, source, opts, cluster, budget, apply=False)
     _write_report(cs, output, verbose)
     sys.exit(report.exit_code_diff(cs))

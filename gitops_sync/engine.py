@@ -16,13 +16,13 @@ from pathlib import Path
 import structlog
 
 from gitops_sync import FIELD_MANAGER
-from gitops_sync.apply import inventory
+from gitops_sync.apply import cascade, inventory
 from gitops_sync.apply.manager import ConflictPolicy, LiveMap, OnEntry, ResourceManager, not_attempted_entry
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.errors import ClusterError
 from gitops_sync.plan import planner
-from gitops_sync.plan.changeset import Action, ChangeSet, Entry
+from gitops_sync.plan.changeset import Action, ChangeSet, Entry, SharedWith
 from gitops_sync.plan.planner import Target
 from gitops_sync.render import RenderOptions, render
 from gitops_sync.resource import DesiredObject, ObjectKey
@@ -53,6 +53,8 @@ class PassOptions:
     timeout: float = 300.0
     name: str | None = None  # ApplySet (inventory) name; derived from the source when not given
     inventory_namespace: str | None = None
+    adopt_shared: bool = False  # take over objects that are members of another ApplySet
+    prune_cascade: bool = False  # prune Namespaces/CRDs even when they hold objects prune does not remove
 
 
 def load(source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
@@ -116,6 +118,7 @@ class Engine:
         live = (live_of or self.manager.fetch_live)(targets)
         for t in targets:
             planner.finalize(t, live.get(t.key), inv.id)
+        shared, taken = self._shared(targets, live, {inv.id}, opts)
         group_kinds = {t.key.group_kind for t in targets}
         namespaces = {t.key.namespace for t in targets if t.key.namespace}
 
@@ -125,20 +128,37 @@ class Engine:
             # The parent records the union first, so a crash mid-pass never hides a member from prune.
             cs.entries += self._ensure_inventory_namespace(inv, targets, live, opts, on_entry)
             self._record(inv, inv.group_kinds | group_kinds, inv.namespaces | namespaces, checkout, cs.source)
+        for t in targets:  # members of another ApplySet: left alone, reported as `shared` conflicts
+            if t.key in shared:
+                entry = planner.shared_entry(t, live[t.key] or {}, shared[t.key], self.field_manager, dry_run=dry_run)
+                cs.entries.append(entry)
+                if on_entry:
+                    on_entry(entry)
         done = {e.key for e in cs.entries}
         cs.entries += self.manager.apply_all(
             [t for t in targets if t.key not in done], live, policy=opts.policy, dry_run=dry_run, on_entry=on_entry
         )
+        for e in cs.entries:
+            if e.key in taken and e.action is not Action.ERROR:
+                verb = "would take" if dry_run else "took"
+                e.message = f"{e.message}; {verb} it over from {taken[e.key].describe()} (adopted: prune releases it)"
 
         pruned_all = True
         if opts.prune and not partial:
             pruned_all = self._prune(cs, inv, targets, opts, dry_run, on_entry)
         if record and pruned_all and not cs.has_errors:
-            # Shrink the recorded group-kinds only once every member outside them is gone; only now is the
-            # revision recorded as applied.
-            kinds, spaces = group_kinds, namespaces
-            if not opts.prune:
-                kinds, spaces = inv.group_kinds | group_kinds, inv.namespaces | namespaces
+            # Shrink the recorded group-kinds only once every member outside them is gone; a kind the
+            # server stopped serving stays recorded (with its namespaces): its members cannot be listed.
+            # Only now is the revision recorded as applied.
+            kinds, spaces = inv.group_kinds | group_kinds, inv.namespaces | namespaces
+            if opts.prune:
+                unserved = inventory.unserved_kinds(self.discovery, inv) - group_kinds
+                if unserved:
+                    log.info(
+                        "keeping unserved kinds in the inventory until their members are gone", kinds=sorted(unserved)
+                    )
+                    namespaces = namespaces | inv.namespaces
+                kinds, spaces = group_kinds | unserved, namespaces
             try:
                 self._record(inv, kinds, spaces, checkout, cs.source, applied=True)
             except ClusterError as exc:
@@ -195,6 +215,18 @@ class Engine:
             return []
         return self.manager.apply_all(first, live, policy=opts.policy, on_entry=on_entry)
 
+    def _shared(
+        self, targets: Sequence[Target], live: LiveMap, own_ids: set[str], opts: PassOptions
+    ) -> tuple[dict[ObjectKey, SharedWith], dict[ObjectKey, SharedWith]]:
+        """Targets live as members of another ApplySet: (left alone, taken over by explicit opt-in)."""
+        found = {t.key: (t, other) for t in targets if (other := planner.foreign_applyset(live.get(t.key), own_ids))}
+        parents = {other: inventory.find_parent(self.client, other) for _t, other in found.values()}
+        shared: dict[ObjectKey, SharedWith] = {}
+        taken: dict[ObjectKey, SharedWith] = {}
+        for key, (t, other) in found.items():
+            (taken if opts.adopt_shared or planner.wants_adoption(t) else shared)[key] = parents[other]
+        return shared, taken
+
     def _inv_ns(self, opts: PassOptions) -> str:
         return opts.inventory_namespace or opts.namespace
 
@@ -229,9 +261,19 @@ class Engine:
                 "(pass --allow-empty if the repository is meant to be empty)"
             )
             return False
+        refused: list[Entry] = []
+        if not opts.prune_cascade:
+            # A Namespace or CRD still holding objects this prune does not remove is not deleted.
+            refused = cascade.refusals(self.client, self.discovery, gone, parent=inv.parent_key)
+            for e in refused:
+                cs.entries.append(e)
+                if on_entry:
+                    on_entry(e)
+            blocked = {e.key for e in refused}
+            gone = [m for m in gone if ObjectKey.of(m) not in blocked]
         entries = self.manager.prune(gone, dry_run=dry_run, on_entry=on_entry)
         cs.entries.extend(entries)
-        return all(e.action is Action.PRUNE for e in entries)
+        return not refused and all(e.action is Action.PRUNE for e in entries)
 
     def _wait(
         self,

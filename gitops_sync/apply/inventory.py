@@ -15,6 +15,7 @@ from gitops_sync import FIELD_MANAGER, __version__
 from gitops_sync.cluster.client import APPLY_PATCH, Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.errors import ApiError, ClusterError, NotFoundError
+from gitops_sync.plan.changeset import SharedWith
 from gitops_sync.resource import Manifest, ObjectKey
 
 PART_OF = "applyset.kubernetes.io/part-of"
@@ -29,6 +30,10 @@ ADOPTED = "gitops-sync.io/adopted"
 ATTEMPTED_REVISION = "gitops-sync.io/attempted-revision"
 APPLIED_REVISION = "gitops-sync.io/applied-revision"
 SOURCE = "gitops-sync.io/source"
+# In Git, on one object: take it over even when it is a member of another ApplySet (as --adopt-shared).
+ADOPT = "gitops-sync.io/adopt"
+# Lists answer with metadata only: finding a parent or a namespace's contents never reads Secret data.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
 
 def applyset_id(name: str, namespace: str, kind: str = "ConfigMap", group: str = "") -> str:
@@ -49,6 +54,10 @@ class Inventory:
     @property
     def id(self) -> str:
         return applyset_id(self.name, self.namespace)
+
+    @property
+    def parent_key(self) -> ObjectKey:
+        return ObjectKey("", "ConfigMap", self.namespace, self.name)
 
     @property
     def parent_path(self) -> str:
@@ -163,6 +172,44 @@ def list_members(client: Client, discovery: Discovery, inv: Inventory) -> dict[O
             items = [i for ns in sorted(inv.namespaces) for i in _list(client, info.path(ns), selector)]
         _add(members, items, info.api_version, kind)
     return members
+
+
+def unserved_kinds(discovery: Discovery, inv: Inventory) -> set[str]:
+    """Recorded group-kinds the server does not serve now (CRD deleted or its versions unserved).
+
+    Their members cannot be listed, so nobody can say they are gone: they stay recorded, to be pruned
+    once the kind is served again, instead of being forgotten.
+    """
+    out = set()
+    for gk in inv.group_kinds:
+        kind, _, group = gk.partition(".")
+        if discovery.preferred(group, kind) is None:
+            out.add(gk)
+    return out
+
+
+def find_parent(client: Client, applyset_id: str) -> SharedWith:
+    """Who owns an ApplySet id: its parent ConfigMap or Secret (kubectl's default), by the id label.
+
+    The id is a one-way hash of the parent's name, so a label lookup is the only way back. A refused or
+    failed list leaves the id alone to name it.
+    """
+    shared = SharedWith(applyset_id)
+    for kind, path in (("ConfigMap", "/api/v1/configmaps"), ("Secret", "/api/v1/secrets")):
+        try:
+            doc = client.request(
+                "GET", path, query={"labelSelector": f"{ID_LABEL}={applyset_id}", "limit": 1}, accept=METADATA_ONLY
+            )
+        except ClusterError:
+            continue
+        for item in doc.get("items") or []:
+            meta = item.get("metadata") or {}
+            ann = meta.get("annotations") or {}
+            shared.parent = f"{kind} {meta.get('namespace', '')}/{meta.get('name', '')}"
+            shared.source = str(ann.get(SOURCE, ""))
+            shared.tooling = str(ann.get(TOOLING, ""))
+            return shared
+    return shared
 
 
 def _list(client: Client, path: str, selector: str) -> list[Manifest]:

@@ -42,6 +42,7 @@ from gitops_sync.plan.planner import (
     is_client_side_apply,
     is_client_side_apply_entry,
     is_unchanged,
+    mark_adopted,
     without_conflicts,
 )
 from gitops_sync.resource import Manifest, ObjectKey
@@ -249,17 +250,26 @@ class ResourceManager:
         """A non-forced apply; a field-manager 409 comes back as its conflicts rather than an exception.
 
         Conflicts over our bookkeeping alone are not conflicts: the apply is repeated with force."""
+        result, conflicts, _status = self._try_ssa_status(t, body, live, dry_run=dry_run)
+        return result, conflicts
+
+    def _try_ssa_status(
+        self, t: Target, body: Manifest, live: Manifest | None, *, dry_run: bool
+    ) -> tuple[Manifest | None, list[ownership.Conflict], int]:
+        """`_try_ssa` plus the HTTP status of the apply that went through (0 when it conflicted)."""
         try:
-            return self._ssa(t, body, force=False, dry_run=dry_run), []
+            status, result = self._ssa_status(t, body, force=False, dry_run=dry_run)
+            return result, [], status
         except ConflictError as exc:
             conflicts = ownership.parse_conflicts(exc.body, live=live)
             if not conflicts:
                 raise  # a resourceVersion precondition, not a field fight
             real = [c for c in conflicts if not is_bookkeeping_conflict(c)]
             if real:
-                return None, real
+                return None, real, 0
         # Only our own bookkeeping was contested (written under another --field-manager): ours to take.
-        return self._ssa(t, body, force=True, dry_run=dry_run), []
+        status, result = self._ssa_status(t, body, force=True, dry_run=dry_run)
+        return result, [], status
 
     def _dry_run(self, t: Target, live: Manifest | None) -> Entry:
         """What `_apply` would do, without doing it; including the client-side-apply takeover, which a dry
@@ -296,7 +306,9 @@ class ResourceManager:
 
     def _apply(self, t: Target, live: Manifest | None, policy: ConflictPolicy) -> Entry:
         upgraded = live is not None and self._upgrade_client_side_apply(t, live)
-        entry = self._apply_policy(t, live, policy)
+        entry, created = self._apply_policy(t, live, policy)
+        if live is None and not created:
+            entry = self._adopt_after_stale_read(t, policy)
         if upgraded:
             entry.message = _join(entry.message, f"took over {_TAKEOVER}")
         return entry
@@ -334,38 +346,58 @@ class ResourceManager:
             return False
         return True
 
-    def _apply_policy(self, t: Target, live: Manifest | None, policy: ConflictPolicy) -> Entry:
+    def _adopt_after_stale_read(self, t: Target, policy: ConflictPolicy) -> Entry:
+        """The plan read the object as absent, yet our apply did not create it (HTTP 200, not 201).
+
+        A lagging watch cache or a refused read: the object existed before us, so it must carry the
+        adopted marker (prune releases it, never deletes it). The same body plus the marker is applied
+        again; the fact comes from the API server's answer, not from the read.
+        """
+        log.warning("object existed although read as absent; marking it adopted", object=str(t.key))
+        current = self.client.get_or_none(t.path)
+        mark_adopted(t)
+        entry, _created = self._apply_policy(t, current, policy)
+        note = "existed before gitops-sync applied it (read as absent: stale cache or refused read); marked adopted"
+        entry.message = f"{entry.message}; {note}" if entry.message else note
+        return entry
+
+    def _apply_policy(self, t: Target, live: Manifest | None, policy: ConflictPolicy) -> tuple[Entry, bool]:
+        """Apply under `policy`; also whether one of its requests created the object (HTTP 201)."""
         if policy is ConflictPolicy.FORCE:
-            forced = self._ssa(t, t.manifest, force=True, dry_run=False)
-            return explain(t, live, forced, self.field_manager, dry_run=False)
-        result, conflicts = self._try_ssa(t, t.manifest, live, dry_run=False)
+            status, forced = self._ssa_status(t, t.manifest, force=True, dry_run=False)
+            return explain(t, live, forced, self.field_manager, dry_run=False), status == 201
+        result, conflicts, status = self._try_ssa_status(t, t.manifest, live, dry_run=False)
         if not conflicts:
-            return explain(t, live, result, self.field_manager, dry_run=False)
+            return explain(t, live, result, self.field_manager, dry_run=False), status == 201
         if policy is ConflictPolicy.SKIP:
             entry = explain(t, live, None, self.field_manager, conflicts=conflicts, dry_run=False)
             entry.message = f"skipped: {len(conflicts)} conflicting field(s); nothing applied to this object"
-            return entry
+            return entry, False
         # REPORT: apply all but the contested fields; a field contested meanwhile is dropped on one retry.
-        result, more = self._try_ssa(t, without_conflicts(t.manifest, conflicts), live, dry_run=False)
+        result, more, status = self._try_ssa_status(t, without_conflicts(t.manifest, conflicts), live, dry_run=False)
         if more:
             conflicts += more
-            result = self._ssa(t, without_conflicts(t.manifest, conflicts), force=False, dry_run=False)
+            status, result = self._ssa_status(t, without_conflicts(t.manifest, conflicts), force=False, dry_run=False)
         entry = explain(t, live, result, self.field_manager, conflicts=conflicts, dry_run=False)
         entry.message = (
             f"applied all but {len(conflicts)} conflicting field(s), left to their owner "
             "(use --on-conflict force to take them)"
         )
-        return entry
+        return entry, status == 201
 
     def _ssa(self, t: Target, body: Manifest, *, force: bool, dry_run: bool) -> Manifest:
-        result: Manifest = self.client.request(
+        return self._ssa_status(t, body, force=force, dry_run=dry_run)[1]
+
+    def _ssa_status(self, t: Target, body: Manifest, *, force: bool, dry_run: bool) -> tuple[int, Manifest]:
+        """One server-side apply; the status tells a create (201) from an update (200)."""
+        status, result = self.client.request_status(
             "PATCH",
             t.path,
             query={"fieldManager": self.field_manager, "force": force, "dryRun": "All" if dry_run else None},
             body=body,
             content_type=APPLY_PATCH,
         )
-        return result
+        return status, result
 
     def _wait_crds_established(self, crds: list[Target], timeout: float) -> None:
         deadline = time.monotonic() + timeout

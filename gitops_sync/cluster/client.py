@@ -247,7 +247,23 @@ class Client:
         accept: str | None = None,
         timeout: float | None = None,
     ) -> Any:
-        """Send one request and decode the JSON answer; non-2xx raises a typed ApiError.
+        """Send one request and decode the JSON answer; non-2xx raises a typed ApiError."""
+        return self.request_status(
+            method, path, query=query, body=body, content_type=content_type, accept=accept, timeout=timeout
+        )[1]
+
+    def request_status(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: _Query | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        accept: str | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, Any]:
+        """`request`, plus the HTTP status: 201 tells an apply that created the object from one that updated it.
 
         ApiUnavailableError: not sent (server known down, deadline passed, connection refused).
         ApiTimeoutError: sent, but no complete answer in time, so a write may or may not have happened.
@@ -282,9 +298,7 @@ class Client:
         )
         if resp.status >= 400:
             raise _api_error(resp.status, resp.data, method, path)
-        if not resp.data:
-            return None
-        return json.loads(resp.data)
+        return int(resp.status), (json.loads(resp.data) if resp.data else None)
 
     def _transport_error(self, exc: urllib3.exceptions.HTTPError, method: str, budget: float) -> ClusterError:
         """Classify a failed request (sent or not) and let the breaker probe the server."""

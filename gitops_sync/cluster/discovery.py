@@ -83,6 +83,13 @@ class Discovery:
         self._ensure()
         return self._preferred.get((group, kind))
 
+    def namespaced_listable(self) -> list[ResourceInfo]:
+        """One version of every namespaced kind that can be listed: what a namespace can hold."""
+        self._ensure()
+        with self._lock:
+            infos = list(self._preferred.values())
+        return sorted((i for i in infos if i.namespaced and "list" in i.verbs), key=lambda i: (i.group, i.kind))
+
     def add_crd(self, crd: Manifest) -> list[ResourceInfo]:
         """Register the kinds a CRD in the desired set will serve, so its CRs can be planned."""
         self._ensure()

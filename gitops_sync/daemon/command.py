@@ -44,6 +44,10 @@ _CONFLICT_HELP = (
 @click.option("--allow-empty", is_flag=True, help="With --prune: allow pruning everything when Git renders nothing.")
 @click.option("--on-conflict", type=click.Choice([p.value for p in ConflictPolicy]), default="force",
               help=_CONFLICT_HELP)
+@click.option("--adopt-shared", is_flag=True, help="Take over objects that are members of another ApplySet "
+              "(default: leave them alone and report a `shared` conflict; --on-conflict force does not).")
+@click.option("--prune-cascade", is_flag=True, help="With --prune: also delete a Namespace or CRD that still "
+              "holds objects this prune does not remove.")
 @click.option("--interval", default=60.0, type=click.FloatRange(0), help="Seconds between Git polls "
               "(±10% jitter; 0 = no polling). Local paths are also watched for changes.")
 @click.option("--resync", default=600.0, type=click.FloatRange(0), help="Seconds between full passes over "
@@ -72,7 +76,8 @@ _CONFLICT_HELP = (
 @click.option("--shutdown-grace", default=10.0, type=click.FloatRange(0), help="Seconds SIGTERM waits for "
               "the pass in flight before abandoning it.")
 def run(source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: bool, prune: bool,
-        allow_empty: bool, on_conflict: str, interval: float, resync: float, debounce: float, http_addr: str,
+        allow_empty: bool, on_conflict: str, adopt_shared: bool, prune_cascade: bool,
+        interval: float, resync: float, debounce: float, http_addr: str,
         http_auth: str, webhook_secret_file: Path | None, leader_elect: bool, leader_elect_namespace: str | None,
         leader_elect_identity: str | None, lease_duration: float, renew_deadline: float, retry_period: float,
         shutdown_grace: float) -> None:
@@ -92,7 +97,8 @@ def run(source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: 
     opts = DaemonOptions(
         source=source,
         pass_opts=PassOptions(namespace=namespace, prune=prune, allow_empty=allow_empty, policy=policy,
-                              name=cluster.name, inventory_namespace=cluster.inventory_namespace),
+                              name=cluster.name, inventory_namespace=cluster.inventory_namespace,
+                              adopt_shared=adopt_shared, prune_cascade=prune_cascade),
         self_heal=self_heal, interval=interval, resync=resync, debounce=debounce, http_addr=http_addr,
         http_auth=http_auth,
         webhook_secret=secret, kubeconfig=cluster.kubeconfig, context=cluster.context,

@@ -50,6 +50,7 @@ from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 from gitops_sync.source import Checkout, fetch, mask_url, short_revision
+from gitops_sync.source.checkout import is_remote
 
 log = structlog.get_logger("gitops_sync.daemon")
 
@@ -98,12 +99,13 @@ class _FencedClient(Client):
         super().__init__(*args, **kwargs)
         self.may_write = may_write
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def request_status(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+        # `request` goes through here too: one fence for every write.
         query = kwargs.get("query") or {}
         if method not in ("GET", "HEAD") and not query.get("dryRun") and not self.may_write():
             raise ClusterError(f"not writing {method} {path}: this replica may not write now "
                                "(detect-only, not the leader, or shutting down)")
-        return super().request(method, path, **kwargs)
+        return super().request_status(method, path, **kwargs)
 
 
 @dataclass
@@ -156,6 +158,10 @@ class Daemon:
         self._source_error = ""
         self._source_error_revision = ""
         self._source_checked = 0.0
+        # A local work tree is read while people write to it: a render is acted on (applied, pruned) only
+        # once a second read, `debounce` later, gives the same digest. (digest, first seen) until then.
+        self._candidate: tuple[str, float] | None = None
+        self._live_tree = not is_remote(opts.source.repo) and (opts.source.revision or "HEAD").strip() == "HEAD"
         self._entries: dict[ObjectKey, Entry] = {}
         self._pass_errors: list[str] = []
         self._last_pass: dict[str, Any] = {}
@@ -293,7 +299,10 @@ class Daemon:
             digest = _digest(checkout.revision, objects)
             current = self._source
             if current is not None and current.digest == digest:
+                self._candidate = None
                 self._source_ok()
+                return False
+            if not self._seen_twice(digest):
                 return False
             self.engine.discovery.refresh()  # a new revision may bring CRDs, the cluster new kinds
             targets = self.engine.resolve(objects, self.opts.pass_opts)
@@ -319,6 +328,29 @@ class Daemon:
         log.info("source loaded", revision=checkout.revision or "(plain directory)", objects=len(targets),
                  digest=digest[:12])
         return True
+
+    def _seen_twice(self, digest: str) -> bool:
+        """Whether a new render of a local work tree is stable: the same digest `debounce` apart.
+
+        A file caught half-written renders fewer objects (or fewer fields); acting on it would prune or
+        strip what the finished file still has. A commit of a remote (or a pinned --revision) is
+        immutable and needs no second look.
+        """
+        if not self._live_tree:
+            return True
+        now, quiet = time.monotonic(), max(self.opts.debounce, 0.05)
+        if self._candidate is not None and self._candidate[0] == digest:
+            waited = now - self._candidate[1]
+            if waited >= quiet:
+                self._candidate = None
+                return True
+            self.queue.add_after(SOURCE, quiet - waited)
+            return False
+        self._candidate = (digest, now)
+        self.queue.add_after(SOURCE, quiet)
+        log.info("source changed; reading it again after the quiet period before acting on it",
+                 digest=digest[:12], seconds=quiet)
+        return False
 
     def _source_ok(self) -> None:
         self.queue.forget(SOURCE)

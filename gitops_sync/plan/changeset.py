@@ -76,6 +76,30 @@ class CoOwner:
 
 
 @dataclass
+class SharedWith:
+    """The other ApplySet an object already belongs to (its part-of label), and who that is.
+
+    `parent` and `source` are empty when the parent could not be found (e.g. no permission to list
+    it, or a tool that keeps its parent elsewhere): the id alone still names it.
+    """
+
+    applyset_id: str
+    parent: str = ""  # e.g. "ConfigMap team-a/gitops-sync-deploy-apps" or "Secret ns/name"
+    source: str = ""  # the parent's gitops-sync.io/source (repo//path@ref) or tooling annotation
+    tooling: str = ""  # applyset.kubernetes.io/tooling, e.g. "kubectl/v1.33.0"
+
+    def describe(self) -> str:
+        """`ApplySet ConfigMap team-a/x (source /repos/deploy//apps)`, or the bare id."""
+        if not self.parent:
+            return f"ApplySet {self.applyset_id} (parent not found)"
+        extra = ", ".join(p for p in (f"source {self.source}" if self.source else "", self.tooling) if p)
+        return f"ApplySet {self.parent}" + (f" ({extra})" if extra else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"applySet": self.applyset_id, "parent": self.parent, "source": self.source, "tooling": self.tooling}
+
+
+@dataclass
 class Entry:
     key: ObjectKey
     api_version: str
@@ -86,6 +110,7 @@ class Entry:
     message: str = ""
     origin: str = ""
     health: str = ""
+    shared: SharedWith | None = None  # a `shared` conflict: already a member of another ApplySet
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -102,6 +127,8 @@ class Entry:
         }
         if self.health:
             out["health"] = self.health
+        if self.shared is not None:
+            out["shared"] = self.shared.to_dict()
         return out
 
 

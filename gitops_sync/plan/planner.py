@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gitops_sync.apply.inventory import ADOPTED, PART_OF
+from gitops_sync.apply.inventory import ADOPT, ADOPTED, PART_OF
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
 from gitops_sync.errors import RenderError
 from gitops_sync.plan import actors, fieldpath, ownership
 from gitops_sync.plan import diff as _diff
-from gitops_sync.plan.changeset import Action, CoOwner, Entry, FieldChange
+from gitops_sync.plan.changeset import Action, CoOwner, Entry, FieldChange, SharedWith
 from gitops_sync.plan.masking import MASK, VALUES_DIFFER, mask_diff
 from gitops_sync.plan.normalize import prepare_desired
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
@@ -98,6 +98,51 @@ def finalize(target: Target, live: Manifest | None, applyset_id: str | None) -> 
         if live is not None and (live_ann.get(ADOPTED) == "true" or not already_member):
             annotations[ADOPTED] = "true"  # existed before we applied it: release, never delete, on prune
     annotations[INTENT_HASH] = intent_hash(target.manifest)
+
+
+def mark_adopted(target: Target) -> None:
+    """The object existed before our first apply (learnt from the apply's answer): release, never delete."""
+    annotations = target.manifest.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations.pop(INTENT_HASH, None)
+    annotations[ADOPTED] = "true"
+    annotations[INTENT_HASH] = intent_hash(target.manifest)
+
+
+def foreign_applyset(live: Manifest | None, own_ids: Iterable[str]) -> str | None:
+    """The id of another ApplySet the live object is a member of (its part-of label), else None."""
+    label = (((live or {}).get("metadata") or {}).get("labels") or {}).get(PART_OF)
+    return str(label) if label and label not in set(own_ids) else None
+
+
+def wants_adoption(target: Target) -> bool:
+    """Git asks, on this object, to take it over from another ApplySet (annotation gitops-sync.io/adopt)."""
+    annotations = (target.manifest.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(ADOPT, "")).lower() == "true"
+
+
+def shared_entry(target: Target, live: Manifest, shared: SharedWith, field_manager: str, *, dry_run: bool) -> Entry:
+    """A `shared` conflict: the object belongs to another ApplySet, so it is left alone, and we say whose."""
+    entry = explain(target, live, None, field_manager, dry_run=dry_run)
+    path = f".metadata.labels.{PART_OF}"
+    owner = _owner(live, path, field_manager)
+    entry.action = Action.CONFLICT
+    entry.shared = shared
+    entry.conflicts = [
+        FieldChange(
+            path=path,
+            desired=((target.manifest.get("metadata") or {}).get("labels") or {}).get(PART_OF),
+            live=shared.applyset_id,
+            manager=owner.manager if owner else "",
+            operation=owner.operation if owner else "",
+            subresource=owner.subresource if owner else "",
+            actor=shared.describe(),
+        )
+    ]
+    entry.message = (
+        f"shared: already a member of {shared.describe()}; left alone (--adopt-shared or the annotation "
+        f'{ADOPT}: "true" in Git takes it over)'
+    )
+    return entry
 
 
 def intent_hash(manifest: Manifest) -> str:

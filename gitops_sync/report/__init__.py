@@ -103,13 +103,18 @@ def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int 
         for e in shown:
             t.add_row(Text(e.action.value, style=_STYLE[e.action]), Text(str(e.key)), Text(e.message))
         console.print(t)
-    fields = [(e, c, kind) for e in shown for kind, cs_ in (("conflict", e.conflicts), ("drift", e.drift)) for c in cs_]
+    fields = [
+        (e, c, _kind(e, kind))
+        for e in shown
+        for kind, cs_ in (("conflict", e.conflicts), ("drift", e.drift))
+        for c in cs_
+    ]
     if fields:
         ft = _table("fields", "object", "", "path", "desired (Git)", "live", "owned live by")
         for e, c, kind in fields:
             ft.add_row(
                 Text(str(e.key)),
-                Text(kind, style="bold red" if kind == "conflict" else "yellow"),
+                Text(kind, style="yellow" if kind == "drift" else "bold red"),
                 Text(c.path),
                 Text(short(c.desired, limit)),
                 Text(short(c.live, limit)),
@@ -144,7 +149,12 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
         lines += ["| action | object | message |", "|---|---|---|"]
         lines += [f"| {e.action.value} | {_code(str(e.key))} | {_md(e.message)} |" for e in shown]
         lines.append("")
-    rows = [(e, kind, c) for e in shown for kind, lst in (("conflict", e.conflicts), ("drift", e.drift)) for c in lst]
+    rows = [
+        (e, _kind(e, kind), c)
+        for e in shown
+        for kind, lst in (("conflict", e.conflicts), ("drift", e.drift))
+        for c in lst
+    ]
     if rows:
         lines += ["| object | | path | desired (Git) | live | owned live by |", "|---|---|---|---|---|---|"]
         lines += [
@@ -164,6 +174,11 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
         lines += ["", "</details>", ""]
     lines += [f"> **error:** {_md(err)}" for err in cs.errors]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _kind(e: Entry, kind: str) -> str:
+    """`shared` for the conflict of an object another ApplySet owns, else `conflict`/`drift`."""
+    return "shared" if kind == "conflict" and e.shared is not None else kind
 
 
 # What means something to Markdown inside a table cell (emphasis, code, links, strike-through, the cell

@@ -37,14 +37,14 @@ class LostAnswerClient(Client):
         self.send = send
         self.lost = 0
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def request_status(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
         query = kwargs.get("query") or {}
         if method == "PATCH" and "/configmaps/lost-" in path and not query.get("dryRun"):
             self.lost += 1
             if self.send:
-                super().request(method, path, **kwargs)
+                super().request_status(method, path, **kwargs)
             raise ApiTimeoutError(f"API server {self.server} unreachable: no answer to PATCH within 30s")
-        return super().request(method, path, **kwargs)
+        return super().request_status(method, path, **kwargs)
 
 
 @pytest.mark.parametrize("sent", [True, False], ids=["applied", "not-applied"])

@@ -54,6 +54,9 @@ class _FakeClient:
         body["metadata"]["resourceVersion"] = "2"
         return body
 
+    def request_status(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+        return 201, self.request(method, path, **kwargs)  # as if each apply created its object
+
 
 def _targets(*manifests: dict[str, Any]) -> list[planner.Target]:
     targets = planner.resolve([DesiredObject(m, origin="x.yaml") for m in manifests], StaticDiscovery(), "ns")

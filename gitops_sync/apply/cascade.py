@@ -1,0 +1,154 @@
+"""The cascade guard: what deleting a Namespace or a CustomResourceDefinition would take with it.
+
+The API server deletes everything in a Namespace with it, and every custom resource with its CRD. So
+before prune deletes either, this lists what it still holds; objects this prune does not remove itself
+(another team's Pod, a ConfigMap made by hand, a member still in Git, an adopted member that prune only
+releases) make it refuse that one deletion. The engine turns each refusal into an error entry of the
+pass and prunes everything else; `--prune-cascade` skips the guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from gitops_sync.apply.inventory import ADOPTED, METADATA_ONLY
+from gitops_sync.cluster.client import Client
+from gitops_sync.cluster.discovery import Discovery, ResourceInfo
+from gitops_sync.errors import ClusterError, NotFoundError
+from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.resource import Manifest, ObjectKey
+
+log = structlog.get_logger(__name__)
+
+# What Kubernetes itself puts in every namespace, and Events: none of it is anybody's to lose.
+_DEFAULTS = frozenset({("", "ServiceAccount", "default"), ("", "ConfigMap", "kube-root-ca.crt")})
+_IGNORED_KINDS = frozenset({("", "Event"), ("events.k8s.io", "Event")})
+_NAMED = 5  # foreign objects named in a refusal
+_PAGE = 100
+
+
+@dataclass
+class Holdings:
+    """What a Namespace or CRD still holds that prune does not remove, and what could not be checked."""
+
+    foreign: list[ObjectKey]
+    more: bool = False  # more than were listed (a further page)
+    unchecked: list[str] = field(default_factory=list)  # kinds that could not be listed: contents unknown
+
+    def __bool__(self) -> bool:
+        return bool(self.foreign or self.unchecked)
+
+
+def refusals(
+    client: Client, discovery: Discovery, gone: Sequence[Manifest], *, parent: ObjectKey | None = None
+) -> list[Entry]:
+    """An error entry for every Namespace/CRD in `gone` that still holds objects prune leaves behind.
+
+    `gone` are the members prune is about to remove; adopted ones are only released (kept), so what they
+    hold stays and is not checked, and they count as left behind. `parent` (our inventory ConfigMap) is
+    ours and does not count.
+    """
+    deleted = {ObjectKey.of(m) for m in gone if not _adopted(m)}
+    if parent is not None:
+        deleted.add(parent)
+    out: list[Entry] = []
+    for m in gone:
+        key = ObjectKey.of(m)
+        if key not in deleted or key.group not in ("", "apiextensions.k8s.io"):
+            continue
+        if key.kind == "Namespace" and not key.group:
+            held = namespace_holdings(client, discovery, key.name, deleted)
+            what = f"Namespace {key.name}"
+        elif key.kind == "CustomResourceDefinition" and key.group == "apiextensions.k8s.io":
+            held = crd_holdings(client, discovery, m, deleted)
+            what = f"CustomResourceDefinition {key.name}"
+        else:
+            continue
+        if held:
+            message = _message(what, held)
+            log.warning("prune refused", object=str(key), reason=message)
+            out.append(Entry(key, str(m.get("apiVersion", "")), Action.ERROR, message=message))
+    return out
+
+
+def namespace_holdings(client: Client, discovery: Discovery, namespace: str, deleted: Iterable[ObjectKey]) -> Holdings:
+    """Objects in `namespace`, across every listable namespaced kind, that are not in `deleted`."""
+    return _holdings(client, discovery.namespaced_listable(), namespace, set(deleted))
+
+
+def crd_holdings(client: Client, discovery: Discovery, crd: Manifest, deleted: Iterable[ObjectKey]) -> Holdings:
+    """Custom resources of `crd`, in every namespace, that are not in `deleted`."""
+    spec = crd.get("spec") or {}
+    group, kind = str(spec.get("group", "")), str((spec.get("names") or {}).get("kind", ""))
+    info = discovery.preferred(group, kind) or _served_version(spec)
+    if info is None:
+        return Holdings([], unchecked=[f"{kind}.{group} (no version served)"])
+    return _holdings(client, [info], None, set(deleted))
+
+
+def _holdings(
+    client: Client, infos: Sequence[ResourceInfo], namespace: str | None, deleted: set[ObjectKey]
+) -> Holdings:
+    held = Holdings([])
+    for info in infos:
+        if (info.group, info.kind) in _IGNORED_KINDS:
+            continue
+        try:
+            doc = client.request("GET", info.path(namespace), query={"limit": _PAGE}, accept=METADATA_ONLY)
+        except NotFoundError:
+            continue  # not served (any more): nothing of this kind to lose
+        except ClusterError as exc:
+            held.unchecked.append(f"{info.kind}.{info.group}" if info.group else info.kind)
+            log.info("cannot list for the cascade guard", kind=info.kind, error=str(exc))
+            continue
+        for item in doc.get("items") or []:
+            meta = item.get("metadata") or {}
+            key = ObjectKey(info.group, info.kind, str(meta.get("namespace") or ""), str(meta.get("name", "")))
+            if key in deleted or (key.group, key.kind, key.name) in _DEFAULTS:
+                continue
+            # Owned objects (a ReplicaSet's Pods) go with their owner, which is listed itself.
+            if meta.get("ownerReferences"):
+                continue
+            held.foreign.append(key)
+        held.more = held.more or bool((doc.get("metadata") or {}).get("continue"))
+    return held
+
+
+def _served_version(spec: Manifest) -> ResourceInfo | None:
+    """The CRD's own first served version, when discovery does not (yet) list the kind."""
+    names = spec.get("names") or {}
+    for v in spec.get("versions") or []:
+        if v.get("served", True):
+            return ResourceInfo(
+                group=str(spec.get("group", "")),
+                version=str(v.get("name", "")),
+                kind=str(names.get("kind", "")),
+                plural=str(names.get("plural", "")),
+                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                verbs=frozenset({"list"}),
+            )
+    return None
+
+
+def _message(what: str, held: Holdings) -> str:
+    parts = []
+    if held.foreign:
+        names = ", ".join(str(k) for k in held.foreign[:_NAMED])
+        extra = len(held.foreign) - _NAMED
+        count = f"{len(held.foreign)}{'+' if held.more else ''}"
+        tail = f" and {extra}{'+' if held.more else ''} more" if extra > 0 else (" and more" if held.more else "")
+        parts.append(f"it still holds {count} object(s) this prune does not remove: {names}{tail}")
+    if held.unchecked:
+        parts.append(f"its contents could not be checked (cannot list {', '.join(held.unchecked)})")
+    return (
+        f"prune refused: deleting {what} would delete what it holds; "
+        + "; ".join(parts)
+        + " (delete or move them first, or pass --prune-cascade)"
+    )
+
+
+def _adopted(m: Manifest) -> bool:
+    return ((m.get("metadata") or {}).get("annotations") or {}).get(ADOPTED) == "true"

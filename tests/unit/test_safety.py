@@ -1,0 +1,127 @@
+"""Safety decisions that need no API server: shared objects, the adoption marker, the cascade message,
+unserved kinds, and how a `shared` conflict reads in every report format."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+from gitops_sync.apply import cascade, inventory
+from gitops_sync.apply.inventory import ADOPT, ADOPTED, PART_OF
+from gitops_sync.plan import planner
+from gitops_sync.plan.changeset import Action, ChangeSet, SharedWith
+from gitops_sync.report import exit_code_diff, exit_code_sync, write
+from gitops_sync.resource import ObjectKey
+from tests.unit.test_planner import StaticDiscovery, cm, objs
+
+OURS = "applyset-ours-v1"
+THEIRS = "applyset-theirs-v1"
+
+
+def _live(labels: dict[str, str]) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "a",
+            "namespace": "ns",
+            "labels": labels,
+            "managedFields": [
+                {
+                    "manager": "team-a-sync",
+                    "operation": "Apply",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:labels": {f"f:{PART_OF}": {}}}},
+                }
+            ],
+        },
+        "data": {"k": "v"},
+    }
+
+
+def test_foreign_applyset_is_another_sets_label_only() -> None:
+    assert planner.foreign_applyset(_live({PART_OF: THEIRS}), {OURS}) == THEIRS
+    assert planner.foreign_applyset(_live({PART_OF: OURS}), {OURS}) is None
+    assert planner.foreign_applyset(_live({}), {OURS}) is None
+    assert planner.foreign_applyset(None, {OURS}) is None
+    # an id counted as ours (e.g. a legacy name being migrated) is not foreign
+    assert planner.foreign_applyset(_live({PART_OF: THEIRS}), {OURS, THEIRS}) is None
+
+
+def test_adoption_annotation_in_git_opts_in() -> None:
+    with_ann = cm("a")
+    with_ann["metadata"]["annotations"] = {ADOPT: "true"}
+    (t,) = planner.resolve(objs(with_ann), StaticDiscovery(), "ns")
+    (plain,) = planner.resolve(objs(cm("b")), StaticDiscovery(), "ns")
+    assert planner.wants_adoption(t) and not planner.wants_adoption(plain)
+
+
+def test_mark_adopted_changes_the_intent_hash() -> None:
+    (t,) = planner.resolve(objs(cm("a", k="v")), StaticDiscovery(), "ns")
+    planner.finalize(t, None, OURS)
+    before = t.manifest["metadata"]["annotations"][planner.INTENT_HASH]
+    planner.mark_adopted(t)
+    ann = t.manifest["metadata"]["annotations"]
+    assert ann[ADOPTED] == "true"
+    assert ann[planner.INTENT_HASH] != before
+    assert ann[planner.INTENT_HASH] == planner.intent_hash(t.manifest)
+
+
+def _shared_changeset() -> ChangeSet:
+    (t,) = planner.resolve(objs(cm("a", k="v")), StaticDiscovery(), "ns")
+    planner.finalize(t, _live({PART_OF: THEIRS}), OURS)
+    who = SharedWith(THEIRS, parent="ConfigMap team-a/gitops-sync-deploy", source="/src/team-a/deploy//apps")
+    entry = planner.shared_entry(t, _live({PART_OF: THEIRS}), who, "gitops-sync", dry_run=False)
+    return ChangeSet(revision="abc", source="/src/team-b/deploy//apps", entries=[entry])
+
+
+def test_shared_entry_is_a_conflict_naming_the_other_applyset() -> None:
+    cs = _shared_changeset()
+    (e,) = cs.entries
+    assert e.action is Action.CONFLICT and e.shared is not None
+    (c,) = e.conflicts
+    assert c.path == f".metadata.labels.{PART_OF}"
+    assert (c.desired, c.live, c.manager) == (OURS, THEIRS, "team-a-sync")
+    assert "ConfigMap team-a/gitops-sync-deploy" in e.message and "/src/team-a/deploy//apps" in e.message
+    assert exit_code_sync(cs) == 1 and exit_code_diff(cs) == 1
+
+
+def test_shared_conflict_in_every_report_format() -> None:
+    cs = _shared_changeset()
+    out = {}
+    for fmt in ("json", "table", "markdown"):
+        buf = StringIO()
+        write(cs, fmt, buf, color=False)
+        out[fmt] = buf.getvalue()
+    doc = json.loads(out["json"])
+    (obj,) = doc["objects"]
+    assert obj["action"] == "conflict"
+    assert obj["shared"] == {
+        "applySet": THEIRS,
+        "parent": "ConfigMap team-a/gitops-sync-deploy",
+        "source": "/src/team-a/deploy//apps",
+        "tooling": "",
+    }
+    for fmt in ("table", "markdown"):
+        assert "shared" in out[fmt] and "team-a/gitops-sync-deploy" in out[fmt], out[fmt]
+
+
+def test_shared_without_a_parent_names_the_id() -> None:
+    assert SharedWith(THEIRS).describe() == f"ApplySet {THEIRS} (parent not found)"
+    assert SharedWith(THEIRS, parent="Secret x/y", tooling="kubectl/v1.33").describe() == (
+        "ApplySet Secret x/y (kubectl/v1.33)"
+    )
+
+
+def test_cascade_message_names_the_first_few_and_counts_the_rest() -> None:
+    keys = [ObjectKey("", "ConfigMap", "team", f"c{i}") for i in range(7)]
+    msg = cascade._message("Namespace team", cascade.Holdings(keys, more=True))
+    assert "7+ object(s)" in msg and "ConfigMap/team/c0" in msg and "ConfigMap/team/c4" in msg
+    assert "ConfigMap/team/c5" not in msg and "and 2+ more" in msg and "--prune-cascade" in msg
+    unknown = cascade._message("Namespace team", cascade.Holdings([], unchecked=["Widget.example.com"]))
+    assert "could not be checked" in unknown and "Widget.example.com" in unknown
+
+
+def test_unserved_kinds_are_the_recorded_ones_discovery_lacks() -> None:
+    inv = inventory.Inventory("x", "ns", group_kinds={"ConfigMap", "Deployment.apps", "Widget.example.com"})
+    assert inventory.unserved_kinds(StaticDiscovery(), inv) == {"Widget.example.com"}
