@@ -196,7 +196,8 @@ class Daemon:
         ]
         self._unwatch = watch_local(self.opts.source.repo, lambda: self.queue.add(SOURCE), self.opts.debounce)
         log.info("daemon started", repo=mask_url(self.opts.source.repo), mode=self._mode,
-                 http=f"{self.opts.http_addr} (port {self.port})", leader_elect=self.opts.leader_elect,
+                 http=f"{self.opts.http_addr} (port {self.port})", http_auth=self.opts.http_auth,
+                 leader_elect=self.opts.leader_elect,
                  identity=self.opts.identity, inventory=f"{self.opts.inventory_namespace}/{self.opts.inventory_name}",
                  on_conflict=self.opts.pass_opts.policy.value, prune=self.opts.pass_opts.prune)
         return self

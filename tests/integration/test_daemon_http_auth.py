@@ -67,6 +67,7 @@ def test_status_and_metrics_need_a_token_allowed_by_rbac(kube: KubeCluster, name
         ) as d:
             d.wait_ready()  # /readyz is open: the kubelet has no token
             assert fetch(d.port, "/healthz")[0] == 200 and fetch(d.port, "/readyz")[0] == 200
+            assert d.logged("daemon started")[0]["http_auth"] == "kubernetes"
 
             seen = {}
             firsts: list[float] = []
@@ -134,3 +135,15 @@ def test_reviews_are_cached_per_token_and_path(kube: KubeCluster, namespace: str
         assert auth.check("/metrics", "Bearer garbage").status == 401
         assert auth.check("/metrics", "Bearer garbage").status == 401
         assert client.stats.writes == 4  # an invalid token is remembered too: one TokenReview
+
+
+def test_a_daemon_without_review_rights_answers_503_naming_the_role(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """A missing gitops-sync-auth binding is the operator's problem, not the caller's: 503, never 200 or 401."""
+    kube.kubectl("create", "serviceaccount", "gitops-sync", "-n", namespace)  # no bindings at all
+    kube.kubectl("create", "serviceaccount", "reader", "-n", namespace)
+    with Client(sa_kubeconfig(kube, namespace, tmp_path / "sa.kubeconfig")) as client:
+        decision = KubernetesAuth(client).check("/metrics", f"Bearer {token(kube, namespace, 'reader')}")
+    assert decision.status == 503, decision
+    assert "tokenreviews" in decision.reason and "gitops-sync-auth" in decision.reason

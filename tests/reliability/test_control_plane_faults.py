@@ -208,6 +208,7 @@ def test_api_server_stopped_under_daemon_with_prune(
         when = datetime.datetime.fromisoformat(pruned[0]["timestamp"]).timestamp()
         assert when >= up_wall - 0.5, "pruned before the API server was back"
         assert d.stop() == 0
+    assert no_traceback((tmp_path / "daemon.log").read_text())
 
     reliability.record(
         area="API server",
@@ -216,7 +217,7 @@ def test_api_server_stopped_under_daemon_with_prune(
         outcome="daemon stays healthy, /status reports the outage; after the restart it applies the commit "
         "and only then prunes the removed object",
         checked="the only delete audited is the object that left Git, logged as pruned after the API server "
-        "was back; the other 41 objects kept their uid",
+        "was back; the other 41 objects kept their uid; no traceback in the daemon's log",
         figures=f"converged {took:.1f} s after /readyz answered (down {up - down:.1f} s); "
         f"/status showed: {shown[:80]!r}",
     )
@@ -326,13 +327,14 @@ def test_etcd_restarted_under_daemon(private_cluster: PrivateCluster, reliabilit
         assert set(after) == set(before)
         assert not _uids_kept(before, after, set(before))
         assert d.stop() == 0
+    assert no_traceback((tmp_path / "daemon.log").read_text())
 
     reliability.record(
         area="etcd",
         fault="etcd stopped under `run`, 5 s wait, started again (a commit made while it was down)",
         outcome="the daemon stays healthy, applies the commit after the restart, and corrects drift made "
         "afterwards (`kubectl scale`, `kubectl edit`)",
-        checked=f"all {len(before)} objects kept their uid; every drift corrected",
+        checked=f"all {len(before)} objects kept their uid; every drift corrected; no traceback in the log",
         figures=f"etcd down {back - t_down:.1f} s; commit applied {commit_took:.1f} s after /readyz; "
         f"drift corrected {drift_took:.2f} s after kubectl",
     )

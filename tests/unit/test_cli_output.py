@@ -231,3 +231,11 @@ def test_apply_and_wait_progress_share_one_live_display() -> None:
             ready(None)
     with cli._progress(enabled=False, applying=25, waiting=3) as callbacks:
         assert callbacks == (None, None)
+
+
+def test_shell_completion_as_the_readme_documents_it() -> None:
+    env = {"_GITOPS_SYNC_COMPLETE": "bash_complete", "COMP_WORDS": "gitops-sync diff -o ", "COMP_CWORD": "3"}
+    r = CliRunner().invoke(cli.main, [], env=env, prog_name="gitops-sync")
+    assert r.exit_code == 0 and r.stdout.split() == ["plain,table", "plain,json", "plain,markdown"]
+    source = CliRunner().invoke(cli.main, [], env={"_GITOPS_SYNC_COMPLETE": "bash_source"}, prog_name="gitops-sync")
+    assert "_gitops_sync_completion()" in source.stdout
