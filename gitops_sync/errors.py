@@ -57,5 +57,15 @@ class ConflictError(ApiError):
     """409: a field-manager conflict (with causes) or a resourceVersion precondition failure."""
 
 
+class SourceMismatchError(GitOpsError):
+    """An inventory parent records another source: using it would let one source prune the other's objects."""
+
+    def __init__(self, message: str, *, inventory: str, recorded: str, ours: str) -> None:
+        super().__init__(message)
+        self.inventory = inventory
+        self.recorded = recorded
+        self.ours = ours
+
+
 class WaitTimeoutError(GitOpsError):
     """Objects did not become healthy before --timeout."""

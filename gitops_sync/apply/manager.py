@@ -469,6 +469,33 @@ class ResourceManager:
                 ops.append({"op": "remove", "path": "/metadata/annotations/" + _escape(ann)})
         self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
 
+    def relabel(self, members: Iterable[Manifest], applyset_id: str) -> list[str]:
+        """Move members of an inventory being taken over into `applyset_id` (label only); returns errors.
+
+        For objects no longer in Git when not pruning: they stay ours, so a later --prune still finds them.
+        """
+
+        def one(obj: Manifest) -> str:
+            key = ObjectKey.of(obj)
+            info = self.discovery.lookup(str(obj.get("apiVersion", "")), key.kind)
+            if info is None:
+                return f"{key}: kind no longer served; cannot move it into the new inventory"
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            ops = [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+                {"op": "replace", "path": "/metadata/labels/" + _escape(PART_OF), "value": applyset_id},
+            ]
+            path = info.path(key.namespace or None, key.name)
+            try:
+                self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+            except NotFoundError:
+                return ""
+            except ClusterError as exc:
+                return f"{key}: cannot move it into the new inventory: {exc}"
+            return ""
+
+        return [e for e in self._each(one, list(members)) if e]
+
     # -- waiting ----------------------------------------------------------------------------
 
     def wait(

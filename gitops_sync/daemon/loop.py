@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import json
 import threading
@@ -44,12 +45,12 @@ from gitops_sync.daemon.leader import (
 from gitops_sync.daemon.metrics import Metrics, object_state
 from gitops_sync.daemon.queue import WorkQueue
 from gitops_sync.daemon.triggers import Ticker, WebhookResult, verify_webhook, watch_local
-from gitops_sync.engine import Engine, PassOptions, SourceOptions, default_inventory_name, load
+from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
 from gitops_sync.errors import ClusterError, GitOpsError, RenderError
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
-from gitops_sync.source import Checkout, fetch, mask_url, short_revision
+from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_url, short_revision
 from gitops_sync.source.checkout import is_remote
 
 log = structlog.get_logger("gitops_sync.daemon")
@@ -83,9 +84,14 @@ class DaemonOptions:
     queue_backoff_cap: float = 60.0
     watch_backoff_cap: float = 8.0
 
+    @functools.cached_property
+    def source_identity(self) -> SourceIdentity:
+        """What `fetch` derives for every pass (see gitops_sync.source.identity), once, before any fetch."""
+        return identify(self.source.repo, self.source.path)
+
     @property
     def inventory_name(self) -> str:
-        return self.pass_opts.name or default_inventory_name(self.source.repo, self.source.path)
+        return self.pass_opts.name or self.source_identity.inventory_name()
 
     @property
     def inventory_namespace(self) -> str:
@@ -139,8 +145,9 @@ class Daemon:
         self.events = EventRecorder(self.aux, instance=opts.identity, on_drop=self.metrics.events_dropped.inc)
         self.leader: LeaderElector | None = None
         if opts.leader_elect:
-            store = ApiLeaseStore(self.aux, opts.leader_namespace or opts.inventory_namespace,
-                                  lease_name(opts.inventory_name))
+            lease_ns = opts.leader_namespace or opts.inventory_namespace
+            store = ApiLeaseStore(self.aux, lease_ns,
+                                  lease_name(opts.inventory_name, opts.inventory_namespace, lease_ns))
             self.leader = LeaderElector(store, opts.identity, opts.leader,
                                         on_started=self._on_started_leading, on_stopped=self._on_stopped_leading)
         else:
@@ -631,6 +638,8 @@ class Daemon:
         cs = ChangeSet(
             revision=src.checkout.revision if src else "", source=self._applied[1] if self._applied else "",
             entries=entries, errors=errors, dry_run=not self.opts.self_heal,
+            inventory=self.opts.inventory_name, inventory_namespace=self.opts.inventory_namespace,
+            source_identity=self.opts.source_identity.text,
         )
         doc = cs.to_dict()
         applied = self.opts.self_heal
@@ -644,6 +653,7 @@ class Daemon:
             "identity": self.opts.identity,
             "leader": self.leader.is_leader if self.leader else True,
             "leaseHolder": self.leader.holder if self.leader else self.opts.identity,
+            "lease": self.leader.store.where if self.leader else "",
             "ready": ready,
             "readyReason": why,
             "appliedRevision": self._applied[0] if self._applied else "",

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -30,6 +30,7 @@ import structlog
 from git.exc import GitCommandError, GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
 
 from gitops_sync.errors import SourceError
+from gitops_sync.source.identity import SourceIdentity, identify
 
 log = structlog.get_logger(__name__)
 
@@ -62,6 +63,8 @@ class Checkout:
     # The top of the repository as given (root without --path): the boundary symlinks may not leave and
     # the base of relative values-file paths. None only when built by hand; then `root` serves.
     repo_root: Path | None = None
+    # Which source this is, however `repo` was spelled (names the inventory); set by `fetch`.
+    identity: SourceIdentity | None = field(default=None, compare=False)
 
 
 def mask_url(text: str) -> str:
@@ -133,8 +136,27 @@ def fetch(
     # would mean something else.
     cache = (cache_dir if cache_dir is not None else _default_cache_dir()).expanduser().resolve()
     if is_remote(repo):
-        return _fetch_remote(repo, revision, path, cache, timeout)
-    return _fetch_local(repo, revision, path, cache, timeout)
+        checkout = _fetch_remote(repo, revision, path, cache, timeout)
+    else:
+        checkout = _fetch_local(repo, revision, path, cache, timeout)
+    return replace(checkout, identity=identify(repo, path))
+
+
+def knows_commit(repo: str, sha: str) -> bool:
+    """Whether commit `sha` exists in the local repository `repo`: evidence that a record made from a
+    relative `--repo` spelling was made from this very repository. Never true for a remote URL."""
+    if is_remote(repo) or not re.fullmatch(r"[0-9a-f]{40}", sha):
+        return False
+    try:
+        local = git.Repo(Path(repo).expanduser(), search_parent_directories=True)
+    except (InvalidGitRepositoryError, NoSuchPathError, OSError):
+        return False
+    with local:
+        try:
+            local.git.execute(["git", "cat-file", "-e", f"{sha}^{{commit}}"])
+        except GitCommandError:
+            return False
+    return True
 
 
 def _default_cache_dir() -> Path:
