@@ -24,7 +24,7 @@ from rich.progress import Progress, TaskID
 from gitops_sync import __version__, report
 from gitops_sync.apply.manager import ConflictPolicy
 from gitops_sync.cluster.client import Client
-from gitops_sync.engine import Engine, PassOptions, SourceOptions, load, source_label
+from gitops_sync.engine import Engine, PassOptions, SourceOptions, inventory_of, load, source_label
 from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, GitOpsError
 from gitops_sync.options import (
     DURATION,
@@ -125,6 +125,7 @@ class _Attempt:
     dry_run: bool = False
     rendered: bool = False  # the Secret values are known (registered with `redact`)
     redact: Redactor = field(default_factory=Redactor)
+    inventory: tuple[str, str, str] = ("", "", "")  # name, namespace, source identity, once known
 
     def mask(self, text: str, *, ours: bool) -> str:
         """`ours`: a message we wrote (already masked by design); else any quoted literal is masked too
@@ -136,7 +137,16 @@ class _Attempt:
         """The report of a pass that ended in `message`: what was known, `errors` filled."""
         src, co = self.source, self.checkout
         label = source_label(src.repo, src.path, src.revision) if src else ""
-        return ChangeSet(revision=co.revision if co else "", source=label, errors=[message], dry_run=self.dry_run)
+        name, namespace, identity = self.inventory
+        return ChangeSet(
+            revision=co.revision if co else "",
+            source=label,
+            errors=[message],
+            dry_run=self.dry_run,
+            inventory=name,
+            inventory_namespace=namespace,
+            source_identity=identity,
+        )
 
 
 def _attempt(command: str, **known: Any) -> _Attempt:
@@ -250,6 +260,7 @@ def _run_pass(
     log.info("rendered", revision=checkout.revision, objects=len(objects))
     opts.name = cluster.name  # None: the engine derives it from the repository and --path
     opts.inventory_namespace = cluster.inventory_namespace
+    attempt.inventory = inventory_of(checkout, opts)
     on_terminal = attempt.output == "table" and sys.stderr.isatty()
     pool = max(cluster.concurrency * 2, 10)
     with Client(cluster.kubeconfig, cluster.context, pool_size=pool, timeout=budget.request_timeout) as client:

@@ -70,6 +70,12 @@ def default_inventory_name(repo: str, path: str | None) -> str:
     return identify(repo, path).inventory_name()
 
 
+def inventory_of(checkout: Checkout, opts: PassOptions) -> tuple[str, str, str]:
+    """(name, namespace, source identity) of the inventory a pass uses: for every report, even a failed one."""
+    name = opts.name or source_identity(checkout).inventory_name()
+    return name, opts.inventory_namespace or opts.namespace, source_identity(checkout).text
+
+
 def source_identity(checkout: Checkout) -> SourceIdentity:
     """The identity `fetch` derived; for a Checkout built by hand, derived from its repo and sub-directory."""
     return checkout.identity or identify(checkout.repo, _sub_path(checkout))
@@ -113,18 +119,17 @@ class Engine:
         """
         dry_run = opts.dry_run or not apply
         identity = source_identity(checkout)
-        default_name = identity.inventory_name()
-        name = opts.name or default_name
+        name, inv_ns, identity_text = inventory_of(checkout, opts)
         cs = ChangeSet(
             revision=checkout.revision,
             source=_source_label(checkout),
             dry_run=dry_run,
             inventory=name,
-            inventory_namespace=self._inv_ns(opts),
-            source_identity=identity.text,
+            inventory_namespace=inv_ns,
+            source_identity=identity_text,
         )
         targets = list(all_targets) if only is None else [t for t in all_targets if t.key in only]
-        inv = inventory.load(self.client, name, self._inv_ns(opts), identity.text, default_name)
+        inv = inventory.load(self.client, name, inv_ns, identity_text, identity.inventory_name())
         legacy = None if opts.name else self._legacy(inv, checkout, identity, cs.source)
         live = (live_of or self.manager.fetch_live)(targets)
         for t in targets:
@@ -391,6 +396,7 @@ __all__ = [
     "PassOptions",
     "SourceOptions",
     "default_inventory_name",
+    "inventory_of",
     "load",
     "source_identity",
     "source_label",

@@ -150,6 +150,13 @@ def test_a_parent_of_another_source_is_refused_naming_both(kube: KubeCluster, na
         assert r.returncode == 2, r.stdout + r.stderr
         assert str(repo_a.resolve()) in r.stderr and str(repo_b.resolve()) in r.stderr, r.stderr
         assert "--name" in r.stderr and "Traceback" not in r.stderr
+        failed = doc(r)  # -o json: the error document still names the inventory and both sources
+        assert failed["inventory"] == {
+            "name": "shared-name",
+            "namespace": namespace,
+            "sourceIdentity": str(repo_b.resolve()),
+        }
+        assert str(repo_a.resolve()) in failed["errors"][0]
     assert get(kube, "configmap/from-a", namespace) is not None, "nothing of A was pruned"
     assert get(kube, "configmap/from-b", namespace) is None, "nothing of B was applied"
 
