@@ -88,13 +88,15 @@ def test_a_stale_read_never_makes_a_preexisting_object_deletable(
     assert live["metadata"]["uid"] == uid, "the pre-existing object was kept"
     assert PART_OF not in (live["metadata"].get("labels") or {})
     assert not exists(kube, "configmap/created", "-n", namespace)
+    figures = f"pass {took:.2f} s, {writes_stale} write requests (conflicting applies included)"
+    print(f"figures ({reliability.nodeid.rsplit(':', 1)[-1]}): {figures}")
     reliability.record(
         area="cluster reads",
         fault="stale read: live map says absent for a ConfigMap that exists (lagging watch cache / refused GET)",
         outcome="apply answered 200 not 201: object re-applied with the adopted marker; later prune released it",
         checked="the pre-existing ConfigMap (same uid) survived the prune, only our label removed; "
         "the object we really created was deleted",
-        figures=f"pass {took:.2f} s, {writes_stale} writes (2 objects + 1 re-apply + inventory)",
+        figures=figures,
     )
 
 
@@ -135,7 +137,9 @@ def test_pruning_a_namespace_with_foreign_objects_is_refused(
             (repo / name).unlink()
         d = gs(kube, "diff", *args, "--prune")
         assert d.returncode == 2, d.stdout + d.stderr
+        t0 = time.monotonic()
         r = gs(kube, "sync", *args, "--prune")
+        took = time.monotonic() - t0
         assert r.returncode == 2, r.stdout + r.stderr
         for rep in (report(d), report(r)):
             objs = by_name(rep)
@@ -162,11 +166,14 @@ def test_pruning_a_namespace_with_foreign_objects_is_refused(
         assert not gone or gone["metadata"].get("deletionTimestamp"), "deleted (terminating) with --prune-cascade"
     finally:
         kube.kubectl("delete", "namespace", team, "--wait=false", "--ignore-not-found", check=False)
+    figures = f"refused sync --prune (CLI, start-up included) {took:.2f} s"
+    print(f"figures ({reliability.nodeid.rsplit(':', 1)[-1]}): {figures}")
     reliability.record(
         area="prune",
         fault="Namespace left Git while holding a foreign ConfigMap and a bare Pod",
         outcome="sync --prune and diff --prune: exit 2, error entry naming ConfigMap and Pod; other prunes done",
         checked="namespace still Active, foreign ConfigMap and Pod kept; deleted only with --prune-cascade",
+        figures=figures,
     )
 
 
@@ -190,7 +197,9 @@ def test_pruning_a_crd_with_foreign_custom_resources_is_refused(
         )
         (repo / "crd.yaml").unlink()
         (repo / "w.yaml").unlink()
+        t0 = time.monotonic()
         r = gs(kube, "sync", *args, "--prune")
+        took = time.monotonic() - t0
         assert r.returncode == 2, r.stdout + r.stderr
         objs = by_name(report(r))
         refused = objs[f"CustomResourceDefinition/widgets.{group}"]
@@ -204,11 +213,14 @@ def test_pruning_a_crd_with_foreign_custom_resources_is_refused(
         assert by_name(report(r))[f"CustomResourceDefinition/widgets.{group}"]["action"] == "prune"
     finally:
         kube.kubectl("delete", "crd", f"widgets.{group}", "--wait=false", "--ignore-not-found", check=False)
+    figures = f"refused sync --prune (CLI, start-up included) {took:.2f} s"
+    print(f"figures ({reliability.nodeid.rsplit(':', 1)[-1]}): {figures}")
     reliability.record(
         area="prune",
         fault="CRD left Git while a custom resource of another owner still exists",
         outcome="sync --prune: exit 2, error entry naming the foreign Widget; our Widget pruned",
         checked="CRD and the foreign Widget kept; deleted only with --prune-cascade",
+        figures=figures,
     )
 
 
@@ -239,7 +251,6 @@ def test_a_half_written_file_in_a_watched_work_tree_never_causes_a_prune(
             # a slow writer: the first half lands, a pause longer than the watch's quiet period, then the rest
             path = repo.path / "app.yaml"
             half = full[: full.index("---")]
-            t0 = time.monotonic()
             path.write_text(half)
             wait_until(
                 "the half-written render seen",
@@ -264,12 +275,13 @@ def test_a_half_written_file_in_a_watched_work_tree_never_causes_a_prune(
         )
         took = time.monotonic() - t1
         assert d.stop() == 0
+    figures = f"stable removal pruned {took:.2f} s after the write (--debounce {debounce})"
+    print(f"figures ({reliability.nodeid.rsplit(':', 1)[-1]}): {figures}")
     reliability.record(
         area="daemon",
         fault=f"half-written file in a watched work tree (second object missing for {debounce * 0.5:.2f} s "
         f"after the watch fired, --debounce {debounce})",
         outcome="render read again after the quiet period; the completed file matched the applied state",
         checked="no prune, the second ConfigMap kept its uid throughout; a stable removal was pruned",
-        figures=f"stable removal pruned {took:.2f} s after the write; first half written at t0+0 "
-        f"(scenario {time.monotonic() - t0:.1f} s)",
+        figures=figures,
     )
