@@ -185,8 +185,7 @@ class Engine:
             except ClusterError as exc:
                 cs.errors.append(f"applied, but the inventory could not record revision {checkout.revision}: {exc}")
             if legacy is not None and not cs.has_errors:
-                inventory.delete_parent(self.client, legacy)
-                log.info("legacy inventory taken over", legacy=f"{legacy.namespace}/{legacy.name}", inventory=name)
+                self._retire(legacy, name)
         if opts.wait and not dry_run:
             self._wait(cs, targets, opts.timeout, on_ready)
         return cs
@@ -236,6 +235,17 @@ class Engine:
             source=identity.text,
         )
         return None
+
+    def _retire(self, legacy: inventory.Inventory, name: str) -> None:
+        """Delete the old parent once everything moved; not while it records a kind the server does not
+        serve now: those members cannot be listed or moved yet, and the old parent is how they are found."""
+        unserved = inventory.unserved_kinds(self.discovery, legacy)
+        where = f"{legacy.namespace}/{legacy.name}"
+        if unserved:
+            log.warning("old inventory kept: it records kinds not served now", legacy=where, kinds=sorted(unserved))
+            return
+        inventory.delete_parent(self.client, legacy)
+        log.info("old inventory taken over", legacy=where, inventory=name)
 
     def _adopt_legacy_members(
         self, cs: ChangeSet, inv: inventory.Inventory, legacy: inventory.Inventory, targets: Sequence[Target]
