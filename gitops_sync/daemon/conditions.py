@@ -17,7 +17,6 @@ from typing import Any
 import structlog
 
 from gitops_sync.cluster.client import Client
-from gitops_sync.errors import ApiError, ClusterError
 
 log = structlog.get_logger(__name__)
 
@@ -70,7 +69,7 @@ class Condition:
 
 
 class ClusterProbe:
-    """GET /readyz every `interval` s (every `failing_interval` s while failing), `timeout` s each.
+    """GET /readyz every `interval` s (every `failing_interval` s while failing), `client.probe_timeout` each.
 
     Any HTTP answer below 500 counts as reachable (a 403 on /readyz is still a server that answers);
     a 5xx (e.g. etcd down) or no answer in time counts as unreachable. `on_change(ok, error)` runs on a
@@ -83,14 +82,12 @@ class ClusterProbe:
         condition: Condition,
         *,
         interval: float = 5.0,
-        timeout: float = 2.0,
         failing_interval: float = 1.0,
         on_change: Callable[[bool, str], None] | None = None,
     ) -> None:
         self.client = client
         self.condition = condition
         self.interval = interval
-        self.timeout = timeout
         self.failing_interval = failing_interval
         self._on_change = on_change
         self._wake = threading.Event()
@@ -98,22 +95,10 @@ class ClusterProbe:
         self.probes = 0
 
     def check(self) -> tuple[bool, str]:
-        """One probe: (reachable, why not)."""
+        """One probe (`Client.probe`, the same one the client's breaker runs): (reachable, why not)."""
         self.probes += 1
-        t0 = time.monotonic()
-        try:
-            self.client.request("GET", "/readyz", timeout=self.timeout)
-        except ApiError as exc:
-            if exc.status >= 500:
-                return False, f"API server {self.client.server} is not ready: {exc}"
-        except ClusterError as exc:
-            took = time.monotonic() - t0
-            if took >= self.timeout * 0.9:
-                return False, f"API server {self.client.server} did not answer /readyz within {self.timeout:g} s"
-            return False, str(exc)
-        except ValueError:
-            pass  # 200 with the plain-text body "ok": not JSON, and the answer we hoped for
-        return True, ""
+        problem = self.client.probe()
+        return (True, "") if problem is None else (False, f"API server {self.client.server}: {problem}")
 
     def probe(self) -> bool:
         ok, error = self.check()

@@ -176,9 +176,10 @@ class Daemon:
         self.source_condition = Condition("source")
         self.cluster_condition = Condition("cluster")
         # Its own small client: a probe must not queue behind requests hanging on the main pool.
-        self.probe_client = Client(opts.kubeconfig, opts.context, pool_size=1, timeout=opts.probe_timeout)
+        self.probe_client = Client(opts.kubeconfig, opts.context, pool_size=1, timeout=opts.probe_timeout,
+                                   probe_timeout=opts.probe_timeout)
         self.probe = ClusterProbe(self.probe_client, self.cluster_condition, interval=opts.probe_interval,
-                                  timeout=opts.probe_timeout, on_change=self._on_cluster_change)
+                                  on_change=self._on_cluster_change)
         self._state = threading.Lock()
         self._source: _Source | None = None
         self._source_error = ""  # fetch/render failed (masked), or a pass crashed on this source

@@ -96,7 +96,7 @@ def test_frozen_api_server_is_a_cluster_condition_within_seconds_and_recovers(
         area="API server",
         fault=f"kube-apiserver frozen (SIGSTOP) for ~{frozen_for:.0f} s under a running daemon; "
         "a commit made meanwhile",
-        outcome="/readyz 503 'cluster unreachable: … did not answer /readyz within 2 s'; cluster condition and "
+        outcome="/readyz 503 'cluster unreachable: API server …: no answer within 2s'; cluster condition and "
         "gitops_sync_cluster_reachable 0, source condition and gitops_sync_source_healthy stay 1; after SIGCONT "
         "ready again and the commit applied",
         checked="no source error reported, nothing pruned, the commit made during the hang converged",
