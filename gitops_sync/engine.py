@@ -16,9 +16,10 @@ import structlog
 
 from gitops_sync import FIELD_MANAGER
 from gitops_sync.apply import cascade, inventory
-from gitops_sync.apply.manager import ConflictPolicy, LiveMap, OnEntry, ResourceManager
+from gitops_sync.apply.manager import ConflictPolicy, LiveMap, OnEntry, ResourceManager, not_attempted_entry
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.errors import ClusterError
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, SharedWith
 from gitops_sync.plan.planner import Target
@@ -38,6 +39,7 @@ class SourceOptions:
     path: str | None = None
     cache_dir: Path | None = None
     render: RenderOptions = field(default_factory=RenderOptions)
+    timeout: float = 60.0  # seconds for each git command (fetch, checkout)
 
 
 @dataclass
@@ -57,7 +59,7 @@ class PassOptions:
 
 def load(source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
     """Fetch and render; raises SourceError/RenderError before anything touches the cluster."""
-    checkout = fetch(source.repo, source.revision, source.path, cache_dir=source.cache_dir)
+    checkout = fetch(source.repo, source.revision, source.path, cache_dir=source.cache_dir, timeout=source.timeout)
     # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths.
     opts = replace(source.render, repo_root=checkout.repo_root or checkout.root)
     return checkout, render(checkout.root, opts)
@@ -168,6 +170,8 @@ class Engine:
                 self._adopt_legacy_members(cs, inv, legacy, targets)
             # Shrink the recorded group-kinds only once every member outside them is gone; a kind the
             # server stopped serving stays recorded (with its namespaces): its members cannot be listed.
+            # Only now is the revision recorded as applied.
+            kinds, spaces = inv.group_kinds | group_kinds, inv.namespaces | namespaces
             if opts.prune:
                 unserved = inventory.unserved_kinds(self.discovery, inv) - group_kinds
                 if unserved:
@@ -175,14 +179,24 @@ class Engine:
                         "keeping unserved kinds in the inventory until their members are gone", kinds=sorted(unserved)
                     )
                     namespaces = namespaces | inv.namespaces
-                self._record(inv, group_kinds | unserved, namespaces, checkout, cs.source)
-            else:
-                self._record(inv, inv.group_kinds | group_kinds, inv.namespaces | namespaces, checkout, cs.source)
+                kinds, spaces = group_kinds | unserved, namespaces
+            try:
+                self._record(inv, kinds, spaces, checkout, cs.source, applied=True)
+            except ClusterError as exc:
+                cs.errors.append(f"applied, but the inventory could not record revision {checkout.revision}: {exc}")
             if legacy is not None and not cs.has_errors:
-                inventory.delete_parent(self.client, legacy)
-                log.info("legacy inventory taken over", legacy=f"{legacy.namespace}/{legacy.name}", inventory=name)
+                self._retire(legacy, name)
         if opts.wait and not dry_run:
             self._wait(cs, targets, opts.timeout, on_ready)
+        return cs
+
+    def not_attempted(
+        self, checkout: Checkout, targets: Sequence[Target], opts: PassOptions, exc: Exception, *, apply: bool
+    ) -> ChangeSet:
+        """The report of a pass the API server stopped before any object was sent: every target untouched."""
+        cs = ChangeSet(revision=checkout.revision, source=_source_label(checkout), dry_run=opts.dry_run or not apply)
+        cs.entries = [not_attempted_entry(t, exc) for t in targets]
+        cs.errors.append(f"nothing applied or pruned: {exc}")
         return cs
 
     def _legacy(
@@ -208,7 +222,10 @@ class Engine:
         spellings = {label, mask_url(checkout.repo) + (f"//{sub}" if sub else "")}
         spellings |= {x.rsplit("@", 1)[0] for x in spellings if checkout.ref}
         same_spelling = recorded in spellings or recorded.rsplit("@", 1)[0] in spellings
-        revision = old.recorded.get(inventory.REVISION, "").removesuffix("-dirty")
+        recorded_revision = next(
+            (old.recorded[k] for k in (inventory.REVISION, inventory.ATTEMPTED_REVISION) if old.recorded.get(k)), ""
+        )
+        revision = recorded_revision.removesuffix("-dirty")
         if same_spelling and (knows_commit(checkout.repo, revision) or (not revision and not checkout.revision)):
             return old
         log.warning(
@@ -218,6 +235,17 @@ class Engine:
             source=identity.text,
         )
         return None
+
+    def _retire(self, legacy: inventory.Inventory, name: str) -> None:
+        """Delete the old parent once everything moved; not while it records a kind the server does not
+        serve now: those members cannot be listed or moved yet, and the old parent is how they are found."""
+        unserved = inventory.unserved_kinds(self.discovery, legacy)
+        where = f"{legacy.namespace}/{legacy.name}"
+        if unserved:
+            log.warning("old inventory kept: it records kinds not served now", legacy=where, kinds=sorted(unserved))
+            return
+        inventory.delete_parent(self.client, legacy)
+        log.info("old inventory taken over", legacy=where, inventory=name)
 
     def _adopt_legacy_members(
         self, cs: ChangeSet, inv: inventory.Inventory, legacy: inventory.Inventory, targets: Sequence[Target]
@@ -229,7 +257,14 @@ class Engine:
         cs.errors += self.manager.relabel(left, inv.id)
 
     def _record(
-        self, inv: inventory.Inventory, kinds: set[str], namespaces: set[str], checkout: Checkout, source: str
+        self,
+        inv: inventory.Inventory,
+        kinds: set[str],
+        namespaces: set[str],
+        checkout: Checkout,
+        source: str,
+        *,
+        applied: bool = False,
     ) -> None:
         inventory.save(
             self.client,
@@ -239,6 +274,7 @@ class Engine:
             field_manager=self.field_manager,
             revision=checkout.revision,
             source=source,
+            applied=applied,
         )
 
     def _ensure_inventory_namespace(
@@ -284,12 +320,20 @@ class Engine:
         on_entry: OnEntry | None,
     ) -> bool:
         if cs.has_errors:
-            cs.errors.append("prune skipped: some objects failed to apply; nothing is deleted on a failed pass")
+            cs.errors.append(
+                "prune not evaluated: some objects could not be planned"
+                if dry_run
+                else "prune skipped: some objects failed to apply; nothing is deleted on a failed pass"
+            )
             return False
         members: dict[ObjectKey, Manifest] = {}
-        for inv in invs:  # ours, and an old inventory of this source being taken over
-            if inv.exists:
-                members.update(inventory.list_members(self.client, self.discovery, inv))
+        try:
+            for inv in invs:  # ours, and an old inventory of this source being taken over
+                if inv.exists:
+                    members.update(inventory.list_members(self.client, self.discovery, inv))
+        except ClusterError as exc:
+            cs.errors.append(f"prune not attempted: cannot list the members of the inventory: {exc}")
+            return False
         wanted = {t.key for t in targets}
         gone = [m for k, m in members.items() if k not in wanted]
         if not targets and gone and not opts.allow_empty:
@@ -321,7 +365,11 @@ class Engine:
     ) -> None:
         started = time.monotonic()
         log.info("waiting until healthy", objects=len(targets), timeout=timeout)
-        not_ready = self.manager.wait(targets, timeout, on_ready=on_ready)
+        try:
+            not_ready = self.manager.wait(targets, timeout, on_ready=on_ready)
+        except ClusterError as exc:
+            cs.errors.append(f"wait abandoned after {time.monotonic() - started:.0f}s: {exc}")
+            return
         by_key: dict[ObjectKey, str] = {r.key: f"{r.status.value}: {r.message}" for r in not_ready}
         for e in cs.entries:
             e.health = by_key.get(e.key, "Current") if e.action is not Action.PRUNE else ""

@@ -27,6 +27,11 @@ GROUP_KINDS = "applyset.kubernetes.io/contains-group-kinds"
 NAMESPACES = "applyset.kubernetes.io/additional-namespaces"
 # Ours: set on objects that existed before we first applied them; prune releases them, never deletes.
 ADOPTED = "gitops-sync.io/adopted"
+# The revision a pass started to apply, written before it applies anything; the revision of the last clean
+# pass (every object applied, prune done if asked), written only after it. They differ after a failed pass.
+ATTEMPTED_REVISION = "gitops-sync.io/attempted-revision"
+APPLIED_REVISION = "gitops-sync.io/applied-revision"
+# Before the two were apart, one annotation (written before the pass). Read only, on older parents.
 REVISION = "gitops-sync.io/revision"
 SOURCE = "gitops-sync.io/source"
 # The normalised source (`gitops_sync.source.identity`) this inventory belongs to; absent on parents
@@ -70,9 +75,11 @@ class Inventory:
     def label_member(self, manifest: Manifest) -> None:
         manifest.setdefault("metadata", {}).setdefault("labels", {})[PART_OF] = self.id
 
-    def parent_manifest(self, group_kinds: set[str], namespaces: set[str], revision: str, source: str) -> Manifest:
+    def parent_manifest(
+        self, group_kinds: set[str], namespaces: set[str], *, attempted: str, applied: str, source: str
+    ) -> Manifest:
         extra = sorted(n for n in namespaces if n and n != self.namespace)
-        return {
+        body: Manifest = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {
@@ -83,12 +90,15 @@ class Inventory:
                     TOOLING: f"{FIELD_MANAGER}/v{__version__}",
                     GROUP_KINDS: ",".join(sorted(group_kinds)),
                     NAMESPACES: ",".join(extra),
-                    REVISION: revision,
+                    ATTEMPTED_REVISION: attempted,
                     SOURCE: source,
                     **({IDENTITY: self.identity} if self.identity else {}),
                 },
             },
         }
+        if applied:  # absent until a first clean pass: never "applied" on the strength of an attempt
+            body["metadata"]["annotations"][APPLIED_REVISION] = applied
+        return body
 
 
 def load(client: Client, name: str, namespace: str, identity: str = "", default_name: str = "") -> Inventory:
@@ -170,12 +180,18 @@ def save(
     field_manager: str,
     revision: str = "",
     source: str = "",
+    applied: bool = False,
 ) -> None:
     """Record the parent. Before applying, record the union of old and new so a crash never hides members.
 
-    Writes only when the record changes, so a pass with nothing to do sends no write at all.
+    `revision` is recorded as attempted; with `applied` (after a clean pass) also as applied, else the
+    applied revision recorded earlier is kept. Writes only when the record changes, so a pass with
+    nothing to do sends no write at all.
     """
-    body = inv.parent_manifest(group_kinds, namespaces, revision, source)
+    kept = inv.recorded.get(APPLIED_REVISION, "")
+    body = inv.parent_manifest(
+        group_kinds, namespaces, attempted=revision, applied=revision if applied else kept, source=source
+    )
     annotations = body["metadata"]["annotations"]
     if inv.exists and all(inv.recorded.get(k) == v for k, v in annotations.items()):
         return

@@ -18,7 +18,7 @@ import pytest
 from conftest import KubeCluster
 from daemon_support import Daemon, GitRepo, configmap, wait_until
 
-from gitops_sync.apply.inventory import ADOPTED, IDENTITY, PART_OF, applyset_id
+from gitops_sync.apply.inventory import ADOPTED, IDENTITY, PART_OF, SOURCE, applyset_id
 from gitops_sync.daemon.leader import lease_name
 from gitops_sync.source.identity import legacy_inventory_name
 
@@ -169,7 +169,8 @@ def test_a_parent_of_another_source_is_refused_naming_both(kube: KubeCluster, na
 
 
 def _legacy_state(kube: KubeCluster, repo: str, ns: str, cwd: Path, *, prune: bool) -> str:
-    """What versions before source identities left behind: the old name and id, no identity recorded."""
+    """What versions before source identities left behind: the old name and id, no identity recorded, and
+    the source label spelled as they spelled it (`repo//path`, also for a local `.`)."""
     legacy = legacy_inventory_name(repo, "apps")
     r = gs(
         kube,
@@ -188,7 +189,7 @@ def _legacy_state(kube: KubeCluster, repo: str, ns: str, cwd: Path, *, prune: bo
         cwd=cwd,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    kube.kubectl("annotate", f"configmap/{legacy}", "-n", ns, f"{IDENTITY}-")
+    kube.kubectl("annotate", f"configmap/{legacy}", "-n", ns, f"{IDENTITY}-", f"{SOURCE}={repo}//apps", "--overwrite")
     return legacy
 
 
@@ -248,12 +249,17 @@ def test_an_inventory_of_the_old_naming_is_taken_over_without_prune_and_pruned_l
     assert get(kube, "configmap/leaves", namespace) is None
 
 
-def test_an_old_inventory_of_another_source_is_left_alone(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("spelling", ["absolute", "relative"])
+def test_an_old_inventory_of_another_source_is_left_alone(
+    kube: KubeCluster, namespace: str, tmp_path: Path, spelling: str
+) -> None:
     mine = GitRepo(tmp_path / "mine" / "deploy", {"apps/mine.yaml": configmap("mine", {"v": "1"})}).path
     theirs = GitRepo(tmp_path / "theirs" / "deploy", {"apps/theirs.yaml": configmap("theirs", {"v": "1"})}).path
-    legacy = _legacy_state(kube, str(theirs), namespace, tmp_path, prune=False)
-    assert legacy == legacy_inventory_name(str(mine), "apps")
-    r = gs(kube, "sync", "--repo", str(mine), "--path", "apps", "--prune", "-n", namespace, "-o", "json")
+    # `--repo .` in both: the same old name and the same recorded spelling; their commit is not in my repository
+    repo_of = {"absolute": (str(theirs), str(mine)), "relative": (".", ".")}[spelling]
+    legacy = _legacy_state(kube, repo_of[0], namespace, theirs, prune=False)
+    assert legacy == legacy_inventory_name(repo_of[1], "apps")
+    r = gs(kube, "sync", "--repo", repo_of[1], "--path", "apps", "--prune", "-n", namespace, "-o", "json", cwd=mine)
     assert r.returncode == 0 and actions(r) == {"mine": "create"}, r.stdout + r.stderr
     assert part_of(kube, "configmap/theirs", namespace) == applyset_id(legacy, namespace)
     assert get(kube, f"configmap/{legacy}", namespace) is not None
