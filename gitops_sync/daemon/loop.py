@@ -439,7 +439,23 @@ class Daemon:
               **{k: v for k, v in cs.summary().items() if v})
 
     def _live_of(self, targets: Sequence[Target]) -> LiveMap:
-        return self.cache.live_of(targets, self._read_live)
+        """Live state from the watch cache; what the cache calls absent is read again from the API.
+
+        A lagging cache would plan an existing object as a create: it could not be told apart as a
+        member of another ApplySet (`shared`), nor as existing before us (the apply's answer still marks
+        it adopted). Absent objects are rare (new in Git, deleted out of band), so this costs little.
+        """
+        fresh: set[ObjectKey] = set()
+
+        def read(ts: Sequence[Target]) -> LiveMap:
+            fresh.update(t.key for t in ts)
+            return self._read_live(ts)
+
+        live = self.cache.live_of(targets, read)
+        doubtful = [t for t in targets if live.get(t.key) is None and t.key not in fresh]
+        if doubtful:
+            live.update(self._read_live(doubtful))
+        return live
 
     def _read_live(self, targets: Sequence[Target]) -> LiveMap:
         """API reads for what the cache cannot answer (a refused read plans that one object as absent)."""

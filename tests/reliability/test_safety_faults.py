@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from gitops_sync.apply.manager import LiveMap
+from gitops_sync.apply.manager import ConflictPolicy, LiveMap
 from gitops_sync.cluster.client import Client
+from gitops_sync.daemon.loop import Daemon as Daemon_
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
 from gitops_sync.plan.changeset import Action
 from gitops_sync.plan.planner import Target
@@ -97,6 +98,53 @@ def test_a_stale_read_never_makes_a_preexisting_object_deletable(
         checked="the pre-existing ConfigMap (same uid) survived the prune, only our label removed; "
         "the object we really created was deleted",
         figures=figures,
+    )
+
+
+class _LaggingCache:
+    """A watch cache that has not seen an object yet: it answers "known, absent" for every target."""
+
+    def live_of(self, targets: Sequence[Target], fallback: Any) -> LiveMap:
+        return {t.key: None for t in targets}
+
+
+class _DaemonReads:
+    """What the daemon's `_live_of` uses: its watch cache (here a lagging one) and its API reads."""
+
+    _read_live = Daemon_._read_live
+    _live_of = Daemon_._live_of
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.cache = _LaggingCache()
+
+
+def test_a_lagging_watch_cache_never_hides_a_shared_object_from_the_daemon(
+    kube: KubeCluster, namespace: str, tmp_path: Path, reliability: Recorder
+) -> None:
+    team_a = write(tmp_path / "team-a", {"cm.yaml": cm("settings", "a")})
+    assert gs(kube, "sync", "--repo", str(team_a), "-n", namespace, "--name", "team-a").returncode == 0
+    before = get(kube, "configmap/settings", namespace)
+    team_b = write(tmp_path / "team-b", {"cm.yaml": cm("settings", "b")})
+    opts = PassOptions(namespace=namespace, name="team-b", policy=ConflictPolicy.FORCE)  # the daemon's default
+    with Client(kube.kubeconfig) as client:
+        engine = Engine(client)
+        checkout, objects = load(SourceOptions(repo=str(team_b)))
+        cs = engine.run(
+            checkout, engine.resolve(objects, opts), opts, apply=True, live_of=_DaemonReads(engine)._live_of
+        )
+    (entry,) = cs.entries
+    assert entry.action is Action.CONFLICT and entry.shared is not None, entry
+    assert entry.shared.parent == f"ConfigMap {namespace}/team-a"
+    after = get(kube, "configmap/settings", namespace)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert after["metadata"]["labels"][PART_OF] == before["metadata"]["labels"][PART_OF]
+    reliability.record(
+        area="cluster reads",
+        fault="daemon watch cache lags: says absent for a ConfigMap that is a member of another ApplySet",
+        outcome="the daemon re-reads what its cache calls absent; reported a shared conflict naming team-a",
+        checked="the other team's ConfigMap unchanged (same resourceVersion, label and data), even with "
+        "--on-conflict force",
     )
 
 

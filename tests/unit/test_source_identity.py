@@ -73,6 +73,11 @@ def test_two_hosts_and_two_orgs_are_two_sources() -> None:
         name("ssh://git@github.com:2222/org-a/deploy"),  # another port can be another server
     }
     assert len(names) == 4
+    # the literal spellings (no scheme, no user: local paths to Git and to us) differ as well
+    assert name("github.com/org-a/deploy") != name("gitlab.com:org-b/deploy")
+    assert legacy_inventory_name("github.com/org-a/deploy", None) == legacy_inventory_name(
+        "gitlab.com:org-b/deploy", None
+    )
 
 
 def test_repository_and_path_boundaries_do_not_collide() -> None:
