@@ -150,7 +150,10 @@ def _message(what: str, held: Holdings) -> str:
         tail = f" and {extra}{'+' if held.more else ''} more" if extra > 0 else (" and more" if held.more else "")
         parts.append(f"it still holds {count} object(s) this prune does not remove: {names}{tail}")
     if held.unchecked:
-        parts.append(f"its contents could not be checked (cannot list {', '.join(held.unchecked)})")
+        kinds = ", ".join(held.unchecked[:_NAMED]) + (
+            f" and {len(held.unchecked) - _NAMED} more kind(s)" if len(held.unchecked) > _NAMED else ""
+        )
+        parts.append(f"its contents could not be checked (cannot list {kinds})")
     return (
         f"prune refused: deleting {what} would delete what it holds; "
         + "; ".join(parts)

@@ -148,6 +148,50 @@ def test_a_lagging_watch_cache_never_hides_a_shared_object_from_the_daemon(
     )
 
 
+def test_a_namespace_whose_contents_cannot_be_listed_is_not_pruned(
+    kube: KubeCluster, namespace: str, tmp_path: Path, reliability: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deploy/kubernetes cluster-wide RBAC may delete Namespaces but not list Pods: contents unknown."""
+    # test_daemon_deploy imports its neighbours by bare name, as pytest does when it collects that directory
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "integration"))
+    from tests.integration.test_daemon_deploy import as_list, relocate, rendered, sa_kubeconfig
+
+    suffix = f"-{namespace}"
+    rbac = [
+        d
+        for d in relocate(rendered(kube, "cluster-wide"), namespace, suffix)
+        if d["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+    ]
+    team = f"{namespace}-lp"[:63]
+    try:
+        kube.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=as_list(rbac))
+        sa = sa_kubeconfig(kube, namespace, tmp_path / "sa.kubeconfig")
+        ns_doc = json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team}}) + "\n"
+        repo = write(tmp_path / "repo", {"ns.yaml": ns_doc, "keep.yaml": cm("keep", "1")})
+        args = ["--repo", str(repo), "-n", namespace, "--name", f"lp-{namespace}", "--kubeconfig", str(sa)]
+        r = gs(kube, "sync", *args, "-o", "json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        (repo / "ns.yaml").unlink()
+        r = gs(kube, "sync", *args, "--prune", "-o", "json")
+        assert r.returncode == 2, r.stdout + r.stderr
+        refused = by_name(report(r))[f"Namespace/{team}"]
+        assert refused["action"] == "error" and "could not be checked" in refused["message"], refused
+        assert "Pod" in refused["message"] and "Traceback" not in r.stderr
+        ns = json.loads(kube.kubectl("get", "namespace", team, "-o", "json").stdout)
+        assert not ns["metadata"].get("deletionTimestamp"), "nothing deleted on unknown contents"
+    finally:
+        kube.kubectl("delete", "namespace", team, "--wait=false", "--ignore-not-found", check=False)
+        for d in rbac:
+            if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+                kube.kubectl("delete", d["kind"].lower(), d["metadata"]["name"], "--ignore-not-found", check=False)
+    reliability.record(
+        area="prune",
+        fault="Namespace left Git; the ServiceAccount (deploy/kubernetes cluster-wide RBAC) may not list Pods etc.",
+        outcome="sync --prune: exit 2, error entry saying the contents could not be checked, naming the kinds",
+        checked="the Namespace was not deleted (unknown contents count as foreign)",
+    )
+
+
 def _pod(name: str) -> str:
     return json.dumps(
         {
