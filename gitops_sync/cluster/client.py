@@ -96,8 +96,9 @@ class Breaker:
         that would hang as long as the one that triggered it.
         """
         with self._done:
-            while self._probing and self.down_since is None:
-                self._done.wait()
+            waited = self._clock()
+            while self._probing and self.down_since is None and self._clock() - waited < 30:
+                self._done.wait(1.0)
             if self.down_since is None:
                 return
             if self._probing or self._clock() - self._last_probe < self.retry_after:
