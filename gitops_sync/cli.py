@@ -6,12 +6,14 @@ conflicts, 2 any error. Reports go to stdout, logs to stderr.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -22,8 +24,8 @@ from rich.progress import Progress, TaskID
 from gitops_sync import __version__, report
 from gitops_sync.apply.manager import ConflictPolicy
 from gitops_sync.cluster.client import Client
-from gitops_sync.engine import Engine, PassOptions, SourceOptions, load, source_label
-from gitops_sync.errors import GitOpsError
+from gitops_sync.engine import Engine, PassOptions, SourceOptions, inventory_of, load, source_label
+from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, GitOpsError
 from gitops_sync.options import (
     DURATION,
     ClusterArgs,
@@ -64,6 +66,41 @@ def _output_options(fn: F) -> F:
     )(fn)
 
 
+@dataclass(frozen=True)
+class _Budget:
+    """Time limits of one `sync`/`diff`: per API request, and for the whole command (None: no limit)."""
+
+    request_timeout: float
+    deadline: float | None
+    started: float
+
+
+def _budget_options(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        timeout, deadline = kw.pop("request_timeout"), kw.pop("deadline")
+        if timeout <= 0 or (deadline is not None and deadline <= 0):
+            raise click.BadParameter("must be more than 0", param_hint="--request-timeout/--deadline")
+        kw["budget"] = _Budget(timeout, deadline, time.monotonic())
+        return fn(*args, **kw)
+
+    wrapper = click.option(
+        "--deadline",
+        type=DURATION,
+        default=None,
+        help="Time for the whole command (fetch, plan, apply, prune, wait): 90s, 5m or seconds. Past it nothing "
+        "more is sent, the rest is reported 'not attempted', nothing is pruned, exit 2. Default: no limit.",
+    )(wrapper)
+    return click.option(  # type: ignore[return-value]
+        "--request-timeout",
+        type=DURATION,
+        default="30s",
+        show_default=True,
+        help="Time for one API request. An unanswered request makes the tool probe /readyz; if that fails "
+        "too, every remaining request fails at once ('not attempted') instead of waiting its own timeout.",
+    )(wrapper)
+
+
 def _safety_options(fn: F) -> F:
     fn = click.option(
         "--prune-cascade",
@@ -88,6 +125,7 @@ class _Attempt:
     dry_run: bool = False
     rendered: bool = False  # the Secret values are known (registered with `redact`)
     redact: Redactor = field(default_factory=Redactor)
+    inventory: tuple[str, str, str] = ("", "", "")  # name, namespace, source identity, once known
 
     def mask(self, text: str, *, ours: bool) -> str:
         """`ours`: a message we wrote (already masked by design); else any quoted literal is masked too
@@ -99,7 +137,16 @@ class _Attempt:
         """The report of a pass that ended in `message`: what was known, `errors` filled."""
         src, co = self.source, self.checkout
         label = source_label(src.repo, src.path, src.revision) if src else ""
-        return ChangeSet(revision=co.revision if co else "", source=label, errors=[message], dry_run=self.dry_run)
+        name, namespace, identity = self.inventory
+        return ChangeSet(
+            revision=co.revision if co else "",
+            source=label,
+            errors=[message],
+            dry_run=self.dry_run,
+            inventory=name,
+            inventory_namespace=namespace,
+            source_identity=identity,
+        )
 
 
 def _attempt(command: str, **known: Any) -> _Attempt:
@@ -204,19 +251,27 @@ def _load(attempt: _Attempt, source: SourceOptions) -> tuple[Checkout, list[Desi
 
 
 def _run_pass(
-    attempt: _Attempt, src: SourceOptions, opts: PassOptions, cluster: ClusterArgs, *, apply: bool
+    attempt: _Attempt, src: SourceOptions, opts: PassOptions, cluster: ClusterArgs, budget: _Budget, *, apply: bool
 ) -> ChangeSet:
     setup_logging()
+    if budget.deadline is not None:
+        src = replace(src, timeout=min(src.timeout, budget.deadline))
     checkout, objects = _load(attempt, src)
     log.info("rendered", revision=checkout.revision, objects=len(objects))
     opts.name = cluster.name  # None: the engine derives it from the repository and --path
     opts.inventory_namespace = cluster.inventory_namespace
+    attempt.inventory = inventory_of(checkout, opts)
     on_terminal = attempt.output == "table" and sys.stderr.isatty()
-    with Client(cluster.kubeconfig, cluster.context, pool_size=max(cluster.concurrency * 2, 10)) as client:
+    pool = max(cluster.concurrency * 2, 10)
+    with Client(cluster.kubeconfig, cluster.context, pool_size=pool, timeout=budget.request_timeout) as client:
+        client.set_deadline(budget.deadline, started=budget.started)
         engine = Engine(client, field_manager=cluster.field_manager, concurrency=cluster.concurrency)
         targets = engine.resolve(objects, opts)
         with _progress(enabled=apply and on_terminal, applying=len(targets), waiting=len(targets)) as (tick, ready):
-            cs = engine.run(checkout, targets, opts, apply=apply, on_entry=tick, on_ready=ready)
+            try:
+                cs = engine.run(checkout, targets, opts, apply=apply, on_entry=tick, on_ready=ready)
+            except (ApiUnavailableError, ApiTimeoutError) as exc:  # before any object was sent
+                cs = engine.not_attempted(checkout, targets, opts, exc, apply=apply)
         log.info("requests", reads=client.stats.reads, writes=client.stats.writes, dry_runs=client.stats.dry_runs)
     return cs
 
@@ -256,6 +311,7 @@ def _write_report(cs: ChangeSet, output: str, verbose: bool) -> None:
 @source_options
 @cluster_options
 @_output_options
+@_budget_options
 @click.option("--prune", is_flag=True, help="Delete objects this source applied earlier that have left Git.")
 @click.option(
     "--allow-empty", is_flag=True, help="With --prune: allow pruning everything when the source renders nothing."
@@ -280,6 +336,7 @@ def _write_report(cs: ChangeSet, output: str, verbose: bool) -> None:
 def sync(
     source: SourceOptions,
     cluster: ClusterArgs,
+    budget: _Budget,
     namespace: str,
     output: str,
     verbose: bool,
@@ -305,7 +362,7 @@ def sync(
         adopt_shared=adopt_shared,
         prune_cascade=prune_cascade,
     )
-    cs = _run_pass(attempt, source, opts, cluster, apply=True)
+    cs = _run_pass(attempt, source, opts, cluster, budget, apply=True)
     _write_report(cs, output, verbose)
     sys.exit(report.exit_code_sync(cs))
 
@@ -315,11 +372,13 @@ def sync(
 @source_options
 @cluster_options
 @_output_options
+@_budget_options
 @click.option("--prune", is_flag=True, help="Also list objects that --prune would delete.")
 @_safety_options
 def diff(
     source: SourceOptions,
     cluster: ClusterArgs,
+    budget: _Budget,
     namespace: str,
     output: str,
     verbose: bool,
@@ -337,7 +396,7 @@ def diff(
         adopt_shared=adopt_shared,
         prune_cascade=prune_cascade,
     )
-    cs = _run_pass(attempt, source, opts, cluster, apply=False)
+    cs = _run_pass(attempt, source, opts, cluster, budget, apply=False)
     _write_report(cs, output, verbose)
     sys.exit(report.exit_code_diff(cs))
 

@@ -7,7 +7,6 @@ live state comes from (fresh reads, or the daemon's watch cache).
 from __future__ import annotations
 
 import posixpath
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -17,16 +16,18 @@ import structlog
 
 from gitops_sync import FIELD_MANAGER
 from gitops_sync.apply import cascade, inventory
-from gitops_sync.apply.manager import ConflictPolicy, LiveMap, OnEntry, ResourceManager
+from gitops_sync.apply.manager import ConflictPolicy, LiveMap, OnEntry, ResourceManager, not_attempted_entry
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.errors import ClusterError
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, SharedWith
 from gitops_sync.plan.planner import Target
 from gitops_sync.render import RenderOptions, render
-from gitops_sync.resource import DesiredObject, ObjectKey
-from gitops_sync.source import Checkout, fetch, mask_url
-from gitops_sync.source.checkout import is_remote
+from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
+from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_url
+from gitops_sync.source.checkout import is_remote, knows_commit
+from gitops_sync.source.identity import label_identities, legacy_inventory_name
 
 log = structlog.get_logger(__name__)
 
@@ -38,6 +39,7 @@ class SourceOptions:
     path: str | None = None
     cache_dir: Path | None = None
     render: RenderOptions = field(default_factory=RenderOptions)
+    timeout: float = 60.0  # seconds for each git command (fetch, checkout)
 
 
 @dataclass
@@ -57,18 +59,26 @@ class PassOptions:
 
 def load(source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
     """Fetch and render; raises SourceError/RenderError before anything touches the cluster."""
-    checkout = fetch(source.repo, source.revision, source.path, cache_dir=source.cache_dir)
+    checkout = fetch(source.repo, source.revision, source.path, cache_dir=source.cache_dir, timeout=source.timeout)
     # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths.
     opts = replace(source.render, repo_root=checkout.repo_root or checkout.root)
     return checkout, render(checkout.root, opts)
 
 
 def default_inventory_name(repo: str, path: str | None) -> str:
-    """A stable, DNS-safe name from the repository's last path element and the sub-directory."""
-    base = re.sub(r"\.git$", "", repo.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]) or "source"
-    raw = "-".join(p for p in ("gitops-sync", base, (path or "").strip("/")) if p)
-    slug = re.sub(r"[^a-z0-9-]+", "-", raw.lower()).strip("-")
-    return re.sub(r"-+", "-", slug)[:63].rstrip("-")
+    """The inventory name of a source without --name: readable prefix + hash of its whole identity."""
+    return identify(repo, path).inventory_name()
+
+
+def inventory_of(checkout: Checkout, opts: PassOptions) -> tuple[str, str, str]:
+    """(name, namespace, source identity) of the inventory a pass uses: for every report, even a failed one."""
+    name = opts.name or source_identity(checkout).inventory_name()
+    return name, opts.inventory_namespace or opts.namespace, source_identity(checkout).text
+
+
+def source_identity(checkout: Checkout) -> SourceIdentity:
+    """The identity `fetch` derived; for a Checkout built by hand, derived from its repo and sub-directory."""
+    return checkout.identity or identify(checkout.repo, _sub_path(checkout))
 
 
 class Engine:
@@ -108,24 +118,35 @@ class Engine:
         pass never prunes and never rewrites the inventory, which need the whole picture.
         """
         dry_run = opts.dry_run or not apply
-        cs = ChangeSet(revision=checkout.revision, source=_source_label(checkout), dry_run=dry_run)
+        identity = source_identity(checkout)
+        name, inv_ns, identity_text = inventory_of(checkout, opts)
+        cs = ChangeSet(
+            revision=checkout.revision,
+            source=_source_label(checkout),
+            dry_run=dry_run,
+            inventory=name,
+            inventory_namespace=inv_ns,
+            source_identity=identity_text,
+        )
         targets = list(all_targets) if only is None else [t for t in all_targets if t.key in only]
-        # Without --name, the same name the CLI and the daemon derive: repository and sub-directory.
-        name = opts.name or default_inventory_name(checkout.repo, _sub_path(checkout))
-        inv = inventory.load(self.client, name, self._inv_ns(opts))
+        inv = inventory.load(self.client, name, inv_ns, identity_text, identity.inventory_name())
+        legacy = None if opts.name else self._legacy(inv, checkout, identity, cs.source)
         live = (live_of or self.manager.fetch_live)(targets)
         for t in targets:
-            planner.finalize(t, live.get(t.key), inv.id)
-        shared, taken = self._shared(targets, live, {inv.id}, opts)
+            planner.finalize(t, live.get(t.key), inv.id, legacy.id if legacy else None)
+        # Members of an old inventory of this very source being taken over are ours, not shared.
+        shared, taken = self._shared(targets, live, {inv.id, *([legacy.id] if legacy else [])}, opts)
         group_kinds = {t.key.group_kind for t in targets}
         namespaces = {t.key.namespace for t in targets if t.key.namespace}
+        old_kinds = inv.group_kinds | (legacy.group_kinds if legacy else set())
+        old_namespaces = inv.namespaces | (legacy.namespaces if legacy else set())
 
         partial = only is not None
         record = not dry_run and bool(targets) and not partial
         if record:
             # The parent records the union first, so a crash mid-pass never hides a member from prune.
             cs.entries += self._ensure_inventory_namespace(inv, targets, live, opts, on_entry)
-            self._record(inv, inv.group_kinds | group_kinds, inv.namespaces | namespaces, checkout, cs.source)
+            self._record(inv, old_kinds | group_kinds, old_namespaces | namespaces, checkout, cs.source)
         for t in targets:  # members of another ApplySet: left alone, reported as `shared` conflicts
             if t.key in shared:
                 entry = planner.shared_entry(t, live[t.key] or {}, shared[t.key], self.field_manager, dry_run=dry_run)
@@ -143,10 +164,14 @@ class Engine:
 
         pruned_all = True
         if opts.prune and not partial:
-            pruned_all = self._prune(cs, inv, targets, opts, dry_run, on_entry)
+            pruned_all = self._prune(cs, [inv, *([legacy] if legacy else [])], targets, opts, dry_run, on_entry)
         if record and pruned_all and not cs.has_errors:
+            if legacy is not None and not opts.prune:
+                self._adopt_legacy_members(cs, inv, legacy, targets)
             # Shrink the recorded group-kinds only once every member outside them is gone; a kind the
             # server stopped serving stays recorded (with its namespaces): its members cannot be listed.
+            # Only now is the revision recorded as applied.
+            kinds, spaces = inv.group_kinds | group_kinds, inv.namespaces | namespaces
             if opts.prune:
                 unserved = inventory.unserved_kinds(self.discovery, inv) - group_kinds
                 if unserved:
@@ -154,15 +179,92 @@ class Engine:
                         "keeping unserved kinds in the inventory until their members are gone", kinds=sorted(unserved)
                     )
                     namespaces = namespaces | inv.namespaces
-                self._record(inv, group_kinds | unserved, namespaces, checkout, cs.source)
-            else:
-                self._record(inv, inv.group_kinds | group_kinds, inv.namespaces | namespaces, checkout, cs.source)
+                kinds, spaces = group_kinds | unserved, namespaces
+            try:
+                self._record(inv, kinds, spaces, checkout, cs.source, applied=True)
+            except ClusterError as exc:
+                cs.errors.append(f"applied, but the inventory could not record revision {checkout.revision}: {exc}")
+            if legacy is not None and not cs.has_errors:
+                self._retire(legacy, name)
         if opts.wait and not dry_run:
             self._wait(cs, targets, opts.timeout, on_ready)
         return cs
 
+    def not_attempted(
+        self, checkout: Checkout, targets: Sequence[Target], opts: PassOptions, exc: Exception, *, apply: bool
+    ) -> ChangeSet:
+        """The report of a pass the API server stopped before any object was sent: every target untouched."""
+        cs = ChangeSet(revision=checkout.revision, source=_source_label(checkout), dry_run=opts.dry_run or not apply)
+        cs.entries = [not_attempted_entry(t, exc) for t in targets]
+        cs.errors.append(f"nothing applied or pruned: {exc}")
+        return cs
+
+    def _legacy(
+        self, inv: inventory.Inventory, checkout: Checkout, identity: SourceIdentity, label: str
+    ) -> inventory.Inventory | None:
+        """The inventory versions before source identities made for this very source, to take over.
+
+        Named by the old algorithm (repository's last element and --path) and taken only when its
+        recorded source is provably this one: a URL or absolute path with our identity, or our very
+        (relative) spelling with a recorded commit our repository has. Anything else stays untouched.
+        """
+        legacy_name = legacy_inventory_name(checkout.repo, _sub_path(checkout))
+        if legacy_name == inv.name:
+            return None
+        old = inventory.find_legacy(self.client, legacy_name, inv.namespace)
+        if old is None:
+            return None
+        recorded = old.recorded.get(inventory.SOURCE, "")
+        if identity in label_identities(recorded):
+            return old
+        # Our spelling as recorded now, and as versions before source identities recorded it (`.//apps`).
+        sub = _sub_path(checkout)
+        spellings = {label, mask_url(checkout.repo) + (f"//{sub}" if sub else "")}
+        spellings |= {x.rsplit("@", 1)[0] for x in spellings if checkout.ref}
+        same_spelling = recorded in spellings or recorded.rsplit("@", 1)[0] in spellings
+        recorded_revision = next(
+            (old.recorded[k] for k in (inventory.REVISION, inventory.ATTEMPTED_REVISION) if old.recorded.get(k)), ""
+        )
+        revision = recorded_revision.removesuffix("-dirty")
+        if same_spelling and (knows_commit(checkout.repo, revision) or (not revision and not checkout.revision)):
+            return old
+        log.warning(
+            "an inventory of the old naming exists but is not provably this source's; leaving it alone",
+            legacy=f"{old.namespace}/{old.name}",
+            recorded_source=recorded,
+            source=identity.text,
+        )
+        return None
+
+    def _retire(self, legacy: inventory.Inventory, name: str) -> None:
+        """Delete the old parent once everything moved; not while it records a kind the server does not
+        serve now: those members cannot be listed or moved yet, and the old parent is how they are found."""
+        unserved = inventory.unserved_kinds(self.discovery, legacy)
+        where = f"{legacy.namespace}/{legacy.name}"
+        if unserved:
+            log.warning("old inventory kept: it records kinds not served now", legacy=where, kinds=sorted(unserved))
+            return
+        inventory.delete_parent(self.client, legacy)
+        log.info("old inventory taken over", legacy=where, inventory=name)
+
+    def _adopt_legacy_members(
+        self, cs: ChangeSet, inv: inventory.Inventory, legacy: inventory.Inventory, targets: Sequence[Target]
+    ) -> None:
+        """Without --prune, members of the old inventory that left Git move into ours (label only), so a
+        later --prune still deletes them; those in Git moved when they were applied."""
+        wanted = {t.key for t in targets}
+        left = [m for k, m in inventory.list_members(self.client, self.discovery, legacy).items() if k not in wanted]
+        cs.errors += self.manager.relabel(left, inv.id)
+
     def _record(
-        self, inv: inventory.Inventory, kinds: set[str], namespaces: set[str], checkout: Checkout, source: str
+        self,
+        inv: inventory.Inventory,
+        kinds: set[str],
+        namespaces: set[str],
+        checkout: Checkout,
+        source: str,
+        *,
+        applied: bool = False,
     ) -> None:
         inventory.save(
             self.client,
@@ -172,6 +274,7 @@ class Engine:
             field_manager=self.field_manager,
             revision=checkout.revision,
             source=source,
+            applied=applied,
         )
 
     def _ensure_inventory_namespace(
@@ -210,18 +313,27 @@ class Engine:
     def _prune(
         self,
         cs: ChangeSet,
-        inv: inventory.Inventory,
+        invs: Sequence[inventory.Inventory],
         targets: Sequence[Target],
         opts: PassOptions,
         dry_run: bool,
         on_entry: OnEntry | None,
     ) -> bool:
         if cs.has_errors:
-            cs.errors.append("prune skipped: some objects failed to apply; nothing is deleted on a failed pass")
+            cs.errors.append(
+                "prune not evaluated: some objects could not be planned"
+                if dry_run
+                else "prune skipped: some objects failed to apply; nothing is deleted on a failed pass"
+            )
             return False
-        if not inv.exists:
-            return True
-        members = inventory.list_members(self.client, self.discovery, inv)
+        members: dict[ObjectKey, Manifest] = {}
+        try:
+            for inv in invs:  # ours, and an old inventory of this source being taken over
+                if inv.exists:
+                    members.update(inventory.list_members(self.client, self.discovery, inv))
+        except ClusterError as exc:
+            cs.errors.append(f"prune not attempted: cannot list the members of the inventory: {exc}")
+            return False
         wanted = {t.key for t in targets}
         gone = [m for k, m in members.items() if k not in wanted]
         if not targets and gone and not opts.allow_empty:
@@ -233,7 +345,7 @@ class Engine:
         refused: list[Entry] = []
         if not opts.prune_cascade:
             # A Namespace or CRD still holding objects this prune does not remove is not deleted.
-            refused = cascade.refusals(self.client, self.discovery, gone, parent=inv.parent_key)
+            refused = cascade.refusals(self.client, self.discovery, gone, parent=invs[0].parent_key)
             for e in refused:
                 cs.entries.append(e)
                 if on_entry:
@@ -253,7 +365,11 @@ class Engine:
     ) -> None:
         started = time.monotonic()
         log.info("waiting until healthy", objects=len(targets), timeout=timeout)
-        not_ready = self.manager.wait(targets, timeout, on_ready=on_ready)
+        try:
+            not_ready = self.manager.wait(targets, timeout, on_ready=on_ready)
+        except ClusterError as exc:
+            cs.errors.append(f"wait abandoned after {time.monotonic() - started:.0f}s: {exc}")
+            return
         by_key: dict[ObjectKey, str] = {r.key: f"{r.status.value}: {r.message}" for r in not_ready}
         for e in cs.entries:
             e.health = by_key.get(e.key, "Current") if e.action is not Action.PRUNE else ""
@@ -285,4 +401,13 @@ def source_label(repo: str, sub: str | None, ref: str | None = None) -> str:
     return f"{label}@{ref}" if ref else label
 
 
-__all__ = ["Engine", "PassOptions", "SourceOptions", "default_inventory_name", "load", "source_label"]
+__all__ = [
+    "Engine",
+    "PassOptions",
+    "SourceOptions",
+    "default_inventory_name",
+    "inventory_of",
+    "load",
+    "source_identity",
+    "source_label",
+]

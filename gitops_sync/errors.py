@@ -28,6 +28,17 @@ class ClusterError(GitOpsError):
     """The API server cannot be reached or answered with an unexpected error."""
 
 
+class ApiUnavailableError(ClusterError):
+    """The request was NOT sent: the API server is known down (a failed health probe) or the deadline passed.
+
+    Safe to report as "not attempted": nothing about the object changed because of this request.
+    """
+
+
+class ApiTimeoutError(ClusterError):
+    """The request was sent but no answer came in time: whether a write took effect is unknown."""
+
+
 class ApiError(ClusterError):
     """A non-2xx answer from the API server, with the decoded Status body when there is one."""
 
@@ -44,6 +55,16 @@ class NotFoundError(ApiError):
 
 class ConflictError(ApiError):
     """409: a field-manager conflict (with causes) or a resourceVersion precondition failure."""
+
+
+class SourceMismatchError(GitOpsError):
+    """An inventory parent records another source: using it would let one source prune the other's objects."""
+
+    def __init__(self, message: str, *, inventory: str, recorded: str, ours: str) -> None:
+        super().__init__(message)
+        self.inventory = inventory
+        self.recorded = recorded
+        self.ours = ours
 
 
 class WaitTimeoutError(GitOpsError):

@@ -147,7 +147,8 @@ def cluster_options(fn: F) -> F:
             "inv_name",
             envvar="GITOPS_SYNC_NAME",
             default=None,
-            help="ApplySet (inventory) name; default derived from --repo and --path.",
+            help="ApplySet (inventory) name; default: gitops-sync-<readable part>-<hash of the normalised "
+            "repository and --path>. A name whose parent records another source is refused.",
         ),
         click.option(
             "--inventory-namespace",

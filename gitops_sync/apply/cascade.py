@@ -93,6 +93,7 @@ def _holdings(
     client: Client, infos: Sequence[ResourceInfo], namespace: str | None, deleted: set[ObjectKey]
 ) -> Holdings:
     held = Holdings([])
+    services: set[tuple[str, str]] = set()  # (namespace, name) of every Service seen, ours or not
     for info in infos:
         if (info.group, info.kind) in _IGNORED_KINDS:
             continue
@@ -107,6 +108,8 @@ def _holdings(
         for item in doc.get("items") or []:
             meta = item.get("metadata") or {}
             key = ObjectKey(info.group, info.kind, str(meta.get("namespace") or ""), str(meta.get("name", "")))
+            if key.kind == "Service" and not key.group:
+                services.add((key.namespace, key.name))
             if key in deleted or (key.group, key.kind, key.name) in _DEFAULTS:
                 continue
             # Owned objects (a ReplicaSet's Pods) go with their owner, which is listed itself.
@@ -114,6 +117,11 @@ def _holdings(
                 continue
             held.foreign.append(key)
         held.more = held.more or bool((doc.get("metadata") or {}).get("continue"))
+    # The endpoints controller writes a Service's Endpoints without an owner reference: it goes with the
+    # Service, which is judged itself.
+    held.foreign = [
+        k for k in held.foreign if not (k.kind == "Endpoints" and not k.group and (k.namespace, k.name) in services)
+    ]
     return held
 
 
@@ -142,7 +150,10 @@ def _message(what: str, held: Holdings) -> str:
         tail = f" and {extra}{'+' if held.more else ''} more" if extra > 0 else (" and more" if held.more else "")
         parts.append(f"it still holds {count} object(s) this prune does not remove: {names}{tail}")
     if held.unchecked:
-        parts.append(f"its contents could not be checked (cannot list {', '.join(held.unchecked)})")
+        kinds = ", ".join(held.unchecked[:_NAMED]) + (
+            f" and {len(held.unchecked) - _NAMED} more kind(s)" if len(held.unchecked) > _NAMED else ""
+        )
+        parts.append(f"its contents could not be checked (cannot list {kinds})")
     return (
         f"prune refused: deleting {what} would delete what it holds; "
         + "; ".join(parts)

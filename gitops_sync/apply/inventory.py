@@ -3,18 +3,20 @@
 Members carry the label `applyset.kubernetes.io/part-of=<id>`; a parent ConfigMap carries the id
 and records the group-kinds and namespaces to look in. Prune lists exactly those and deletes only
 labelled members that left Git, so an object this tool did not create is never a candidate.
+The parent also records the source identity it belongs to; a parent of another source is refused.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 from dataclasses import dataclass, field
 
 from gitops_sync import FIELD_MANAGER, __version__
 from gitops_sync.cluster.client import APPLY_PATCH, Client
 from gitops_sync.cluster.discovery import Discovery
-from gitops_sync.errors import ApiError, ClusterError, NotFoundError
+from gitops_sync.errors import ApiError, ClusterError, NotFoundError, SourceMismatchError
 from gitops_sync.plan.changeset import SharedWith
 from gitops_sync.resource import Manifest, ObjectKey
 
@@ -25,8 +27,16 @@ GROUP_KINDS = "applyset.kubernetes.io/contains-group-kinds"
 NAMESPACES = "applyset.kubernetes.io/additional-namespaces"
 # Ours: set on objects that existed before we first applied them; prune releases them, never deletes.
 ADOPTED = "gitops-sync.io/adopted"
+# The revision a pass started to apply, written before it applies anything; the revision of the last clean
+# pass (every object applied, prune done if asked), written only after it. They differ after a failed pass.
+ATTEMPTED_REVISION = "gitops-sync.io/attempted-revision"
+APPLIED_REVISION = "gitops-sync.io/applied-revision"
+# Before the two were apart, one annotation (written before the pass). Read only, on older parents.
 REVISION = "gitops-sync.io/revision"
 SOURCE = "gitops-sync.io/source"
+# The normalised source (`gitops_sync.source.identity`) this inventory belongs to; absent on parents
+# written before source identities (legacy: accepted, and recorded on the next write).
+IDENTITY = "gitops-sync.io/source-identity"
 # In Git, on one object: take it over even when it is a member of another ApplySet (as --adopt-shared).
 ADOPT = "gitops-sync.io/adopt"
 # Lists answer with metadata only: finding a parent or a namespace's contents never reads Secret data.
@@ -47,6 +57,8 @@ class Inventory:
     namespaces: set[str] = field(default_factory=set)
     exists: bool = False
     recorded: dict[str, str] = field(default_factory=dict)  # the parent's annotations as last read/written
+    identity: str = ""  # the source identity this pass records on the parent
+    uid: str = ""
 
     @property
     def id(self) -> str:
@@ -63,9 +75,11 @@ class Inventory:
     def label_member(self, manifest: Manifest) -> None:
         manifest.setdefault("metadata", {}).setdefault("labels", {})[PART_OF] = self.id
 
-    def parent_manifest(self, group_kinds: set[str], namespaces: set[str], revision: str, source: str) -> Manifest:
+    def parent_manifest(
+        self, group_kinds: set[str], namespaces: set[str], *, attempted: str, applied: str, source: str
+    ) -> Manifest:
         extra = sorted(n for n in namespaces if n and n != self.namespace)
-        return {
+        body: Manifest = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {
@@ -76,15 +90,23 @@ class Inventory:
                     TOOLING: f"{FIELD_MANAGER}/v{__version__}",
                     GROUP_KINDS: ",".join(sorted(group_kinds)),
                     NAMESPACES: ",".join(extra),
-                    REVISION: revision,
+                    ATTEMPTED_REVISION: attempted,
                     SOURCE: source,
+                    **({IDENTITY: self.identity} if self.identity else {}),
                 },
             },
         }
+        if applied:  # absent until a first clean pass: never "applied" on the strength of an attempt
+            body["metadata"]["annotations"][APPLIED_REVISION] = applied
+        return body
 
 
-def load(client: Client, name: str, namespace: str) -> Inventory:
-    inv = Inventory(name=name, namespace=namespace)
+def load(client: Client, name: str, namespace: str, identity: str = "", default_name: str = "") -> Inventory:
+    """Read the parent. Refused (SourceMismatchError) when it records a source identity other than ours.
+
+    `default_name` is this source's own default, suggested when an explicit --name hit another source.
+    """
+    inv = Inventory(name=name, namespace=namespace, identity=identity)
     live = client.get_or_none(inv.parent_path)
     if live is None:
         return inv
@@ -98,11 +120,55 @@ def load(client: Client, name: str, namespace: str) -> Inventory:
             f"(label {ID_LABEL} is {labels.get(ID_LABEL)!r}); choose another --name",
         )
     ann = meta.get("annotations") or {}
+    recorded = str(ann.get(IDENTITY, ""))
+    if identity and recorded and recorded != identity:
+        hint = (
+            f"pass --name (its default here is {default_name})"
+            if default_name and default_name != name
+            else "pass a --name of its own"
+        )
+        raise SourceMismatchError(
+            f"inventory ConfigMap {namespace}/{name} belongs to source {recorded}, not to this source "
+            f"{identity}: sharing it would let one source prune the other's objects; refusing to use it. "
+            f"Choose another inventory for this source: {hint}",
+            inventory=f"{namespace}/{name}",
+            recorded=recorded,
+            ours=identity,
+        )
+    return _read(inv, meta)
+
+
+def find_legacy(client: Client, name: str, namespace: str) -> Inventory | None:
+    """A parent written before source identities (no identity recorded) under `name`, or None.
+
+    The caller decides from its recorded source label whether it is ours to take over.
+    """
+    inv = Inventory(name=name, namespace=namespace)
+    live = client.get_or_none(inv.parent_path)
+    meta = (live or {}).get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    if live is None or (meta.get("labels") or {}).get(ID_LABEL) != inv.id or IDENTITY in ann:
+        return None
+    return _read(inv, meta)
+
+
+def _read(inv: Inventory, meta: Manifest) -> Inventory:
+    """Fill `inv` from the live parent's metadata."""
+    ann = meta.get("annotations") or {}
     inv.group_kinds = {g for g in str(ann.get(GROUP_KINDS, "")).split(",") if g}
-    inv.namespaces = {n for n in str(ann.get(NAMESPACES, "")).split(",") if n} | {namespace}
+    inv.namespaces = {n for n in str(ann.get(NAMESPACES, "")).split(",") if n} | {inv.namespace}
     inv.exists = True
     inv.recorded = {k: str(v) for k, v in ann.items()}
+    inv.uid = str(meta.get("uid") or "")
     return inv
+
+
+def delete_parent(client: Client, inv: Inventory) -> None:
+    """Remove a parent that has been taken over (guarded by its uid: never a re-created one)."""
+    body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": inv.uid or None}}
+    with contextlib.suppress(NotFoundError):
+        client.request("DELETE", inv.parent_path, body=body)
+    inv.exists = False
 
 
 def save(
@@ -114,12 +180,18 @@ def save(
     field_manager: str,
     revision: str = "",
     source: str = "",
+    applied: bool = False,
 ) -> None:
     """Record the parent. Before applying, record the union of old and new so a crash never hides members.
 
-    Writes only when the record changes, so a pass with nothing to do sends no write at all.
+    `revision` is recorded as attempted; with `applied` (after a clean pass) also as applied, else the
+    applied revision recorded earlier is kept. Writes only when the record changes, so a pass with
+    nothing to do sends no write at all.
     """
-    body = inv.parent_manifest(group_kinds, namespaces, revision, source)
+    kept = inv.recorded.get(APPLIED_REVISION, "")
+    body = inv.parent_manifest(
+        group_kinds, namespaces, attempted=revision, applied=revision if applied else kept, source=source
+    )
     annotations = body["metadata"]["annotations"]
     if inv.exists and all(inv.recorded.get(k) == v for k, v in annotations.items()):
         return

@@ -21,7 +21,14 @@ from gitops_sync.apply import ordering
 from gitops_sync.apply.inventory import ADOPTED, PART_OF
 from gitops_sync.cluster.client import APPLY_PATCH, JSON_PATCH, Client
 from gitops_sync.cluster.discovery import Discovery
-from gitops_sync.errors import ApiError, ClusterError, ConflictError, NotFoundError
+from gitops_sync.errors import (
+    ApiError,
+    ApiTimeoutError,
+    ApiUnavailableError,
+    ClusterError,
+    ConflictError,
+    NotFoundError,
+)
 from gitops_sync.health import Status, assess
 from gitops_sync.plan import ownership
 from gitops_sync.plan.changeset import Action, Entry
@@ -209,9 +216,33 @@ class ResourceManager:
             if dry_run:
                 return self._dry_run(t, live)
             return self._apply(t, live, policy)
+        except ApiUnavailableError as exc:  # never sent: the object is as it was
+            log.debug("apply not attempted", object=str(t.key), error=str(exc))
+            return not_attempted_entry(t, exc)
+        except ApiTimeoutError as exc:
+            if dry_run:
+                return Entry(t.key, t.info.api_version, Action.ERROR, message=str(exc), origin=t.origin)
+            return self._after_timeout(t, live, exc)
         except ClusterError as exc:
             log.warning("apply failed", object=str(t.key), error=str(exc))
             return Entry(t.key, t.info.api_version, Action.ERROR, message=str(exc), origin=t.origin)
+
+    def _after_timeout(self, t: Target, live: Manifest | None, exc: ApiTimeoutError) -> Entry:
+        """An apply sent but unanswered may have landed: re-read, and report it applied if our intent is live."""
+        try:
+            now = self.client.get_or_none(t.path)
+        except ClusterError as again:
+            message = f"outcome unknown: {exc} (re-read failed: {again})"
+        else:
+            if is_unchanged(t, now):  # this very intent hash, every field we set holds its value
+                entry = explain(t, live, now, self.field_manager, dry_run=False)
+                entry.message = (entry.message + "; " if entry.message else "") + (
+                    "the request timed out, a re-read shows it applied"
+                )
+                return entry
+            message = f"outcome unknown: {exc} (a re-read does not show this intent applied)"
+        log.warning("apply failed", object=str(t.key), error=message)
+        return Entry(t.key, t.info.api_version, Action.ERROR, message=message, origin=t.origin)
 
     def _try_ssa(
         self, t: Target, body: Manifest, live: Manifest | None, *, dry_run: bool
@@ -419,6 +450,8 @@ class ResourceManager:
                 self.client.request("DELETE", path, body=options)
         except NotFoundError:
             entry.message = "already gone"
+        except ApiUnavailableError as exc:
+            entry.action, entry.message = Action.ERROR, f"prune not attempted: {exc}"
         except ClusterError as exc:
             entry.action, entry.message = Action.ERROR, f"prune failed: {exc}"
         return entry
@@ -435,6 +468,33 @@ class ResourceManager:
             if ann in (meta.get("annotations") or {}):
                 ops.append({"op": "remove", "path": "/metadata/annotations/" + _escape(ann)})
         self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+
+    def relabel(self, members: Iterable[Manifest], applyset_id: str) -> list[str]:
+        """Move members of an inventory being taken over into `applyset_id` (label only); returns errors.
+
+        For objects no longer in Git when not pruning: they stay ours, so a later --prune still finds them.
+        """
+
+        def one(obj: Manifest) -> str:
+            key = ObjectKey.of(obj)
+            info = self.discovery.lookup(str(obj.get("apiVersion", "")), key.kind)
+            if info is None:
+                return f"{key}: kind no longer served; cannot move it into the new inventory"
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            ops = [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+                {"op": "replace", "path": "/metadata/labels/" + _escape(PART_OF), "value": applyset_id},
+            ]
+            path = info.path(key.namespace or None, key.name)
+            try:
+                self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+            except NotFoundError:
+                return ""
+            except ClusterError as exc:
+                return f"{key}: cannot move it into the new inventory: {exc}"
+            return ""
+
+        return [e for e in self._each(one, list(members)) if e]
 
     # -- waiting ----------------------------------------------------------------------------
 
@@ -494,6 +554,11 @@ class ResourceManager:
             return [run(i) for i in items]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
             return list(pool.map(run, items))
+
+
+def not_attempted_entry(t: Target, exc: Exception) -> Entry:
+    """The entry of an object no request was sent for (API server down, deadline passed): left as it was."""
+    return Entry(t.key, t.info.api_version, Action.ERROR, message=f"not attempted: {exc}", origin=t.origin)
 
 
 def _pending_reason(t: Target, new_namespaces: set[str], new_crds: set[tuple[str, str]]) -> str:

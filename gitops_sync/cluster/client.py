@@ -3,6 +3,11 @@
 The official client is used only for what it does well — reading kubeconfig (certificates, tokens,
 exec plugins) and owning the urllib3 pool. Requests and responses stay bytes/dicts: decoding into
 typed models costs ~10x more and the dynamic client's watch cannot resume (see the facts file).
+
+A `Breaker` per client turns "the API server is down or hung" into an answer in microseconds: after the
+first request that times out or cannot connect, one short `/readyz` probe decides; while it fails, every
+request raises ApiUnavailableError without being sent (the engine reports those objects "not attempted"),
+and a re-probe every few seconds closes the breaker again when the server is back (the daemon recovers).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -22,7 +27,14 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from gitops_sync import __version__
-from gitops_sync.errors import ApiError, ClusterError, ConflictError, NotFoundError
+from gitops_sync.errors import (
+    ApiError,
+    ApiTimeoutError,
+    ApiUnavailableError,
+    ClusterError,
+    ConflictError,
+    NotFoundError,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -44,10 +56,89 @@ class RequestStats:
     def count(self, method: str, query: _Query | None, body: Any = None) -> None:
         if method in ("GET", "HEAD", "OPTIONS"):
             self.reads += 1
-        elif (query and query.get("dryRun")) or (isinstance(body, dict) and body.get("dryRun")):
+        elif is_dry_run(query, body):
             self.dry_runs += 1
         else:
             self.writes += 1
+
+
+def is_dry_run(query: _Query | None, body: Any = None) -> bool:
+    """Whether a request only simulates: `?dryRun=All`, or a DeleteOptions body with `dryRun`."""
+    return bool((query and query.get("dryRun")) or (isinstance(body, dict) and body.get("dryRun")))
+
+
+class Breaker:
+    """Remembers that the API server is down, so queued requests fail at once instead of 30 s each.
+
+    Closed: requests go out. A request that times out or cannot connect calls `failed`, which runs one
+    probe (concurrent failures share it); a failed probe opens the breaker. Open: `check` raises
+    ApiUnavailableError, except for one caller every `retry_after` seconds, which probes again
+    (half-open) and closes the breaker when the server answers.
+    """
+
+    def __init__(
+        self, probe: Callable[[], str | None], *, retry_after: float = 2.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._probe = probe  # None when healthy, else why not
+        self.retry_after = retry_after
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)  # signalled when a probe ends
+        self._probing = False
+        self._last_probe = float("-inf")
+        self.down_since: float | None = None
+        self.reason = ""
+        self.trips = 0  # times the breaker opened (for metrics and tests)
+
+    @property
+    def is_down(self) -> bool:
+        return self.down_since is not None
+
+    def check(self) -> None:
+        """Before a request: raise while the server is known down; the caller due for a re-probe runs it.
+
+        While the first probe after a failure runs, callers wait for its verdict rather than send a request
+        that would hang as long as the one that triggered it.
+        """
+        with self._done:
+            waited = self._clock()
+            while self._probing and self.down_since is None and self._clock() - waited < 30:
+                self._done.wait(1.0)
+            if self.down_since is None:
+                return
+            if self._probing or self._clock() - self._last_probe < self.retry_after:
+                raise ApiUnavailableError(self.reason)
+            self._probing = True
+        self._run_probe(self.reason)
+        if self.down_since is not None:
+            raise ApiUnavailableError(self.reason)
+
+    def failed(self, trigger: str) -> None:
+        """After a transport failure: probe once (unless a probe runs or the breaker is already open)."""
+        with self._lock:
+            if self.down_since is not None or self._probing:
+                return
+            self._probing = True
+        self._run_probe(trigger)
+
+    def _run_probe(self, trigger: str) -> None:
+        try:
+            problem = self._probe()
+        except Exception as exc:  # a probe that cannot run says the server is not usable
+            problem = str(exc)
+        with self._done:
+            self._done.notify_all()
+            self._probing = False
+            self._last_probe = self._clock()
+            if problem is None:
+                if self.down_since is not None:
+                    log.warning("API server reachable again", down_for=round(self._clock() - self.down_since, 1))
+                self.down_since, self.reason = None, ""
+            elif self.down_since is None:
+                self.down_since = self._last_probe
+                self.trips += 1
+                self.reason = f"{trigger}; health probe: {problem}"
+                log.warning("API server down: failing requests fast until it answers", reason=self.reason)
 
 
 class Client:
@@ -60,6 +151,8 @@ class Client:
         *,
         pool_size: int = 32,
         timeout: float = 30.0,
+        probe_timeout: float = 3.0,
+        breaker: Breaker | None = None,
     ) -> None:
         configuration = k8s_client.Configuration()
         try:
@@ -81,8 +174,42 @@ class Client:
         self._api.user_agent = f"gitops-sync/{__version__}"
         self.host = configuration.host
         self.timeout = timeout
+        self.probe_timeout = probe_timeout
+        self.breaker = breaker or Breaker(self.probe)
+        self.deadline: float | None = None  # monotonic time after which no request is sent (`set_deadline`)
+        self._deadline_s = 0.0
         self.stats = RequestStats()
         self._stats_lock = threading.Lock()
+
+    def set_deadline(self, seconds: float | None, *, started: float | None = None) -> None:
+        """No request leaves after `started + seconds`; in-flight ones are cut at that moment."""
+        self._deadline_s = seconds or 0.0
+        self.deadline = None if seconds is None else (started or time.monotonic()) + seconds
+
+    def _budget(self, timeout: float | None) -> float:
+        """This request's timeout: its own or the client's, never past the deadline (raises once past)."""
+        budget = timeout or self.timeout
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise ApiUnavailableError(f"not sent: the deadline of {self._deadline_s:g}s passed")
+            budget = min(budget, left)
+        return budget
+
+    def probe(self) -> str | None:
+        """GET /readyz with a short timeout: None when the server answers (any non-5xx), else why not."""
+        url, headers = self._prepare("GET", "/readyz", None, None, "text/plain")
+        try:
+            resp = self._api.rest_client.pool_manager.request(
+                "GET", url, headers=headers, timeout=urllib3.Timeout(total=self.probe_timeout), retries=False
+            )
+        except urllib3.exceptions.TimeoutError:
+            return f"no answer within {self.probe_timeout:g}s"
+        except urllib3.exceptions.HTTPError as exc:
+            return _reason(exc)
+        if resp.status >= 500:
+            return f"/readyz answered {resp.status}: {resp.data[:200].decode(errors='replace').strip()}"
+        return None
 
     @property
     def server(self) -> str:
@@ -142,7 +269,13 @@ class Client:
         accept: str | None = None,
         timeout: float | None = None,
     ) -> tuple[int, Any]:
-        """`request`, plus the HTTP status: 201 tells an apply that created the object from one that updated it."""
+        """`request`, plus the HTTP status: 201 tells an apply that created the object from one that updated it.
+
+        ApiUnavailableError: not sent (server known down, deadline passed, connection refused).
+        ApiTimeoutError: sent, but no complete answer in time, so a write may or may not have happened.
+        """
+        self.breaker.check()
+        budget = self._budget(timeout)
         url, headers = self._prepare(method, path, query, content_type, accept)
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
         with self._stats_lock:
@@ -154,12 +287,12 @@ class Client:
                 url,
                 body=data,
                 headers=headers,
-                timeout=urllib3.Timeout(total=timeout or self.timeout),
+                timeout=urllib3.Timeout(total=budget),
                 preload_content=True,
                 retries=False,
             )
         except urllib3.exceptions.HTTPError as exc:
-            raise ClusterError(f"API server {self.server} unreachable: {_reason(exc)}") from exc
+            raise self._transport_error(exc, method, budget) from exc
         # --log-level debug: one line per request (the query names dry runs and the field manager).
         log.debug(
             "request",
@@ -172,6 +305,20 @@ class Client:
         if resp.status >= 400:
             raise _api_error(resp.status, resp.data, method, path)
         return int(resp.status), (json.loads(resp.data) if resp.data else None)
+
+    def _transport_error(self, exc: urllib3.exceptions.HTTPError, method: str, budget: float) -> ClusterError:
+        """Classify a failed request (sent or not) and let the breaker probe the server."""
+        error: ClusterError
+        if self.deadline is not None and time.monotonic() >= self.deadline:  # cut by us, not the server's fault
+            return ApiTimeoutError(f"no answer to {method} before the deadline of {self._deadline_s:g}s")
+        if isinstance(exc, urllib3.exceptions.ConnectTimeoutError):  # NewConnectionError too: nothing sent
+            error = ApiUnavailableError(f"API server {self.server} unreachable: {_reason(exc)}")
+        elif isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+            error = ApiTimeoutError(f"API server {self.server} unreachable: no answer to {method} within {budget:.3g}s")
+        else:
+            error = ApiTimeoutError(f"API server {self.server} unreachable: {_reason(exc)}")
+        self.breaker.failed(str(error))
+        return error
 
     def stream_lines(self, path: str, *, query: _Query | None = None, timeout: float | None = None) -> Iterator[bytes]:
         """A streaming GET (watch): yields one JSON line per event until the server closes."""

@@ -10,6 +10,7 @@ margin is what makes the fence in `can_write` safe.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import socket
 import threading
@@ -88,9 +89,17 @@ def default_identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-def lease_name(inventory_name: str) -> str:
-    """One Lease per inventory: replicas syncing the same source elect one leader."""
-    return f"{inventory_name[:57].rstrip('-')}-lease"
+def lease_name(inventory_name: str, inventory_namespace: str = "", lease_namespace: str = "") -> str:
+    """One Lease per inventory: replicas of one source elect one leader, daemons of two sources two.
+
+    `<inventory>-lease` when that fits and the Lease sits next to the inventory; otherwise (a long
+    --name, or Leases of inventories in several namespaces kept in one namespace) the name is cut and a
+    hash of namespace/name keeps it unique.
+    """
+    if len(inventory_name) <= 57 and inventory_namespace == lease_namespace:
+        return f"{inventory_name}-lease"
+    digest = hashlib.sha256(f"{inventory_namespace}/{inventory_name}".encode()).hexdigest()[:10]
+    return f"{inventory_name[:46].rstrip('-.')}-{digest}-lease"
 
 
 class LeaderElector:

@@ -139,6 +139,9 @@ class ChangeSet:
     entries: list[Entry] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # pass-level errors (render, source, wait)
     dry_run: bool = False
+    inventory: str = ""  # the ApplySet parent's name chosen for this source (--name or derived)
+    inventory_namespace: str = ""
+    source_identity: str = ""  # the normalised source the inventory belongs to
 
     def summary(self) -> dict[str, int]:
         counts = Counter(e.action for e in self.entries)
@@ -165,6 +168,11 @@ class ChangeSet:
         return {
             "revision": self.revision,
             "source": self.source,
+            "inventory": {
+                "name": self.inventory,
+                "namespace": self.inventory_namespace,
+                "sourceIdentity": self.source_identity,
+            },
             "dryRun": self.dry_run,
             "summary": self.summary(),
             "objects": [e.to_dict() for e in self.sorted_entries()],

@@ -85,8 +85,12 @@ def resolve(objects: Iterable[DesiredObject], discovery: Discovery, default_name
     return list(targets.values())
 
 
-def finalize(target: Target, live: Manifest | None, applyset_id: str | None) -> None:
-    """Add membership, adoption and intent-hash bookkeeping to the apply body, given what is live."""
+def finalize(target: Target, live: Manifest | None, applyset_id: str | None, legacy_id: str | None = None) -> None:
+    """Add membership, adoption and intent-hash bookkeeping to the apply body, given what is live.
+
+    `legacy_id`: the id of an inventory of this very source being taken over (see the engine): its
+    members are ours already, so moving them over does not mark them adopted.
+    """
     meta = target.manifest.setdefault("metadata", {})
     annotations = meta.setdefault("annotations", {})
     annotations.pop(INTENT_HASH, None)
@@ -94,7 +98,7 @@ def finalize(target: Target, live: Manifest | None, applyset_id: str | None) -> 
         meta.setdefault("labels", {})[PART_OF] = applyset_id
         live_meta = (live or {}).get("metadata") or {}
         live_ann = live_meta.get("annotations") or {}
-        already_member = (live_meta.get("labels") or {}).get(PART_OF) == applyset_id
+        already_member = (live_meta.get("labels") or {}).get(PART_OF) in (applyset_id, legacy_id or applyset_id)
         if live is not None and (live_ann.get(ADOPTED) == "true" or not already_member):
             annotations[ADOPTED] = "true"  # existed before we applied it: release, never delete, on prune
     annotations[INTENT_HASH] = intent_hash(target.manifest)

@@ -94,9 +94,18 @@ def _headline(cs: ChangeSet) -> str:
     return f"{cs.source} at {rev}{mode}: " + (", ".join(parts) or "nothing to do")
 
 
+def _inventory(cs: ChangeSet) -> str:
+    """Which inventory (ApplySet parent) this source owns: where to look, what --name to pass."""
+    if not cs.inventory:
+        return ""
+    return f"inventory {cs.inventory_namespace}/{cs.inventory} (source {cs.source_identity or cs.source})"
+
+
 def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int | None = None) -> None:
     """Every cell is a `Text`, never markup; columns fold rather than cut what does not fit."""
     console.print(Text(_headline(cs), style="bold"))
+    if cs.inventory:
+        console.print(Text(_inventory(cs), style="dim"))
     shown = [e for e in cs.sorted_entries() if verbose or e.action is not Action.UNCHANGED]
     if shown:
         t = _table(None, "action", "object", "message")
@@ -144,6 +153,8 @@ def _table(title: str | None, *columns: str) -> Table:
 def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
     """GitHub-flavoured Markdown; values in code spans, everything from the cluster or Git escaped."""
     lines = [f"### gitops-sync: {_md(_headline(cs))}", ""]
+    if cs.inventory:
+        lines += [_md(_inventory(cs)), ""]
     shown = [e for e in cs.sorted_entries() if verbose or e.action is not Action.UNCHANGED]
     if shown:
         lines += ["| action | object | message |", "|---|---|---|"]

@@ -3,6 +3,10 @@
 Remote repositories are fetched into a bare cache repository and each commit is materialised once into
 its own directory (written aside, then renamed into place), so concurrent readers never see a
 half-updated tree and the user's own work tree is never touched.
+
+Every git command on a cache runs under our own per-repository flock (`<cache>/<repo>/lock`). A git
+`*.lock` file found in the cache while we hold that flock was left by a git process that died (an OOM
+kill, a timeout): once it is a few seconds old it is removed, and the removal is logged.
 """
 
 from __future__ import annotations
@@ -17,14 +21,18 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import git
+import structlog
 from git.exc import GitCommandError, GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
 
 from gitops_sync.errors import SourceError
+from gitops_sync.source.identity import SourceIdentity, identify
+
+log = structlog.get_logger(__name__)
 
 _REMOTE_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://", "git+ssh://", "ssh+git://")
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:(?!//)")  # git@github.com:org/repo.git
@@ -34,6 +42,8 @@ _USERINFO = re.compile(r"(?<=://)[^\s'\"<>]*@")
 _REMOTE_HEAD = "refs/gitops-sync/remote-head"
 DIRTY = "-dirty"  # suffix of the revision of a work tree with uncommitted changes
 _KEEP_TREES = 8  # materialised commits kept per repository; older ones are removed on the next fetch
+# A git lock file this old, found while we hold the cache's flock, belongs to no live git process of ours.
+STALE_LOCK_AGE = 5.0
 # Never prompt: a sync in CI must fail on bad credentials rather than hang on a password prompt.
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never", "GIT_ASKPASS": "true"}
 # Credentials from a URL reach git through the environment only, never its command line (`ps` shows that
@@ -53,6 +63,8 @@ class Checkout:
     # The top of the repository as given (root without --path): the boundary symlinks may not leave and
     # the base of relative values-file paths. None only when built by hand; then `root` serves.
     repo_root: Path | None = None
+    # Which source this is, however `repo` was spelled (names the inventory); set by `fetch`.
+    identity: SourceIdentity | None = field(default=None, compare=False)
 
 
 def mask_url(text: str) -> str:
@@ -124,8 +136,27 @@ def fetch(
     # would mean something else.
     cache = (cache_dir if cache_dir is not None else _default_cache_dir()).expanduser().resolve()
     if is_remote(repo):
-        return _fetch_remote(repo, revision, path, cache, timeout)
-    return _fetch_local(repo, revision, path, cache, timeout)
+        checkout = _fetch_remote(repo, revision, path, cache, timeout)
+    else:
+        checkout = _fetch_local(repo, revision, path, cache, timeout)
+    return replace(checkout, identity=identify(repo, path))
+
+
+def knows_commit(repo: str, sha: str) -> bool:
+    """Whether commit `sha` exists in the local repository `repo`: evidence that a record made from a
+    relative `--repo` spelling was made from this very repository. Never true for a remote URL."""
+    if is_remote(repo) or not re.fullmatch(r"[0-9a-f]{40}", sha):
+        return False
+    try:
+        local = git.Repo(Path(repo).expanduser(), search_parent_directories=True)
+    except (InvalidGitRepositoryError, NoSuchPathError, OSError):
+        return False
+    with local:
+        try:
+            local.git.execute(["git", "cat-file", "-e", f"{sha}^{{commit}}"])
+        except GitCommandError:
+            return False
+    return True
 
 
 def _default_cache_dir() -> Path:
@@ -140,6 +171,7 @@ def _fetch_remote(url: str, revision: str | None, path: str | None, cache: Path,
     repo_cache = cache / hashlib.sha256(remote.url.rstrip("/").encode()).hexdigest()[:24]
     with _locked(repo_cache):
         bare = _open_bare(repo_cache / "repo.git", masked)
+        clear_stale_locks(repo_cache / "repo.git")
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
         if revision is None:
             refspecs.append(f"+HEAD:{_REMOTE_HEAD}")
@@ -164,6 +196,8 @@ def _fetch_local(repo: str, revision: str | None, path: str | None, cache: Path,
     if not given.is_dir():
         raise SourceError(f"{repo}: not a directory")
     given = given.resolve()
+    if not os.access(given, os.R_OK | os.X_OK):
+        raise SourceError(f"{repo}: permission denied (this process, uid {os.getuid()}, cannot read it)")
     try:
         local = git.Repo(given, search_parent_directories=True)
     except (InvalidGitRepositoryError, NoSuchPathError):
@@ -276,6 +310,15 @@ def _explain(url: str, stderr: str, timeout: float) -> str:
         "terminal prompts disabled",
         "host key verification failed",
     )
+    if ".lock': file exists" in low or ("unable to create" in low and ".lock" in low):
+        return (
+            f"a git lock file in the clone cache blocks fetching {masked} (another git process, or one that "
+            f"died; removed automatically once older than {STALE_LOCK_AGE:g}s): {detail}"
+        )
+    if "does not appear to be a git repository" in low:
+        denied = _permission_problem(url)
+        if denied:
+            return f"permission denied reading {masked}: {denied}"
     if any(m in low for m in ("does not appear to be a git repository", "repository not found", "404")):
         return f"no Git repository at {masked}: {detail}"
     if any(a in low for a in auth) or re.search(r"\b40[13]\b", low):
@@ -283,6 +326,33 @@ def _explain(url: str, stderr: str, timeout: float) -> str:
     if any(n in low for n in network):
         return f"cannot reach {host} fetching {masked}: {detail}"
     return f"git failed fetching {masked}: {detail}"
+
+
+def _permission_problem(url: str) -> str:
+    """For a file:// or path remote git calls "not a git repository": is it really unreadable to us?
+
+    git runs as this process's user, so `os.access` answers what git could do. "" when readable or remote.
+    """
+    if url.startswith("file://"):
+        path = Path(unquote(urlsplit(url).path))
+    elif not is_remote(url):
+        path = Path(url).expanduser()
+    else:
+        return ""
+    uid = os.getuid()
+    for p in [*reversed(path.parents), path]:
+        try:
+            p.stat()
+        except PermissionError:
+            return f"uid {uid} may not read {p}"
+        except OSError:
+            return ""  # missing: git's own message is right
+        if p.is_dir() and not os.access(p, os.X_OK | (os.R_OK if p == path else 0)):
+            return f"uid {uid} may not read {p}"
+    for inner in (path / "HEAD", path / ".git" / "HEAD", path / "objects", path / ".git" / "objects"):
+        if inner.exists() and not os.access(inner, os.R_OK):
+            return f"uid {uid} may not read {inner}"
+    return ""
 
 
 def _host(url: str) -> str:
@@ -365,6 +435,29 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def clear_stale_locks(git_dir: Path, min_age: float = STALE_LOCK_AGE) -> list[Path]:
+    """Remove git lock files left in a cache repository by a git process that died; call only under `_locked`.
+
+    Holding our flock means no fetch or checkout of ours runs on this repository, so a lock file older than
+    `min_age` is stale (the age spares a git process someone started by hand a moment ago). Returns what went.
+    """
+    candidates = [*git_dir.glob("*.lock"), *git_dir.glob("refs/**/*.lock"), *git_dir.glob("objects/info/*.lock")]
+    removed: list[Path] = []
+    now = time.time()
+    for lock in candidates:
+        try:
+            age = now - lock.lstat().st_mtime
+            if age < min_age:
+                log.info("git lock file left in place: too recent to be stale", path=str(lock), age_s=round(age, 1))
+                continue
+            lock.unlink()
+        except OSError:
+            continue
+        removed.append(lock)
+        log.warning("removed a stale git lock file from the clone cache", path=str(lock), age_s=round(age, 1))
+    return removed
+
+
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     """One fetch per repository cache at a time (git itself fails on concurrent ref updates)."""
@@ -381,8 +474,9 @@ def _locked(directory: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _tail(text: object, lines: int = 5) -> str:
-    """The last lines of a command's stderr (GitPython wraps it as `stderr: '...'`): where git says why."""
+def _tail(text: object, lines: int = 5, key_lines: int = 6) -> str:
+    """Where git says why, credentials masked: its `fatal:`/`error:` lines and any naming a lock file (up to
+    `key_lines`), plus the last `lines` lines, in git's order. GitPython wraps stderr as `stderr: '...'`."""
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
     body = str(text or "").strip()
@@ -390,4 +484,6 @@ def _tail(text: object, lines: int = 5) -> str:
         body = body.removeprefix("stderr:").strip()
         body = body[1:-1] if len(body) > 1 and body[0] == body[-1] == "'" else body
     kept = [ln.strip() for ln in body.splitlines() if ln.strip()]
-    return " | ".join(kept[-lines:])
+    key = [i for i, ln in enumerate(kept) if ln.lower().startswith(("fatal:", "error:")) or ".lock" in ln]
+    chosen = sorted(set(key[:key_lines]) | set(range(max(0, len(kept) - lines), len(kept))))
+    return mask_url(" | ".join(kept[i] for i in chosen))

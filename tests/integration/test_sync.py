@@ -450,7 +450,9 @@ def test_namespace_declared_in_git_holds_the_inventory(kube: KubeCluster, tmp_pa
         r = gs(kube, "sync", "--repo", str(repo), "-n", ns, "-o", "json")
         assert r.returncode == 0, r.stdout + r.stderr
         assert {o["name"]: o["action"] for o in report(r)["objects"]} == {ns: "create", "settings": "create"}
-        kube.kubectl("get", "configmap/gitops-sync-repo", "-n", ns)
+        inv = report(r)["inventory"]
+        assert inv["namespace"] == ns and inv["name"].startswith("gitops-sync-") and "repo" in inv["name"]
+        kube.kubectl("get", f"configmap/{inv['name']}", "-n", ns)
         r = gs(
             kube,
             "sync",

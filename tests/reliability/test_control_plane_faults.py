@@ -335,7 +335,7 @@ def test_etcd_restarted_under_daemon(private_cluster: PrivateCluster, reliabilit
         outcome="the daemon stays healthy, applies the commit after the restart, and corrects drift made "
         "afterwards (`kubectl scale`, `kubectl edit`)",
         checked=f"all {len(before)} objects kept their uid; every drift corrected; no traceback in the log",
-        figures=f"etcd down {back - t_down:.1f} s; commit applied {commit_took:.1f} s after /readyz; "
+        figures=f"etcd down {back - t_down:.1f} s; commit applied {commit_took:.2f} s after /readyz; "
         f"drift corrected {drift_took:.2f} s after kubectl",
     )
 

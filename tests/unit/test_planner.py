@@ -10,12 +10,12 @@ import pytest
 from gitops_sync.apply.inventory import ADOPTED, PART_OF, applyset_id
 from gitops_sync.apply.ordering import prune_order, stage_of, stages
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
-from gitops_sync.engine import default_inventory_name
 from gitops_sync.errors import RenderError
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.report import exit_code_diff, exit_code_sync, markdown
 from gitops_sync.resource import DesiredObject, ObjectKey
+from gitops_sync.source.identity import legacy_inventory_name
 
 
 class StaticDiscovery(Discovery):
@@ -164,13 +164,15 @@ def test_stages_put_namespaces_first_and_custom_resources_last() -> None:
     assert prune_order(keys)[0] == [keys[0]] and keys[3] in prune_order(keys)[-1]
 
 
-def test_default_inventory_name_is_dns_safe() -> None:
+def test_legacy_inventory_name_keeps_the_old_algorithm_for_the_takeover() -> None:
+    # The names versions before source identities chose: the migration looks for exactly these.
     assert (
-        default_inventory_name("https://git.example/org/My_App.git", "overlays/prod")
+        legacy_inventory_name("https://git.example/org/My_App.git", "overlays/prod")
         == "gitops-sync-my-app-overlays-prod"
     )
-    assert default_inventory_name("git@host:org/app.git", None) == "gitops-sync-app"
-    assert len(default_inventory_name("/x/" + "a" * 100, "b" * 100)) <= 63
+    assert legacy_inventory_name("git@host:org/app.git", None) == "gitops-sync-app"
+    assert legacy_inventory_name(".", "apps") == legacy_inventory_name("./", "apps") == "gitops-sync-apps"
+    assert len(legacy_inventory_name("/x/" + "a" * 100, "b" * 100)) <= 63
 
 
 def test_exit_codes_follow_kubectl_diff() -> None:

@@ -8,6 +8,8 @@ from io import StringIO
 
 from gitops_sync.apply import cascade, inventory
 from gitops_sync.apply.inventory import ADOPT, ADOPTED, PART_OF
+from gitops_sync.cluster.discovery import ResourceInfo
+from gitops_sync.errors import ApiError
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, SharedWith
 from gitops_sync.report import exit_code_diff, exit_code_sync, write
@@ -125,3 +127,54 @@ def test_cascade_message_names_the_first_few_and_counts_the_rest() -> None:
 def test_unserved_kinds_are_the_recorded_ones_discovery_lacks() -> None:
     inv = inventory.Inventory("x", "ns", group_kinds={"ConfigMap", "Deployment.apps", "Widget.example.com"})
     assert inventory.unserved_kinds(StaticDiscovery(), inv) == {"Widget.example.com"}
+
+
+class _ListClient:
+    """Answers namespace LISTs from a table; a path mapped to an int answers that HTTP error."""
+
+    def __init__(self, answers: dict[str, list[dict[str, object]] | int]) -> None:
+        self.answers = answers
+
+    def request(self, method: str, path: str, **_: object) -> dict[str, object]:
+        answer = self.answers.get(path, [])
+        if isinstance(answer, int):
+            raise ApiError(answer, "Forbidden", f"{method} {path}")
+        return {"items": [{"metadata": m} for m in answer], "metadata": {}}
+
+
+def test_namespace_holdings_ignore_defaults_owned_objects_events_and_a_services_endpoints() -> None:
+    d = StaticDiscovery()
+    kinds = [
+        ResourceInfo("", "v1", "ServiceAccount", "serviceaccounts", True, frozenset({"list"})),
+        ResourceInfo("", "v1", "Endpoints", "endpoints", True, frozenset({"list"})),
+        ResourceInfo("", "v1", "Service", "services", True, frozenset({"list"})),
+        ResourceInfo("", "v1", "Event", "events", True, frozenset({"list"})),
+        ResourceInfo("", "v1", "Pod", "pods", True, frozenset({"list"})),
+        ResourceInfo("", "v1", "ConfigMap", "configmaps", True, frozenset({"list"})),
+    ]
+    d._preferred.update({(i.group, i.kind): i for i in kinds})
+    ns = "/api/v1/namespaces/team"
+    client = _ListClient(
+        {
+            f"{ns}/serviceaccounts": [{"name": "default", "namespace": "team"}],
+            f"{ns}/configmaps": [
+                {"name": "kube-root-ca.crt", "namespace": "team"},
+                {"name": "mine", "namespace": "team"},
+            ],
+            f"{ns}/services": [{"name": "web", "namespace": "team"}],
+            f"{ns}/endpoints": [{"name": "web", "namespace": "team"}, {"name": "manual", "namespace": "team"}],
+            f"{ns}/events": [{"name": "e1", "namespace": "team"}],
+            f"{ns}/pods": [
+                {"name": "web-1", "namespace": "team", "ownerReferences": [{"kind": "ReplicaSet"}]},
+                {"name": "bare", "namespace": "team"},
+            ],
+        }
+    )
+    deleted = {ObjectKey("", "Service", "team", "web"), ObjectKey("", "ConfigMap", "team", "mine")}
+    held = cascade.namespace_holdings(client, d, "team", deleted)  # type: ignore[arg-type]
+    assert held.foreign == [ObjectKey("", "Endpoints", "team", "manual"), ObjectKey("", "Pod", "team", "bare")]
+    assert not held.unchecked
+
+    client.answers[f"{ns}/pods"] = 403
+    held = cascade.namespace_holdings(client, d, "team", deleted)  # type: ignore[arg-type]
+    assert held.unchecked == ["Pod"] and bool(held), "a kind that cannot be listed blocks: contents unknown"
