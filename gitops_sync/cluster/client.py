@@ -56,10 +56,15 @@ class RequestStats:
     def count(self, method: str, query: _Query | None, body: Any = None) -> None:
         if method in ("GET", "HEAD", "OPTIONS"):
             self.reads += 1
-        elif (query and query.get("dryRun")) or (isinstance(body, dict) and body.get("dryRun")):
+        elif is_dry_run(query, body):
             self.dry_runs += 1
         else:
             self.writes += 1
+
+
+def is_dry_run(query: _Query | None, body: Any = None) -> bool:
+    """Whether a request only simulates: `?dryRun=All`, or a DeleteOptions body with `dryRun`."""
+    return bool((query and query.get("dryRun")) or (isinstance(body, dict) and body.get("dryRun")))
 
 
 class Breaker:

@@ -401,6 +401,22 @@ class WatchCache:
         with self._lock:
             return sum(len(u.objects) for u in self._units.values())
 
+    def dead(self) -> str:
+        """Loops whose thread ended although nobody stopped them ("" when none): for the supervisor."""
+        with self._lock:
+            gone = [str(u.id) for u in self._units.values() if not u.thread.is_alive() and not u.stop.is_set()
+                    and u.state != "stopped" and u.thread.ident is not None]
+        return f"watch loops ended: {', '.join(sorted(gone))}" if gone else ""
+
+    def revive(self) -> None:
+        """Start a new thread for each dead loop; it lists again, so nothing missed stays missed."""
+        with self._lock:
+            for u in self._units.values():
+                if not u.thread.is_alive() and not u.stop.is_set() and u.thread.ident is not None:
+                    log.warning("restarting a watch loop that ended", resource=str(u.id))
+                    u.thread = threading.Thread(target=u._run, name=u.thread.name, daemon=True)
+                    u.thread.start()
+
     def stop(self) -> None:
         with self._lock:
             self._stopped = True

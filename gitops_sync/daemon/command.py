@@ -19,7 +19,7 @@ from gitops_sync.daemon.loop import Daemon, DaemonOptions
 from gitops_sync.daemon.triggers import WEBHOOK_SECRET_ENV, load_webhook_secret
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.errors import GitOpsError
-from gitops_sync.options import ClusterArgs, cluster_options, log_options, setup_logging, source_options
+from gitops_sync.options import DURATION, ClusterArgs, cluster_options, log_options, setup_logging, source_options
 
 log = structlog.get_logger("gitops_sync.daemon")
 
@@ -73,6 +73,9 @@ _CONFLICT_HELP = (
 @click.option("--renew-deadline", default=10.0, type=click.FloatRange(0.5), help="Seconds the leader keeps "
               "writing without a successful renewal.")
 @click.option("--retry-period", default=2.0, type=click.FloatRange(0.1), help="Seconds between Lease attempts.")
+@click.option("--max-backoff", default="5m", type=DURATION, help="Longest delay before retrying a pass or an "
+              "object that keeps failing (the delay doubles from 0.05 s on each failure; a clean pass resets "
+              "it). Seconds or 90s, 5m, 1h.")
 @click.option("--shutdown-grace", default=10.0, type=click.FloatRange(0), help="Seconds SIGTERM waits for "
               "the pass in flight before abandoning it.")
 def run(source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: bool, prune: bool,
@@ -80,7 +83,7 @@ def run(source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: 
         interval: float, resync: float, debounce: float, http_addr: str,
         http_auth: str, webhook_secret_file: Path | None, leader_elect: bool, leader_elect_namespace: str | None,
         leader_elect_identity: str | None, lease_duration: float, renew_deadline: float, retry_period: float,
-        shutdown_grace: float) -> None:
+        max_backoff: float, shutdown_grace: float) -> None:
     """Keep the cluster equal to the repository for as long as it runs (the daemon).
 
     Level-triggered: watch events, Git polls, file events and webhooks only queue work; every pass
@@ -105,6 +108,7 @@ def run(source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: 
         field_manager=cluster.field_manager, concurrency=cluster.concurrency, leader_elect=leader_elect,
         leader_namespace=leader_elect_namespace or _pod_namespace(),
         identity=leader_elect_identity or default_identity(), leader=leader, shutdown_grace=shutdown_grace,
+        max_backoff=max(max_backoff, 0.05),
     )
     try:
         daemon = Daemon(opts)

@@ -78,6 +78,9 @@ class EventRecorder:
         except queue.Full:
             self._dropped()
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def flush(self, timeout: float = 5.0) -> None:
         """Wait (bounded) until the queued Events are sent; used on shutdown."""
         deadline = time.monotonic() + timeout
@@ -85,10 +88,11 @@ class EventRecorder:
             time.sleep(0.05)
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Send what is queued for up to `timeout` s (0: drop it, e.g. while the API server is away)."""
         self.flush(timeout)
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(None)
-        self._thread.join(timeout=1.0)
+        self._thread.join(timeout=min(1.0, timeout))
 
     def _dropped(self) -> None:
         if self._on_drop is not None:

@@ -9,6 +9,11 @@ by the next pass for the key or by the periodic full resync. Only one pass runs 
 Writes go through a fenced client: it refuses every non-dry-run request unless this replica may write
 (self-heal mode, leader, not shutting down), so even a pass that started while leading cannot write
 once leadership is lost.
+
+Failures are kept apart and visible: a broken source (fetch, render, or a crash while planning it) and an
+unreachable API server are two conditions (`conditions.py`), each on /readyz, /status and /metrics. A key
+that keeps failing is retried with a delay that doubles up to `--max-backoff` and is reset only by a
+clean pass. Every background loop runs under a `Supervisor`: restarted when it dies, or on /healthz.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ import structlog
 
 from gitops_sync import FIELD_MANAGER
 from gitops_sync.apply.manager import ConflictPolicy, LiveMap
-from gitops_sync.cluster.client import Client
+from gitops_sync.cluster.client import Client, is_dry_run
 from gitops_sync.daemon.auth import KubernetesAuth
 from gitops_sync.daemon.cache import EventType, WatchCache
+from gitops_sync.daemon.conditions import ClusterProbe, Condition, iso_time
 from gitops_sync.daemon.events import NORMAL, WARNING, EventRecorder, EventSpec
 from gitops_sync.daemon.history import Fight, OwnershipHistory, is_secret, tracked_paths
 from gitops_sync.daemon.http import Endpoints, HttpServer
@@ -44,14 +50,17 @@ from gitops_sync.daemon.leader import (
 )
 from gitops_sync.daemon.metrics import Metrics, object_state
 from gitops_sync.daemon.queue import WorkQueue
+from gitops_sync.daemon.supervisor import Supervisor, describe_crash
 from gitops_sync.daemon.triggers import Ticker, WebhookResult, verify_webhook, watch_local
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
-from gitops_sync.errors import ClusterError, GitOpsError, RenderError
+from gitops_sync.errors import ApiError, ClusterError, GitOpsError, SourceError
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
+from gitops_sync.plan.masking import Redactor, mask_literals
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_url, short_revision
 from gitops_sync.source.checkout import is_remote
+from gitops_sync.source.watch import Watch as LocalWatch
 
 log = structlog.get_logger("gitops_sync.daemon")
 
@@ -81,8 +90,10 @@ class DaemonOptions:
     identity: str = field(default_factory=default_identity)
     leader: LeaderConfig = field(default_factory=LeaderConfig)
     shutdown_grace: float = 10.0
-    queue_backoff_cap: float = 60.0
+    max_backoff: float = 300.0  # cap of the retry delay of a failing pass or object (--max-backoff)
     watch_backoff_cap: float = 8.0
+    probe_interval: float = 5.0  # GET /readyz of the API server this often (every second while failing)
+    probe_timeout: float = 2.0
 
     @functools.cached_property
     def source_identity(self) -> SourceIdentity:
@@ -106,9 +117,10 @@ class _FencedClient(Client):
         self.may_write = may_write
 
     def request_status(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
-        # `request` goes through here too: one fence for every write.
-        query = kwargs.get("query") or {}
-        if method not in ("GET", "HEAD") and not query.get("dryRun") and not self.may_write():
+        # `request` goes through here too: one fence for every write. A dry run may say so in the query
+        # or (DELETE) in the body's DeleteOptions: both are reads.
+        dry = is_dry_run(kwargs.get("query"), kwargs.get("body"))
+        if method not in ("GET", "HEAD") and not dry and not self.may_write():
             raise ClusterError(f"not writing {method} {path}: this replica may not write now "
                                "(detect-only, not the leader, or shutting down)")
         return super().request_status(method, path, **kwargs)
@@ -138,7 +150,7 @@ class Daemon:
         self.watch_client = Client(opts.kubeconfig, opts.context, pool_size=64)
         self.engine = Engine(self.client, field_manager=opts.field_manager, concurrency=opts.concurrency)
         self.history = OwnershipHistory()
-        self.queue: WorkQueue[QueueKey] = WorkQueue(backoff_cap=opts.queue_backoff_cap,
+        self.queue: WorkQueue[QueueKey] = WorkQueue(backoff_cap=opts.max_backoff,
                                                    on_depth=self.metrics.queue_depth.set)
         self.cache = WatchCache(self.watch_client, on_event=self._on_watch, on_restart=self._on_watch_restart,
                                 backoff_cap=opts.watch_backoff_cap)
@@ -160,10 +172,20 @@ class Daemon:
             healthy=self.healthy, ready=self.ready, metrics=self._metrics, status=self.status,
             webhook=self._webhook,
         ), auth=auth)
+        self.supervisor = Supervisor(on_restart=lambda name: self.metrics.thread_restarts.labels(name).inc())
+        self.source_condition = Condition("source")
+        self.cluster_condition = Condition("cluster")
+        # Its own small client: a probe must not queue behind requests hanging on the main pool.
+        self.probe_client = Client(opts.kubeconfig, opts.context, pool_size=1, timeout=opts.probe_timeout,
+                                   probe_timeout=opts.probe_timeout)
+        self.probe = ClusterProbe(self.probe_client, self.cluster_condition, interval=opts.probe_interval,
+                                  on_change=self._on_cluster_change)
         self._state = threading.Lock()
         self._source: _Source | None = None
-        self._source_error = ""
+        self._source_error = ""  # fetch/render failed (masked), or a pass crashed on this source
         self._source_error_revision = ""
+        self._crashed = ""  # a pass crashed unexpectedly on the current source (masked)
+        self._cluster_was_down = False
         self._source_checked = 0.0
         # A local work tree is read while people write to it: a render is acted on (applied, pruned) only
         # once a second read, `debounce` later, gives the same digest. (digest, first seen) until then.
@@ -179,10 +201,8 @@ class Daemon:
         self._deleted: set[ObjectKey] = set()  # desired objects someone deleted (seen through the watch)
         self._added: set[ObjectKey] = set()  # desired objects the latest revision added (not in the one before)
         self._fingerprints: dict[ObjectKey, str] = {}
+        self._local_watch: LocalWatch | None = None
         self._tickers: list[Ticker] = []
-        self._unwatch: Callable[[], None] | None = None
-        self._worker = threading.Thread(target=self._work, name="reconciler", daemon=True)
-        self._leader_thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -192,16 +212,25 @@ class Daemon:
 
     def start(self) -> Daemon:
         self.http.start()
-        self._worker.start()
+        sup = self.supervisor
+        sup.spawn("reconciler", self._work)
+        sup.spawn("cluster-probe", self.probe.run)
         self.queue.add(SOURCE)
         if self.leader is not None:
-            self._leader_thread = threading.Thread(target=self.leader.run, name="leader", daemon=True)
-            self._leader_thread.start()
+            sup.spawn("leader", self.leader.run)
         self._tickers = [
-            Ticker("git-poll", self.opts.interval, lambda: self.queue.add(SOURCE), jitter=self.opts.jitter).start(),
-            Ticker("resync", self.opts.resync, lambda: self.queue.add(FULL), jitter=0.05).start(),
+            Ticker("git-poll", self.opts.interval, lambda: self.queue.add(SOURCE), jitter=self.opts.jitter),
+            Ticker("resync", self.opts.resync, lambda: self.queue.add(FULL), jitter=0.05),
         ]
-        self._unwatch = watch_local(self.opts.source.repo, lambda: self.queue.add(SOURCE), self.opts.debounce)
+        for ticker in self._tickers:
+            if ticker.period > 0:
+                sup.spawn(ticker.name, ticker.run)
+        self._local_watch = self._watch_local()
+        if self._local_watch is not None:
+            sup.watch("file-watch", lambda: "" if self._local_watch is None or self._local_watch.alive()
+                      else "watchdog observer stopped", revive=self._revive_local_watch)
+        sup.watch("watches", self.cache.dead, revive=self.cache.revive)
+        sup.watch("events", lambda: "" if self.events.alive() else "Event recorder stopped")
         log.info("daemon started", repo=mask_url(self.opts.source.repo), mode=self._mode,
                  http=f"{self.opts.http_addr} (port {self.port})", http_auth=self.opts.http_auth,
                  leader_elect=self.opts.leader_elect,
@@ -210,32 +239,53 @@ class Daemon:
         return self
 
     def stop(self) -> None:
-        """Finish the pass in flight (or abandon it after the grace period), release the Lease, stop."""
+        """Finish the pass in flight (or abandon it after the grace period), release the Lease, stop.
+
+        Every loop wakes on its stop event, so an idle daemon stops in well under a second. While the API
+        server is unreachable nothing waits on it: the pass in flight is abandoned after 1 s (its writes
+        are fenced), the Lease is left to expire and queued Events are dropped (else up to ~20 s)."""
         if self._stopping:
             return
         self._stopping = True
-        log.info("shutting down", grace=self.opts.shutdown_grace)
+        reachable = self.cluster_condition.ok
+        grace = self.opts.shutdown_grace if reachable else min(self.opts.shutdown_grace, 1.0)
+        log.info("shutting down", grace=grace, cluster_reachable=reachable)
+        self.supervisor.stop()
         for t in self._tickers:
             t.stop()
-        if self._unwatch is not None:
-            self._unwatch()
+        self.probe.stop()
+        if self._local_watch is not None:
+            self._local_watch.stop()
         self.queue.shutdown()
-        self._worker.join(self.opts.shutdown_grace)
-        if self._worker.is_alive():
+        if not self.supervisor.join("reconciler", grace):
             log.warning("abandoning the pass in flight: further writes are refused")
             self._abandon = True
-            self._worker.join(5)
+            self.supervisor.join("reconciler", 5 if reachable else 0)
         self._abandon = True
         if self.leader is not None:
             self.leader.stop()
-            self.leader.release()
+            if reachable:
+                self.leader.release()
+            else:
+                log.warning("not releasing the Lease: the API server is unreachable (it expires on its own)")
         self.cache.stop()
-        self.events.stop(timeout=3)
+        self.events.stop(timeout=3 if reachable else 0)
         self.http.stop()
-        for c in (self.client, self.aux, self.watch_client, self.auth_client):
+        for c in (self.client, self.aux, self.watch_client, self.auth_client, self.probe_client):
             c.close()
         self._stop.set()
         log.info("stopped")
+
+    def _watch_local(self) -> LocalWatch | None:
+        return watch_local(self.opts.source.repo, lambda: self.queue.add(SOURCE), self.opts.debounce)
+
+    def _revive_local_watch(self) -> None:
+        """The watchdog observer died: start a new one and look at the source (changes may be missed)."""
+        old, self._local_watch = self._local_watch, None
+        if old is not None:
+            old.stop()
+        self._local_watch = self._watch_local()
+        self.queue.add(SOURCE)
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._stop.wait(timeout)
@@ -276,8 +326,8 @@ class Daemon:
                 continue
             try:
                 self._handle(set(batch))
-            except Exception:  # keep the loop alive; the keys are retried with backoff
-                log.exception("reconcile failed unexpectedly")
+            except Exception as exc:  # keep the loop alive; the keys are retried with backoff
+                log.error("reconcile failed unexpectedly", error=describe_crash(exc))
                 for key in batch:
                     self.queue.add_rate_limited(key)
             finally:
@@ -300,22 +350,36 @@ class Daemon:
             self._pass(src, only)
 
     def _refresh_source(self) -> bool:
-        """Fetch and render; True when the desired state changed. On failure keep the last good one."""
+        """Fetch and render; True when the desired state changed. On failure keep the last good one.
+
+        Any exception of fetch or render marks the source failed (masked); an API server that cannot
+        be reached while resolving the new revision is the cluster's condition, not the source's."""
         self._source_checked = time.time()
         try:
             checkout, objects = load(self.opts.source)
-            digest = _digest(checkout.revision, objects)
-            current = self._source
-            if current is not None and current.digest == digest:
-                self._candidate = None
-                self._source_ok()
-                return False
-            if not self._seen_twice(digest):
-                return False
+        except Exception as exc:
+            self._load_failed(exc)
+            return False
+        digest = _digest(checkout.revision, objects)
+        current = self._source
+        if current is not None and current.digest == digest:
+            self._candidate = None
+            self._source_ok(checkout.revision)
+            return False
+        if not self._seen_twice(digest):
+            return False
+        try:
             self.engine.discovery.refresh()  # a new revision may bring CRDs, the cluster new kinds
             targets = self.engine.resolve(objects, self.opts.pass_opts)
-        except GitOpsError as exc:
-            self._source_failed(exc)
+        except ClusterError as exc:
+            self._cluster_trouble(exc)
+            self._set_source_health(checkout.revision, load_error="")  # Git is fine; keep SOURCE's backoff
+            delay = self.queue.add_rate_limited(SOURCE)
+            log.warning("cannot resolve the new revision: the API server failed; keeping the last good state",
+                        revision=checkout.revision, error=mask_url(str(exc)), retry_in=round(delay, 2))
+            return False
+        except Exception as exc:
+            self._source_failed(_masked(exc, Redactor(o.manifest for o in objects)), checkout.revision)
             return False
         new = _Source(
             checkout=checkout, targets=targets, digest=digest, by_key={t.key: t for t in targets},
@@ -323,7 +387,7 @@ class Daemon:
         )
         old_keys = set(self._source.by_key) if self._source else set()
         self._source = new
-        self._source_ok()
+        self._source_ok(checkout.revision)
         gone = old_keys - set(new.by_key)
         self._added = set(new.by_key) - old_keys if old_keys else set()
         self.history.forget(gone)
@@ -360,37 +424,89 @@ class Daemon:
                  digest=digest[:12], seconds=quiet)
         return False
 
-    def _source_ok(self) -> None:
+    def _source_ok(self, revision: str) -> None:
         self.queue.forget(SOURCE)
-        if self._source_error:
-            log.info("source healthy again", revision=self._source.checkout.revision if self._source else "")
-        self._source_error = ""
-        self._source_error_revision = ""
-        self.metrics.source_ok.set(1)
+        self._set_source_health(revision, load_error="")
 
-    def _source_failed(self, exc: GitOpsError) -> None:
+    def _load_failed(self, exc: BaseException) -> None:
         revision = ""
-        if isinstance(exc, RenderError):  # the fetch worked: name the broken commit
-            with contextlib.suppress(GitOpsError):
+        if not isinstance(exc, SourceError):  # the fetch worked (a render failed): name the broken commit
+            with contextlib.suppress(Exception):
                 revision = fetch(self.opts.source.repo, self.opts.source.revision, self.opts.source.path,
                                  cache_dir=self.opts.source.cache_dir).revision
+        self._source_failed(_masked(exc, self._redactor()), revision)
+
+    def _redactor(self) -> Redactor:
+        """The Secret values of the last good state: a broken commit most likely keeps most of them."""
+        return Redactor(t.manifest for t in self._source.targets) if self._source else Redactor()
+
+    def _source_failed(self, error: str, revision: str) -> None:
+        """Fetch, render or resolve failed: keep the last good state, retry with backoff, report once."""
         delay = self.queue.add_rate_limited(SOURCE)
         self.metrics.source_errors.inc()
-        self.metrics.source_ok.set(0)
         kept = self._source.checkout.revision if self._source else ""
-        if str(exc) != self._source_error or revision != self._source_error_revision:
-            log.error("source failed; keeping the last good state", error=mask_url(str(exc)),
-                      revision=revision, kept_revision=kept or None, retry_in=round(delay, 2))
-        self._source_error = mask_url(str(exc))
-        self._source_error_revision = revision
+        if error != self._source_error or revision != self._source_error_revision:
+            log.error("source failed; keeping the last good state", error=error, revision=revision,
+                      kept_revision=kept or None, retry_in=round(delay, 2))
+        self._set_source_health(revision, load_error=error)
+
+    def _set_source_health(self, revision: str, *, load_error: str) -> None:
+        """One place decides the source condition: a fetch/render error, or a pass that crashed on it."""
+        self._source_error = load_error
+        self._source_error_revision = revision if load_error else ""
+        error = load_error or self._crashed
+        kept = self._source.checkout.revision if self._source else ""
+        if error:
+            rev = revision if load_error else kept
+            self.metrics.source_ok.set(0)
+            if self.source_condition.set(False, error, rev):
+                keeping = f"; keeping {short_revision(kept)}" if kept else ""
+                self._source_event("SourceFailed", WARNING,
+                                   f"source failed at revision {short_revision(rev) or '(unknown)'}{keeping}: {error}")
+            return
+        was_failed = self.source_condition.state is False
+        self.metrics.source_ok.set(1)
+        if self.source_condition.set(True, revision=revision) and was_failed:
+            log.info("source healthy again", revision=revision)
+            self._source_event("SourceRecovered", NORMAL,
+                               f"source healthy again at revision {short_revision(revision)}")
+
+    def _source_event(self, reason: str, etype: str, message: str) -> None:
+        """An Event on the inventory parent ConfigMap (it stands for the whole source); leader only."""
+        if not self._active():
+            return
+        self.events.record(EventSpec(
+            key=ObjectKey("", "ConfigMap", self.opts.inventory_namespace, self.opts.inventory_name),
+            api_version="v1", reason=reason, message=message, type=etype, series=reason,
+        ))
+
+    def _cluster_trouble(self, exc: ClusterError) -> None:
+        """A request failed: when the connection itself broke, let the probe look now, not in 5 s."""
+        if not isinstance(exc, ApiError):
+            self.probe.poke()
+
+    def _on_cluster_change(self, ok: bool, error: str) -> None:
+        self.metrics.cluster_ok.set(1 if ok else 0)
+        if not ok:
+            self._cluster_was_down = True
+            log.error("API server unreachable; not counted as a source error", server=self.probe_client.server,
+                      error=mask_url(error))
+            return
+        if self._cluster_was_down:
+            self._cluster_was_down = False
+            log.info("API server reachable again", server=self.probe_client.server)
+            # What failed meanwhile failed because of the outage: look again now, from the base delay.
+            for key in (SOURCE, FULL):
+                self.queue.forget(key)
+                self.queue.add(key)
 
     # -- passes -----------------------------------------------------------------------------
 
     def _pass(self, src: _Source, only: set[ObjectKey] | None) -> None:
         kind = "full" if only is None else "partial"
         opts = replace(self.opts.pass_opts)
-        # Never prune on a partial picture: a failed render, or a partial pass.
-        opts.prune = opts.prune and only is None and not self._source_error
+        # Never prune on a partial picture: a failed render, a crashed plan, or a partial pass.
+        opts.prune = opts.prune and only is None and not self._source_error and not self._crashed
         if only is None:
             self.cache.wait_synced(5.0)
         t0 = time.monotonic()
@@ -398,18 +514,18 @@ class Daemon:
             cs = self.engine.run(src.checkout, src.targets, opts, apply=self.opts.self_heal,
                                  live_of=self._live_of, only=only)
         except GitOpsError as exc:
-            took = time.monotonic() - t0
-            self.metrics.passes.labels(kind, "error").inc()
-            self.metrics.pass_duration.labels(kind).observe(took)
-            retry = [FULL] if only is None else list(only)
-            delays = [self.queue.add_rate_limited(k) for k in retry]
-            log.error("pass failed", kind=kind, error=str(exc), retry_in=round(min(delays), 2))
-            with self._state:
-                self._last_pass = {"kind": kind, "result": "error", "error": str(exc),
-                                   "finished": _iso(time.time()), "durationSeconds": round(took, 4)}
-                if only is None:
-                    self._pass_errors = [str(exc)]
+            if isinstance(exc, ClusterError):
+                self._cluster_trouble(exc)
+            self._pass_failed(kind, only, mask_url(str(exc)), time.monotonic() - t0)
             return
+        except Exception as exc:  # a crash while planning this source: the source is failed, not the daemon
+            self._crashed = _masked(exc, self._redactor())
+            self._pass_failed(kind, only, self._crashed, time.monotonic() - t0)
+            self._set_source_health(src.checkout.revision, load_error=self._source_error)
+            return
+        if self._crashed:
+            self._crashed = ""
+            self._set_source_health(src.checkout.revision, load_error=self._source_error)
         took = time.monotonic() - t0
         if self.opts.self_heal and not self._may_write():
             # Leadership was lost (or SIGTERM came) during the pass: its refused writes are not news,
@@ -420,23 +536,40 @@ class Daemon:
         result = "error" if cs.has_errors else "success"
         self.metrics.passes.labels(kind, result).inc()
         self.metrics.pass_duration.labels(kind).observe(took)
-        self._absorb(src, cs, only is None)
+        retry_in = 0.0
         if only is None:
-            self.queue.forget(FULL)
             if cs.errors:
-                self.queue.add_rate_limited(FULL)
+                # Backoff grows until a clean pass: a permanent failure costs a few passes a minute.
+                retry_in = self.queue.add_rate_limited(FULL)
             else:
+                if not cs.has_errors:
+                    self.queue.forget(FULL)
                 self._first_sync = True
                 self._applied = (cs.revision, cs.source)
                 self.metrics.set_revision(cs.revision, cs.source)
                 self.metrics.applied_at.set(time.time())
+        # A full pass that is retried as a whole retries its failed objects too: one backoff, not two.
+        self._absorb(src, cs, only is None, retry_objects=not retry_in, retry_in=retry_in)
         with self._state:
             self._last_pass = {"kind": kind, "result": result, "objects": len(cs.entries),
-                               "finished": _iso(time.time()), "durationSeconds": round(took, 4),
+                               "finished": iso_time(time.time()), "durationSeconds": round(took, 4),
                                "summary": cs.summary()}
         level = log.info if (only is None or cs.has_changes or cs.has_errors) else log.debug
         level("pass", kind=kind, revision=cs.revision, seconds=round(took, 3),
               **{k: v for k, v in cs.summary().items() if v})
+
+    def _pass_failed(self, kind: str, only: set[ObjectKey] | None, error: str, took: float) -> None:
+        self.metrics.passes.labels(kind, "error").inc()
+        self.metrics.pass_duration.labels(kind).observe(took)
+        retry = [FULL] if only is None else list(only)
+        delays = [self.queue.add_rate_limited(k) for k in retry]
+        log.error("pass failed", kind=kind, error=error, retry_in=round(min(delays), 2),
+                  attempt=self.queue.failures(retry[0]))
+        with self._state:
+            self._last_pass = {"kind": kind, "result": "error", "error": error,
+                               "finished": iso_time(time.time()), "durationSeconds": round(took, 4)}
+            if only is None:
+                self._pass_errors = [error]
 
     def _live_of(self, targets: Sequence[Target]) -> LiveMap:
         """Live state from the watch cache; what the cache calls absent is read again from the API.
@@ -461,7 +594,7 @@ class Daemon:
         """API reads for what the cache cannot answer (a refused read plans that one object as absent)."""
         return self.engine.manager.fetch_live(targets)
 
-    def _absorb(self, src: _Source, cs: ChangeSet, full: bool) -> None:
+    def _absorb(self, src: _Source, cs: ChangeSet, full: bool, *, retry_objects: bool, retry_in: float) -> None:
         with self._state:
             if full:
                 self._entries = {e.key: e for e in cs.entries}
@@ -469,16 +602,16 @@ class Daemon:
             else:
                 self._entries.update((e.key, e) for e in cs.entries)
             entries = list(self._entries.values())
-        for error in cs.errors:
-            log.error("pass error", error=error)
+        for error in cs.errors:  # once per retry: the delay doubles each time
+            log.error("pass error", error=error, retry_in=round(retry_in, 2), attempt=self.queue.failures(FULL))
         for e in cs.entries:
-            self._report(src, e, applied=not cs.dry_run)
+            self._report(src, e, applied=not cs.dry_run, retry=retry_objects)
         self.metrics.set_objects(entries, applied=not cs.dry_run, forcing=self._forcing)
         self.metrics.cache_objects.set(self.cache.objects())
 
     # -- reporting --------------------------------------------------------------------------
 
-    def _report(self, src: _Source, e: Entry, *, applied: bool) -> None:
+    def _report(self, src: _Source, e: Entry, *, applied: bool, retry: bool = True) -> None:
         key = e.key
         if e.action is Action.UNCHANGED:
             self._reported.pop(key, None)
@@ -487,13 +620,18 @@ class Daemon:
             self.queue.forget(key)
             return
         if e.action is Action.PRUNE:
-            log.info("pruned" if applied else "would prune", object=str(key), message=e.message)
+            if applied:
+                log.info("pruned", object=str(key), message=e.message)
+            elif self._reported.get(key) != ("prune",):  # detect-only: say it once, not every full pass
+                self._reported[key] = ("prune",)
+                log.warning("would prune", object=str(key), message=e.message)
             return
         fields = list({c.path: c for c in e.drift + e.conflicts}.values())  # a conflict is also a drift
         sig = (e.action.value, e.message if e.action is Action.ERROR else "",
                tuple(sorted((c.path, json.dumps(c.live, default=str), c.manager) for c in fields)))
         if e.action is Action.ERROR:
-            self.queue.add_rate_limited(key)
+            if retry:
+                self.queue.add_rate_limited(key)
             if sig != self._reported.get(key):
                 self._reported[key] = sig
                 self.metrics.errors.inc()
@@ -603,19 +741,40 @@ class Daemon:
 
     def _on_watch_restart(self, resource: str, reason: str) -> None:
         self.metrics.watch_restarts.labels(resource, reason).inc()
+        if reason == "error":  # a broken watch is the first sign of an outage: probe now, not in 5 s
+            self.probe.poke()
 
     # -- HTTP -------------------------------------------------------------------------------
 
     def healthy(self) -> tuple[bool, str]:
-        if not self._worker.is_alive() and not self._stopping:
-            return False, "reconciler thread is not running"
+        """Liveness: fails only when a background loop is dead for good (a restart would help).
+
+        An unreachable API server or a broken source is not a liveness failure: restarting the
+        process fixes neither; /readyz reports those."""
+        if self._stopping:
+            return True, "ok (shutting down)"
+        dead = self.supervisor.dead()
+        if dead:
+            return False, "dead: " + "; ".join(dead)
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
+        """Readiness, with each failing condition on a line of its own (cluster first: it explains the rest)."""
         if self._stopping:
             return False, "shutting down"
-        if self._source is None:
-            return False, f"source not loaded yet{': ' + self._source_error if self._source_error else ''}"
+        problems = []
+        if not self.cluster_condition.ok:
+            problems.append(f"cluster unreachable: {self.cluster_condition.error}")
+        if not self.source_condition.ok:
+            kept = self._source.checkout.revision if self._source else ""
+            rev = self.source_condition.to_dict()["revision"]
+            problems.append(f"source failed: {self.source_condition.error}"
+                            + (f" (revision {rev})" if rev else "")
+                            + (f"; keeping revision {kept}" if kept else ""))
+        elif self._source is None:
+            problems.append("source not loaded yet")
+        if problems:
+            return False, "\n".join(problems)
         if not self.cache.is_synced():
             return False, "watch caches not synced yet"
         if self.leader is not None and not self.leader.is_leader:
@@ -648,9 +807,12 @@ class Daemon:
             entries = list(self._entries.values())
             errors = list(self._pass_errors)
             last_pass = dict(self._last_pass)
-        if self._source_error:
-            errors.insert(0, f"source: {self._source_error}"
-                             + (f" (revision {self._source_error_revision})" if self._source_error_revision else ""))
+        source = self.source_condition.to_dict()
+        if not self.source_condition.ok:
+            errors.insert(0, f"source: {source['error']}" + (f" (revision {source['revision']})"
+                                                              if source["revision"] else ""))
+        if not self.cluster_condition.ok:
+            errors.insert(0, f"cluster: {self.cluster_condition.error}")
         cs = ChangeSet(
             revision=src.checkout.revision if src else "", source=self._applied[1] if self._applied else "",
             entries=entries, errors=errors, dry_run=not self.opts.self_heal,
@@ -676,10 +838,12 @@ class Daemon:
             "source": {
                 "repo": mask_url(self.opts.source.repo),
                 "revision": src.checkout.revision if src else "",
-                "lastChecked": _iso(self._source_checked) if self._source_checked else "",
-                "error": self._source_error,
-                "errorRevision": self._source_error_revision,
+                "lastChecked": iso_time(self._source_checked) if self._source_checked else "",
+                "error": source["error"],
+                "errorRevision": source["revision"] if source["error"] else "",
             },
+            "conditions": {"source": source, "cluster": self.cluster_condition.to_dict(with_revision=False)},
+            "threads": self.supervisor.status(),
             "lastPass": last_pass,
             "queueDepth": len(self.queue),
             "watches": self.cache.status(),
@@ -690,6 +854,17 @@ class Daemon:
 
 
 # -- helpers -----------------------------------------------------------------------------------------
+
+
+def _masked(exc: BaseException, redact: Redactor) -> str:
+    """An error fit for /status, the log and Events, masked as the CLI masks its one-line error: known
+    Secret values and URL credentials always; for a crash (not a message we wrote) every quoted literal
+    too, and it says where it happened instead of a traceback."""
+    text = mask_url(redact(str(exc)))
+    if isinstance(exc, GitOpsError):
+        return text
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"internal error: {describe_crash(exc)}" + (f": {mask_literals(first)}" if first else "")
 
 
 def _digest(revision: str, objects: list[DesiredObject]) -> str:
@@ -743,10 +918,6 @@ def _field_log(key: ObjectKey, c: FieldChange) -> dict[str, Any]:
 
 def _rev(src: _Source) -> str:
     return short_revision(src.checkout.revision) or "(plain directory)"
-
-
-def _iso(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 __all__ = ["FULL", "SOURCE", "ConflictPolicy", "Daemon", "DaemonOptions"]

@@ -34,8 +34,15 @@ class Metrics:
         self.errors = Counter("gitops_sync_object_errors", "Objects a pass failed to plan or apply.", registry=r)
         self.source_errors = Counter("gitops_sync_source_errors", "Failed fetches or renders of the source.",
                                      registry=r)
-        self.source_ok = Gauge("gitops_sync_source_healthy", "1 when the last fetch and render succeeded.",
+        self.source_ok = Gauge("gitops_sync_source_healthy", "1 when the last fetch and render succeeded "
+                               "(and no pass crashed on the result); an API server outage does not count.",
                                registry=r)
+        self.cluster_ok = Gauge("gitops_sync_cluster_reachable", "1 while the API server answers the daemon's "
+                                "periodic /readyz probe (every 5 s, 2 s timeout) with a status below 500.",
+                                registry=r)
+        self.thread_restarts = Counter("gitops_sync_thread_restarts", "Background threads (leader election, "
+                                       "watches, triggers, probe, reconciler) restarted after they died.",
+                                       ["thread"], registry=r)
         self.revision = Gauge("gitops_sync_last_applied_revision_info", "The revision last applied "
                               "(value 1; the revision is a label).", ["revision", "source"], registry=r)
         self.applied_at = Gauge("gitops_sync_last_applied_timestamp_seconds",

@@ -14,10 +14,14 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 from gitops_sync.errors import GitOpsError
+
+if TYPE_CHECKING:
+    from gitops_sync.source.watch import Watch
 
 log = structlog.get_logger(__name__)
 
@@ -41,22 +45,27 @@ class Ticker:
         self._fn = fn
         self._rand = rand
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=self.run, name=name, daemon=True)
 
     def next_delay(self) -> float:
         return max(0.0, self.period * (1 + self.jitter * (2 * self._rand() - 1)))
+
+    @property
+    def name(self) -> str:
+        return self._thread.name
 
     def start(self) -> Ticker:
         if self.period > 0:
             self._thread.start()
         return self
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """The loop, until `stop()`; the daemon runs it under its supervisor instead of `start()`."""
         while not self._stop.wait(self.next_delay()):
             try:
                 self._fn()
-            except Exception:
-                log.exception("periodic trigger failed", trigger=self._thread.name)
+            except Exception as exc:
+                log.error("periodic trigger failed", trigger=self.name, error=type(exc).__name__)
 
     def stop(self) -> None:
         self._stop.set()
@@ -121,8 +130,8 @@ def load_webhook_secret(path: Path | None) -> bytes | None:
 # -- local path ------------------------------------------------------------------------------------
 
 
-def watch_local(repo: str, on_change: Callable[[], None], debounce: float) -> Callable[[], None] | None:
-    """Watchdog on a local repository or directory; returns the function that stops it (None if remote)."""
+def watch_local(repo: str, on_change: Callable[[], None], debounce: float) -> Watch | None:
+    """Watchdog on a local repository or directory (None if remote); `stop()` ends it, `alive()` checks it."""
     from gitops_sync.source import watch as source_watch
     from gitops_sync.source.checkout import is_remote
 
@@ -132,5 +141,4 @@ def watch_local(repo: str, on_change: Callable[[], None], debounce: float) -> Ca
     if not root.is_dir():
         log.warning("not watching the source: not a directory", repo=repo)
         return None
-    w = source_watch.watch(root, on_change, debounce=debounce)
-    return w.stop
+    return source_watch.watch(root, on_change, debounce=debounce)

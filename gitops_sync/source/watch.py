@@ -79,6 +79,10 @@ class Watch:
         except Exception:  # the watch must survive a failing sync; the callback reports its own errors
             _log.exception("watch callback failed", root=str(self._root))
 
+    def alive(self) -> bool:
+        """Whether the observer thread still runs (a daemon supervises it)."""
+        return self._observer.is_alive()
+
     def stop(self) -> None:
         """Stop watching; a pending debounced callback is dropped."""
         with self._lock:

@@ -117,3 +117,35 @@ def test_backoff_with_jitter_stays_within_bounds() -> None:
     assert [b2.next() for _ in range(5)] == [0.5, 1.0, 2.0, 4.0, 4.0]
     b2.reset()
     assert b2.failures == 0
+
+
+def test_a_key_failing_every_pass_backs_off_to_the_cap_and_only_forget_resets_it() -> None:
+    """The daemon's retry of a failing full pass: a minute costs a dozen passes, not a thousand."""
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(backoff_base=0.05, backoff_cap=300.0, clock=clock)
+    q.add("full")
+    passes = 0
+    t0 = clock.now
+    while clock.now - t0 < 60:
+        batch = q.get_batch(timeout=0)
+        if not batch:
+            clock.now = min(q._due.values())  # jump the fake clock to the next due key
+            continue
+        passes += 1
+        q.done(batch)
+        q.add_rate_limited("full")  # the pass failed
+    assert q.failures("full") == passes
+    assert passes <= 12, f"{passes} passes in a minute"
+    assert [q.add_rate_limited("full") for _ in range(3)][-1] == 300.0
+    q.add("full")  # an event or the resync timer: handled at once, and no reset of the count
+    assert q.failures("full") == passes + 3
+    q.forget("full")  # a clean pass
+    assert q.add_rate_limited("full") == 0.05
+
+
+def test_backoff_delays_cap_at_max_backoff() -> None:
+    b = Backoff(0.05, 300.0)
+    delays = [b.next() for _ in range(20)]
+    assert delays[:4] == [0.05, 0.1, 0.2, 0.4]
+    assert max(delays) == 300.0 and delays[-1] == 300.0
+    assert sum(1 for d in delays if d < 20) <= 9
