@@ -16,7 +16,14 @@ import structlog
 
 from gitops_sync import FIELD_MANAGER
 from gitops_sync.apply import cascade, inventory
-from gitops_sync.apply.manager import ConflictPolicy, LiveMap, OnEntry, ResourceManager, not_attempted_entry
+from gitops_sync.apply.manager import (
+    NOT_ATTEMPTED,
+    ConflictPolicy,
+    LiveMap,
+    OnEntry,
+    ResourceManager,
+    not_attempted_entry,
+)
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.errors import ClusterError
@@ -157,6 +164,10 @@ class Engine:
         cs.entries += self.manager.apply_all(
             [t for t in targets if t.key not in done], live, policy=opts.policy, dry_run=dry_run, on_entry=on_entry
         )
+        skipped = [e.message for e in cs.entries if e.message.startswith(NOT_ATTEMPTED)]
+        if skipped:  # the API server went away (or the deadline passed) mid-pass: say so once, up top
+            why = skipped[0].removeprefix(NOT_ATTEMPTED)
+            cs.errors.append(f"stopped early: {len(skipped)} of {len(targets)} object(s) not attempted: {why}")
         for e in cs.entries:
             if e.key in taken and e.action is not Action.ERROR:
                 verb = "would take" if dry_run else "took"

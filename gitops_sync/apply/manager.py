@@ -54,6 +54,8 @@ _R = TypeVar("_R")
 LiveMap = dict[ObjectKey, Manifest | None]
 OnEntry = Callable[[Entry], None]
 
+# The message prefix of an object no request was sent for: it is exactly as it was before the pass.
+NOT_ATTEMPTED = "not attempted: "
 # Collections with at least this many targets are read with one LIST instead of a GET each.
 _LIST_THRESHOLD = 4
 
@@ -558,7 +560,7 @@ class ResourceManager:
 
 def not_attempted_entry(t: Target, exc: Exception) -> Entry:
     """The entry of an object no request was sent for (API server down, deadline passed): left as it was."""
-    return Entry(t.key, t.info.api_version, Action.ERROR, message=f"not attempted: {exc}", origin=t.origin)
+    return Entry(t.key, t.info.api_version, Action.ERROR, message=f"{NOT_ATTEMPTED}{exc}", origin=t.origin)
 
 
 def _pending_reason(t: Target, new_namespaces: set[str], new_crds: set[tuple[str, str]]) -> str:

@@ -192,7 +192,7 @@ class Client:
         if self.deadline is not None:
             left = self.deadline - time.monotonic()
             if left <= 0:
-                raise ApiUnavailableError(f"not sent: the deadline of {self._deadline_s:g}s passed")
+                raise ApiUnavailableError(f"the deadline of {self._deadline_s:g}s passed")
             budget = min(budget, left)
         return budget
 

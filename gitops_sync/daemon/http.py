@@ -251,18 +251,27 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
 
 
 class _Server(TcpWSGIServer):  # type: ignore[misc]
-    """waitress's server plus a deadline for a request to arrive in full (against trickled headers)."""
+    """waitress's server, closing idle connections itself and cutting requests that trickle in.
+
+    waitress only flags an idle connection to be closed on its next write event, and a client that
+    stopped reading never gives one: its connection (and a response buffered in a temporary file) stayed
+    open for good. And it has no deadline for a request to arrive in full, so a byte every few seconds
+    kept a connection forever. `sweep` runs in the event-loop thread between two polls: closing a socket
+    while a poll is being set up could hand its stale event to a new connection that reused the fd.
+    """
 
     channel_class = _Channel
     request_timeout = 10.0
 
-    def maintenance(self, now: float) -> None:
-        super().maintenance(now)  # closes connections silent for longer than idle_timeout
-        cutoff = time.monotonic() - self.request_timeout
+    def sweep(self) -> None:
+        idle_cutoff = time.time() - self.adj.channel_timeout
+        request_cutoff = time.monotonic() - self.request_timeout
         for channel in list(self.active_channels.values()):
+            if channel.requests:
+                continue  # a worker is answering it: never pull the socket from under it
             request = channel.request
-            if request is not None and not channel.requests and request.started < cutoff:
-                channel.will_close = True
+            if channel.last_activity < idle_cutoff or (request is not None and request.started < request_cutoff):
+                channel.handle_close()
 
 
 class _ToStructlog(logging.Handler):
@@ -333,8 +342,12 @@ class HttpServer:
 
     def _serve(self) -> None:
         try:
+            next_sweep = 0.0
             while not self._stopping.is_set():
-                wasyncore.loop(timeout=1.0, map=self._map, use_poll=True, count=1)
+                wasyncore.loop(timeout=0.5, map=self._map, use_poll=True, count=1)
+                if time.monotonic() >= next_sweep:
+                    self._server.sweep()
+                    next_sweep = time.monotonic() + 0.5
         except Exception:
             log.exception("http server loop failed; probes stop answering")
             raise

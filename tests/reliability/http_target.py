@@ -17,9 +17,12 @@ from gitops_sync.daemon.triggers import verify_webhook
 SECRET = b"s3cret"
 
 
+BIG = ["x" * 1000] * 8000  # /status?history=all: ~8 MB, more than socket buffers hold
+
+
 def status(full_history: bool = False) -> dict[str, object]:
     time.sleep(0.05)  # a little work, so concurrent requests overlap in the workers
-    return {"revision": "abc", "objects": [], "fullHistory": full_history}
+    return {"revision": "abc", "objects": BIG if full_history else [], "fullHistory": full_history}
 
 
 def main() -> None:

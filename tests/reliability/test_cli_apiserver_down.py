@@ -138,6 +138,7 @@ def test_a_frozen_api_server_stops_sync_early_and_prunes_nothing(
     done, not_attempted, unknown = _outcomes(report)
     assert done >= 1 and not_attempted >= 100, (done, not_attempted, unknown)
     assert any("prune skipped" in e for e in report["errors"]), report["errors"]
+    assert any(e.startswith(f"stopped early: {not_attempted} of {N}") for e in report["errors"]), report["errors"]
     assert "Traceback" not in r.stderr
     again = _converges(private_cluster, "frozen", tmp_path)
     reliability.record(
@@ -161,6 +162,7 @@ def test_a_killed_api_server_stops_sync_at_once_and_prunes_nothing(
     assert set(after) == set(before), "something was deleted"
     done, not_attempted, unknown = _outcomes(report)
     assert done >= 1 and not_attempted >= 1, (done, not_attempted, unknown)
+    assert any(e.startswith(f"stopped early: {not_attempted} of {N}") for e in report["errors"]), report["errors"]
     again = _converges(private_cluster, "stopped", tmp_path)
     reliability.record(
         area="API server",

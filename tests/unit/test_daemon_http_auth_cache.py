@@ -184,3 +184,40 @@ def test_run_on_a_busy_port_exits_2_naming_it_without_a_traceback(tmp_path: Path
         )
     assert r.returncode == 2, r.stderr
     assert r.stderr == f"error: cannot listen on 127.0.0.1:{port}: address already in use\n"
+
+
+def test_stop_leaves_no_thread_and_no_socket_behind() -> None:
+    import os
+    import threading
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    threads, before = threading.active_count(), fds()
+    for _ in range(10):
+        srv = HttpServer(
+            "127.0.0.1:0",
+            Endpoints(
+                healthy=lambda: (True, "ok"),
+                ready=lambda: (True, ""),
+                metrics=lambda: b"",
+                status=lambda full_history=False: {},
+                webhook=lambda h, b: verify_webhook(h, b, None),
+            ),
+        ).start()
+        idle = socket.create_connection(("127.0.0.1", srv.port))  # open while it stops
+        assert get(srv, "/healthz")[0] == 200
+        srv.stop()
+        idle.close()
+    never_started = HttpServer(
+        "127.0.0.1:0",
+        Endpoints(
+            healthy=lambda: (True, "ok"),
+            ready=lambda: (True, ""),
+            metrics=lambda: b"",
+            status=lambda full_history=False: {},
+            webhook=lambda h, b: verify_webhook(h, b, None),
+        ),
+    )
+    never_started.stop()
+    assert threading.active_count() == threads and fds() == before
