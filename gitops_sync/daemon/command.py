@@ -127,7 +127,11 @@ def run(source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: 
     while not stop.wait(1.0):
         pass
     daemon.stop()
-    sys.exit(0)
+    # Everything is released (Lease, Events, HTTP, connections). The interpreter's own teardown would
+    # garbage-collect every cached object first: 0.1-0.5 s of an idle daemon's SIGTERM, for nothing.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _pod_namespace() -> str | None:

@@ -238,11 +238,12 @@ def test_sigterm_ends_an_idle_daemon_in_under_a_second(
             times.append(time.monotonic() - t0)
             assert d.logged("stopped")
     print("SIGTERM to exit: " + ", ".join(f"{t:.3f} s" for t in times))
-    assert max(times) < 1.0, times
+    assert max(times) < 1.0, times  # ~0.02-0.04 s here; a loaded CI machine gets the rest
     reliability.record(
         area="daemon",
         fault="SIGTERM to an idle daemon",
-        outcome="exit 0 after releasing everything (before: ~2.5 s)",
+        outcome="exit 0 after releasing everything, then os._exit (no interpreter teardown); before: 0.1-0.6 s "
+        "(stdlib HTTP server's 0.5 s shutdown poll, then a final GC of the watch cache)",
         checked="the 'stopped' line logged; exit status 0",
         figures="SIGTERM to exit " + ", ".join(f"{t:.2f}" for t in times) + " s",
     )
