@@ -55,8 +55,14 @@ Handler = Callable[[Call], Answer]
 
 def status_body(code: int, reason: str, message: str = "") -> dict[str, Any]:
     """A `Status` object as the API server sends with an error."""
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
-            "message": message or reason}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message or reason,
+    }
 
 
 @dataclass
@@ -78,8 +84,9 @@ class FakeApi:
 
     def request(self, method: str, url: str, body: bytes | None = None, headers: Any = None, **_: Any) -> Response:
         parts = urlsplit(url)
-        call = Call(method, parts.path, dict(parse_qsl(parts.query)), json.loads(body) if body else None,
-                    dict(headers or {}))
+        call = Call(
+            method, parts.path, dict(parse_qsl(parts.query)), json.loads(body) if body else None, dict(headers or {})
+        )
         with self._lock:
             self.calls.append(call)
             script = self.routes.get((method, parts.path))
