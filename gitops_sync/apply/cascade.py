@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from gitops_sync.apply.inventory import ADOPTED, METADATA_ONLY
+from gitops_sync.apply.inventory import METADATA_ONLY
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
+from gitops_sync.conventions import ADOPTED
 from gitops_sync.errors import ClusterError, NotFoundError
 from gitops_sync.plan.changeset import Action, Entry
 from gitops_sync.resource import Manifest, ObjectKey

@@ -6,7 +6,6 @@ Every write is a server-side apply under our field manager. A `diff` is the same
 
 from __future__ import annotations
 
-import enum
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -16,11 +15,10 @@ from typing import TypeVar
 
 import structlog
 
-from gitops_sync import FIELD_MANAGER
 from gitops_sync.apply import ordering
-from gitops_sync.apply.inventory import ADOPTED, PART_OF
 from gitops_sync.cluster.client import APPLY_PATCH, JSON_PATCH, Client
 from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.conventions import ADOPTED, FIELD_MANAGER, INTENT_HASH, PART_OF, ConflictPolicy
 from gitops_sync.errors import (
     ApiError,
     ApiTimeoutError,
@@ -33,7 +31,6 @@ from gitops_sync.health import Status, assess
 from gitops_sync.plan import ownership
 from gitops_sync.plan.changeset import Action, Entry
 from gitops_sync.plan.planner import (
-    INTENT_HASH,
     Target,
     after_takeover,
     explain,
@@ -58,12 +55,6 @@ OnEntry = Callable[[Entry], None]
 NOT_ATTEMPTED = "not attempted: "
 # Collections with at least this many targets are read with one LIST instead of a GET each.
 _LIST_THRESHOLD = 4
-
-
-class ConflictPolicy(enum.StrEnum):
-    REPORT = "report"  # apply everything else, leave the conflicting fields to their owner, say so
-    FORCE = "force"  # take ownership (Git wins)
-    SKIP = "skip"  # leave conflicted objects entirely alone
 
 
 @dataclass

@@ -203,6 +203,8 @@ class Client:
             resp = self._api.rest_client.pool_manager.request(
                 "GET", url, headers=headers, timeout=urllib3.Timeout(total=self.probe_timeout), retries=False
             )
+        except urllib3.exceptions.NewConnectionError as exc:  # a ConnectTimeoutError subclass, but refused is not slow
+            return _reason(exc)
         except urllib3.exceptions.TimeoutError:
             return f"no answer within {self.probe_timeout:g}s"
         except urllib3.exceptions.HTTPError as exc:

@@ -12,7 +12,7 @@ from types import FrameType
 import click
 import structlog
 
-from gitops_sync.apply.manager import ConflictPolicy
+from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.auth import AUTH_MODES
 from gitops_sync.daemon.leader import LeaderConfig, default_identity
 from gitops_sync.daemon.loop import Daemon, DaemonOptions
@@ -127,7 +127,11 @@ def run(source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: 
     while not stop.wait(1.0):
         pass
     daemon.stop()
-    sys.exit(0)
+    # Everything is released (Lease, Events, HTTP, connections). The interpreter's own teardown would
+    # garbage-collect every cached object first: 0.1-0.5 s of an idle daemon's SIGTERM, for nothing.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _pod_namespace() -> str | None:

@@ -329,6 +329,8 @@ class HttpServer:
         )
         self._server.request_timeout = float(limits.request_timeout)
         self._stopping = threading.Event()
+        self._closing = threading.Lock()
+        self._closed = False
         self._thread = threading.Thread(target=self._serve, name="http", daemon=True)
 
     @property
@@ -348,21 +350,25 @@ class HttpServer:
                 if time.monotonic() >= next_sweep:
                     self._server.sweep()
                     next_sweep = time.monotonic() + 0.5
-        except Exception:
+        except Exception:  # the sockets close with it: the kubelet's probes fail and the pod is restarted
             log.exception("http server loop failed; probes stop answering")
-            raise
         finally:
             self._close()
 
     def _close(self) -> None:
-        wasyncore.close_all(self._map)
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
+            wasyncore.close_all(self._map)
         self._dispatcher.shutdown(timeout=5)
 
     def stop(self) -> None:
         """Close every connection and the listening socket; wait for the workers (at most ~5 s)."""
         self._stopping.set()
-        if self._thread.is_alive():
-            self._server.pull_trigger()
+        with self._closing:  # the loop may be closing right now: never write to a closed (or reused) fd
+            if not self._closed and self._thread.is_alive():
+                self._server.pull_trigger()
+        if self._thread.ident is not None:
             self._thread.join(10)
-        elif self._map:
-            self._close()
+        self._close()  # never started, or the loop died

@@ -81,6 +81,19 @@ def test_probe_tells_ok_hung_not_ready_and_answering_apart(api: tuple[Client, ty
     assert doc["ok"] is True and doc["since"] and "revision" not in doc
 
 
+def test_probe_says_refused_when_nothing_listens(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    cond = Condition("cluster")
+    with Client(kubeconfig, probe_timeout=0.5) as client:
+        assert not ClusterProbe(client, cond).probe()
+    assert "Connection refused" in cond.error and "no answer" not in cond.error, cond.error
+
+
 def test_probe_loop_polls_fast_while_failing_and_poke_wakes_it(api: tuple[Client, type[_Api]]) -> None:
     client, handler = api
     cond = Condition("cluster")

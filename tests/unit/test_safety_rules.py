@@ -7,8 +7,8 @@ import json
 from io import StringIO
 
 from gitops_sync.apply import cascade, inventory
-from gitops_sync.apply.inventory import ADOPT, ADOPTED, PART_OF
 from gitops_sync.cluster.discovery import ResourceInfo
+from gitops_sync.conventions import ADOPT, ADOPTED, INTENT_HASH, PART_OF
 from gitops_sync.errors import ApiError
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, SharedWith
@@ -61,12 +61,12 @@ def test_adoption_annotation_in_git_opts_in() -> None:
 def test_mark_adopted_changes_the_intent_hash() -> None:
     (t,) = planner.resolve(objs(cm("a", k="v")), StaticDiscovery(), "ns")
     planner.finalize(t, None, OURS)
-    before = t.manifest["metadata"]["annotations"][planner.INTENT_HASH]
+    before = t.manifest["metadata"]["annotations"][INTENT_HASH]
     planner.mark_adopted(t)
     ann = t.manifest["metadata"]["annotations"]
     assert ann[ADOPTED] == "true"
-    assert ann[planner.INTENT_HASH] != before
-    assert ann[planner.INTENT_HASH] == planner.intent_hash(t.manifest)
+    assert ann[INTENT_HASH] != before
+    assert ann[INTENT_HASH] == planner.intent_hash(t.manifest)
 
 
 def _shared_changeset() -> ChangeSet:
