@@ -62,7 +62,8 @@ def _output_options(fn: F) -> F:
         default="table",
         show_default=True,
         help="Report on stdout: table (for people; colour and width follow the terminal), json (for jq; "
-        "also on failure, with `errors` filled) or markdown (pull-request comments).",
+        "also on failure, with `errors` filled), markdown (pull-request comments) or html (one self-contained "
+        "page for a CI artifact: no script, nothing fetched).",
     )(fn)
 
 
@@ -221,7 +222,7 @@ def _current(ctx: click.Context) -> _Attempt:
 def _fail(attempt: _Attempt, message: str) -> NoReturn:
     """One line on stderr; with -o json/markdown also the error document on stdout, so `jq` reads it."""
     click.echo(f"error: {message}", err=True)
-    if attempt.output in ("json", "markdown"):
+    if attempt.output in ("json", "markdown", "html"):
         report.write(attempt.failed(message), attempt.output, sys.stdout)
     sys.exit(2)
 

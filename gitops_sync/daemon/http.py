@@ -1,10 +1,10 @@
-"""The daemon's HTTP endpoints: probes, metrics, status and the Git webhook.
+"""The daemon's HTTP endpoints: probes, metrics, status, the web page (web/) and the Git webhook.
 
 Served by waitress: one event loop thread reads and writes every connection and hands only complete
 requests to a fixed pool of worker threads, so a slow client, a trickled header or hundreds of idle
 connections cost a socket each, never a thread. `Limits` bounds connections, header and body size,
 idle time and the time a request may take to arrive. Each request asks the daemon through `Endpoints`
-(cheap reads of in-memory state); /status, /metrics and any other path first pass the optional
+(cheap reads of in-memory state); /status, /metrics, the page and any other path first pass the optional
 `Authorizer` (auth.py: TokenReview + SubjectAccessReview). Probes stay open for the kubelet, and the
 webhook is authenticated by its HMAC (triggers.py).
 """
@@ -35,6 +35,8 @@ from gitops_sync.daemon.auth import Authorizer, Decision
 from gitops_sync.daemon.metrics import CONTENT_TYPE
 from gitops_sync.daemon.triggers import WebhookResult
 from gitops_sync.errors import GitOpsError
+from gitops_sync.web import HEADERS as PAGE_HEADERS
+from gitops_sync.web import is_page, page
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +67,8 @@ class Endpoints:
     metrics: Callable[[], bytes]
     status: Callable[..., dict[str, Any]]  # status(full_history=False)
     webhook: Callable[[dict[str, str], bytes], WebhookResult]
+    # history(group, kind, namespace, name): path -> records of every field Git sets on one object (web page)
+    history: Callable[[str, str, str, str], dict[str, list[dict[str, Any]]]] | None = None
 
 
 class ListenError(GitOpsError):
@@ -205,8 +209,13 @@ class _App:
             decision = self.auth(path, environ.get("HTTP_AUTHORIZATION"))
             if decision.status != 200:
                 return _refused(decision)
+        if is_page(path):
+            if not reading:
+                return _GET_ONLY
+            answer = page(path, str(environ.get("QUERY_STRING") or ""), ep.status, ep.history)
+            return _Reply(answer.status, answer.body, answer.content_type, list(PAGE_HEADERS))
         if path not in ("/metrics", "/status"):
-            return _text(404, "not found: /healthz /readyz /metrics /status, POST /hooks/git")
+            return _text(404, "not found: / (web page) /healthz /readyz /metrics /status, POST /hooks/git")
         if not reading:
             return _GET_ONLY
         if path == "/metrics":
