@@ -31,6 +31,8 @@ HEADERS = [
     ("Referrer-Policy", "no-referrer"),
 ]
 HTML = "text/html; charset=utf-8"
+TOKEN_COOKIE = "gitops-sync-token"
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/=")
 _STATIC = {
     "app.css": "text/css; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
@@ -71,6 +73,20 @@ def _render(template: str, **context: Any) -> bytes:
 
 def _not_found(what: str) -> Page:
     return Page(404, _render("missing.html", what=what, title="not found", live=False))
+
+
+def token_from_cookie(header: str) -> str:
+    """The token a browser got at /login, from its Cookie header ("" when none or not token-shaped)."""
+    for part in header.split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == TOKEN_COOKIE and value and len(value) <= 16 * 1024 and set(value) <= _TOKEN_CHARS:
+            return value
+    return ""
+
+
+def login_page(reason: str = "", status: int = 200) -> bytes:
+    """The sign-in form (also the body of a 401/403 on a page path, so a browser sees what to do)."""
+    return _render("login.html", reason=reason, status=status, title="sign in", live=False)
 
 
 def is_page(path: str) -> bool:
@@ -135,4 +151,14 @@ def diff_html(cs: Mapping[str, Any]) -> str:
     return _env().get_template("diff.html").render(source=src, objects=objs, css=css, title=f"diff {src.id}")
 
 
-__all__ = ["CSP", "HEADERS", "Page", "diff_html", "is_page", "page"]
+__all__ = [
+    "CSP",
+    "HEADERS",
+    "TOKEN_COOKIE",
+    "Page",
+    "diff_html",
+    "is_page",
+    "login_page",
+    "page",
+    "token_from_cookie",
+]

@@ -327,6 +327,12 @@ class FightView:
     last: str
     steps: list[Change]
 
+    @property
+    def managers_text(self) -> str:
+        """`helm, kubectl and gitops-sync`."""
+        ms = self.managers
+        return ms[0] if len(ms) == 1 else ", ".join(ms[:-1]) + " and " + ms[-1] if ms else "(nobody)"
+
 
 @dataclass
 class ObjectView:

@@ -216,14 +216,50 @@ def test_page_shows_kubectl_scale_drift_within_2s_and_the_ownership_timeline(
 
 
 def test_page_needs_a_token_with_http_auth_kubernetes(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
-    kube.kubectl("create", "serviceaccount", "stranger", "-n", namespace)
-    stranger = kube.kubectl("create", "token", "stranger", "-n", namespace, "--duration=1h").stdout.strip()
-    d, _ = _synced_daemon(kube, namespace, tmp_path, "--detect-only", "--http-auth", "kubernetes")
-    with d:
-        for path in ("/", "/sources/x", "/static/app.js"):
-            code, headers, _ = _fetch(d.port, path)
-            assert code == 401, path
-            assert headers.get("www-authenticate", "").startswith("Bearer")
-        assert _fetch(d.port, "/", stranger)[0] == 403  # a valid token, but no RBAC rule for the URL
-        assert _fetch(d.port, "/healthz")[0] == 200
-        assert d.stop() == 0
+    role = f"t-page-viewer-{namespace}"  # cluster-scoped: named after the namespace, deleted at the end
+    for sa in ("stranger", "viewer"):
+        kube.kubectl("create", "serviceaccount", sa, "-n", namespace)
+    kube.kubectl("create", "clusterrole", role, "--verb=get", "--non-resource-url=/")
+    try:
+        kube.kubectl(
+            "create", "clusterrolebinding", role, f"--clusterrole={role}", f"--serviceaccount={namespace}:viewer"
+        )
+        stranger, viewer = (
+            kube.kubectl("create", "token", sa, "-n", namespace, "--duration=1h").stdout.strip()
+            for sa in ("stranger", "viewer")
+        )
+        d, _ = _synced_daemon(kube, namespace, tmp_path, "--detect-only", "--http-auth", "kubernetes")
+        with d:
+            for path in ("/", "/sources/x", "/status"):
+                code, headers, body = _fetch(d.port, path)
+                assert code == 401, path
+                assert headers.get("www-authenticate", "").startswith("Bearer")
+                assert namespace not in body  # nothing of the cluster before the token is checked
+            assert _fetch(d.port, "/", stranger)[0] == 403  # a valid token, but no RBAC rule for the URL
+            code, _, html = _fetch(d.port, "/", viewer)
+            assert code == 200 and "Sources" in html
+            assert _fetch(d.port, "/healthz")[0] == 200
+
+            # a browser cannot add a header: /login checks the token once and keeps it in an HttpOnly cookie
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{d.port}/login", data=urllib.parse.urlencode({"token": viewer}).encode()
+            )
+            opener = urllib.request.build_opener(_NoRedirect)
+            try:
+                opener.open(req, timeout=10)
+                pytest.fail("expected a redirect")
+            except urllib.error.HTTPError as e:
+                assert e.code == 303
+                cookie = e.headers["Set-Cookie"]
+            assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+            req = urllib.request.Request(f"http://127.0.0.1:{d.port}/", headers={"Cookie": cookie.split(";")[0]})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                assert r.status == 200 and namespace in r.read().decode()
+            assert d.stop() == 0
+    finally:
+        kube.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found", check=False)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None

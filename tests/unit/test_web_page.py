@@ -309,8 +309,65 @@ def test_the_daemon_serves_the_page_with_security_headers_and_behind_auth() -> N
     assert status == "200 OK" and headers["Content-Type"].startswith("text/css") and b".badge" in body
     assert _call(_app(), "/", "POST")[0].startswith("405")
     refused = _app(Decision(401, "a bearer token is required"))
-    for path in ("/", "/sources/apps", "/static/app.js"):
-        assert _call(refused, path)[0] == "401 Unauthorized"
+    for path in ("/", "/sources/apps", "/sources/apps/objects/core/Secret/team/creds", "/status"):
+        status, headers, body = _call(refused, path)
+        assert status == "401 Unauthorized" and b"hunter2" not in body and b"team" not in body
+    assert _call(refused, "/")[1]["Content-Security-Policy"] == CSP  # the sign-in form, as a 401
+    assert _call(refused, "/static/app.css")[0] == "200 OK"  # the page's own files carry no data
+    assert _call(refused, "/login")[0] == "200 OK"
+
+
+def test_login_keeps_a_valid_token_in_an_httponly_cookie_and_pages_accept_it() -> None:
+    import io
+
+    seen: list[tuple[str, str | None]] = []
+
+    def auth(path: str, header: str | None) -> Decision:
+        seen.append((path, header))
+        return Decision(200, "ok") if header == "Bearer good.token" else Decision(401, "not valid")
+
+    endpoints = Endpoints(
+        healthy=lambda: (True, "ok"),
+        ready=lambda: (True, "ok"),
+        metrics=lambda: b"",
+        status=lambda **_: status_doc(),
+        webhook=lambda h, b: WebhookResult(False, 400, "no"),
+    )
+    app = _App(endpoints, auth, 1024, 2)
+
+    def post(token: str) -> tuple[str, dict[str, str]]:
+        body = f"token={token}".encode()
+        got: dict[str, Any] = {}
+
+        def start_response(status: str, headers: list[tuple[str, str]]) -> None:
+            got["status"], got["headers"] = status, dict(headers)
+
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": "/login",
+            "QUERY_STRING": "",
+            "CONTENT_LENGTH": str(len(body)),
+            "wsgi.input": io.BytesIO(body),
+        }
+        b"".join(app(environ, start_response))
+        return got["status"], got["headers"]
+
+    assert post("bad")[0] == "401 Unauthorized"
+    status, headers = post("good.token")
+    assert status == "303 See Other" and headers["Location"] == "/"
+    assert headers["Set-Cookie"] == "gitops-sync-token=good.token; Path=/; HttpOnly; SameSite=Strict"
+    got: dict[str, Any] = {}
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/sources/apps",
+        "QUERY_STRING": "",
+        "HTTP_COOKIE": "a=b; gitops-sync-token=good.token",
+    }
+    b"".join(app(environ, lambda s, h: got.update(status=s)))
+    assert got["status"] == "200 OK" and seen[-1] == ("/", "Bearer good.token")  # every page path is `/` for RBAC
+    environ = {**environ, "PATH_INFO": "/status"}  # the cookie is for the page only: the API needs the header
+    b"".join(app(environ, lambda s, h: got.update(status=s)))
+    assert got["status"] == "401 Unauthorized"
 
 
 def test_diff_and_sync_offer_html_output() -> None:
