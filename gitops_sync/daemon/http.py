@@ -394,9 +394,8 @@ class HttpServer:
                 if time.monotonic() >= next_sweep:
                     self._server.sweep()
                     next_sweep = time.monotonic() + 0.5
-        except Exception:
+        except Exception:  # the sockets close with it: the kubelet's probes fail and the pod is restarted
             log.exception("http server loop failed; probes stop answering")
-            raise
         finally:
             self._close()
 

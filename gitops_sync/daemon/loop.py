@@ -32,9 +32,9 @@ from typing import Any
 
 import structlog
 
-from gitops_sync import FIELD_MANAGER
-from gitops_sync.apply.manager import ConflictPolicy, LiveMap
+from gitops_sync.apply.manager import LiveMap
 from gitops_sync.cluster.client import Client, is_dry_run
+from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
 from gitops_sync.daemon.auth import KubernetesAuth
 from gitops_sync.daemon.cache import EventType, WatchCache
 from gitops_sync.daemon.conditions import ClusterProbe, Condition, iso_time

@@ -6,6 +6,7 @@ so a green run always means the tools were exercised.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -22,7 +23,8 @@ from gitops_sync.resource import DesiredObject
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
-BUILT = REPO / ".cache" / "local-cluster" / "bin"
+# The launcher's binary cache: LOCAL_CLUSTER_CACHE when set (as cluster.py reads it), else under the repository.
+BUILT = Path(os.environ.get("LOCAL_CLUSTER_CACHE") or REPO / ".cache" / "local-cluster") / "bin"
 EXAMPLES = REPO / "examples-repo"
 
 
