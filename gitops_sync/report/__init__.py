@@ -1,9 +1,9 @@
-"""Change sets for people (table), machines (json), pull requests (markdown) and CI artifacts (html).
+"""Change sets for people (table), machines (json) and pull requests (markdown).
 
 Values reach here already masked for Secrets. Every cell is plain text in every format: the table
 never reads a value as rich markup (`[/]`, `containers[name="api"]`), Markdown escapes what would
-break a table row or inject HTML; html is the web page's templates (web/), autoescaped. On a terminal
-the table follows its width and long values are shortened; anywhere else (a pipe, a CI log) nothing is cut.
+break a table row or inject HTML. On a terminal the table follows its width and long values are
+shortened; anywhere else (a pipe, a CI log) nothing is cut.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from rich.text import Text
 
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.source import short_revision
-from gitops_sync.web import diff_html
 
-FORMATS = ("table", "json", "markdown", "html")
+FORMATS = ("table", "json", "markdown")
 
 _STYLE = {
     Action.CREATE: "green",
@@ -49,8 +48,6 @@ def write(
         out.write(json.dumps(cs.to_dict(), indent=2, default=str) + "\n")  # whole or nothing
     elif fmt == "markdown":
         out.write(markdown(cs, verbose=verbose))
-    elif fmt == "html":
-        out.write(diff_html(cs.to_dict()))  # every object: the page filters, a reader scrolls
     else:
         on_terminal = _isatty(out) if terminal is None else terminal
         console = Console(

@@ -373,7 +373,6 @@ def test_login_keeps_a_valid_token_in_an_httponly_cookie_and_pages_accept_it() -
 def test_diff_and_sync_offer_html_output() -> None:
     import io
 
-    from gitops_sync import report
     from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
     from gitops_sync.resource import ObjectKey
 
@@ -390,9 +389,11 @@ def test_diff_and_sync_offer_html_output() -> None:
             )
         ],
     )
+    from gitops_sync import cli
+
     out = io.StringIO()
-    assert "html" in report.FORMATS
-    report.write(cs, "html", out)
+    assert "html" in cli.OUTPUTS
+    cli._write(cs, "html", out)
     html = out.getvalue()
     assert html.startswith("<!doctype html>") and "kubectl edit" in html and "&lt;script&gt;" in html
     assert "<script" not in html
