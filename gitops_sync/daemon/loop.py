@@ -34,12 +34,12 @@ import structlog
 
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.cluster.client import Client, is_dry_run
-from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
+from gitops_sync.conventions import FIELD_MANAGER, MASK, ConflictPolicy
 from gitops_sync.daemon.auth import KubernetesAuth
 from gitops_sync.daemon.cache import EventType, WatchCache
-from gitops_sync.daemon.conditions import ClusterProbe, Condition, iso_time
+from gitops_sync.daemon.conditions import ClusterProbe, Condition
 from gitops_sync.daemon.events import NORMAL, WARNING, EventRecorder, EventSpec
-from gitops_sync.daemon.history import Fight, OwnershipHistory, is_secret, tracked_paths
+from gitops_sync.daemon.history import Fight, OwnershipHistory, tracked_paths
 from gitops_sync.daemon.http import Endpoints, HttpServer
 from gitops_sync.daemon.leader import (
     ApiLeaseStore,
@@ -54,10 +54,11 @@ from gitops_sync.daemon.supervisor import Supervisor, describe_crash
 from gitops_sync.daemon.triggers import Ticker, WebhookResult, verify_webhook, watch_local
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
 from gitops_sync.errors import ApiError, ClusterError, GitOpsError, SourceError
+from gitops_sync.formatting import rfc3339, truncate
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.plan.masking import Redactor, mask_literals
 from gitops_sync.plan.planner import Target
-from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
+from gitops_sync.resource import DesiredObject, Manifest, ObjectKey, is_secret, resource_version
 from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_url, short_revision
 from gitops_sync.source.checkout import is_remote
 from gitops_sync.source.watch import Watch as LocalWatch
@@ -552,7 +553,7 @@ class Daemon:
         self._absorb(src, cs, only is None, retry_objects=not retry_in, retry_in=retry_in)
         with self._state:
             self._last_pass = {"kind": kind, "result": result, "objects": len(cs.entries),
-                               "finished": iso_time(time.time()), "durationSeconds": round(took, 4),
+                               "finished": rfc3339(time.time()), "durationSeconds": round(took, 4),
                                "summary": cs.summary()}
         level = log.info if (only is None or cs.has_changes or cs.has_errors) else log.debug
         level("pass", kind=kind, revision=cs.revision, seconds=round(took, 3),
@@ -567,7 +568,7 @@ class Daemon:
                   attempt=self.queue.failures(retry[0]))
         with self._state:
             self._last_pass = {"kind": kind, "result": "error", "error": error,
-                               "finished": iso_time(time.time()), "durationSeconds": round(took, 4)}
+                               "finished": rfc3339(time.time()), "durationSeconds": round(took, 4)}
             if only is None:
                 self._pass_errors = [error]
 
@@ -694,7 +695,7 @@ class Daemon:
         self.events.record(EventSpec(
             key=e.key, api_version=e.api_version, reason=reason, message=message, type=etype,
             series=",".join(sorted(c.path for c in e.drift + e.conflicts)),
-            uid=str(meta.get("uid") or ""), resource_version=str(meta.get("resourceVersion") or ""),
+            uid=str(meta.get("uid") or ""), resource_version=resource_version(live),
         ))
 
     def _report_fight(self, fight: Fight, live: Manifest) -> None:
@@ -706,7 +707,7 @@ class Daemon:
         self.events.record(EventSpec(
             key=fight.key, api_version=str(live.get("apiVersion", "")), reason="FieldFight",
             message=fight.message(), type=WARNING, series=fight.path, uid=str(meta.get("uid") or ""),
-            resource_version=str(meta.get("resourceVersion") or ""),
+            resource_version=resource_version(live),
         ))
 
     # -- watch events -----------------------------------------------------------------------
@@ -838,7 +839,7 @@ class Daemon:
             "source": {
                 "repo": mask_url(self.opts.source.repo),
                 "revision": src.checkout.revision if src else "",
-                "lastChecked": iso_time(self._source_checked) if self._source_checked else "",
+                "lastChecked": rfc3339(self._source_checked) if self._source_checked else "",
                 "error": source["error"],
                 "errorRevision": source["revision"] if source["error"] else "",
             },
@@ -889,9 +890,8 @@ def _fingerprint(obj: Manifest | None) -> str:
 
 def _value(key: ObjectKey, value: Any) -> str:
     if is_secret(key):
-        return "***"
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 60 else text[:59] + "…"
+        return MASK
+    return truncate(json.dumps(value, default=str), 60)
 
 
 def _describe(key: ObjectKey, fields: list[FieldChange], limit: int = 5) -> str:
