@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from gitops_sync import __version__
 from gitops_sync.cluster.client import APPLY_PATCH, Client
-from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.cluster.discovery import Discovery, ResourceInfo
 from gitops_sync.conventions import (
     APPLIED_REVISION,
     ATTEMPTED_REVISION,
@@ -28,7 +28,7 @@ from gitops_sync.conventions import (
     SOURCE_IDENTITY,
     TOOLING,
 )
-from gitops_sync.errors import ApiError, ClusterError, NotFoundError, SourceMismatchError
+from gitops_sync.errors import ClusterError, ConflictError, ForbiddenError, NotFoundError, SourceMismatchError
 from gitops_sync.plan.changeset import SharedWith
 from gitops_sync.resource import Manifest, ObjectKey
 
@@ -106,7 +106,7 @@ def load(client: Client, name: str, namespace: str, identity: str = "", default_
     meta = live.get("metadata") or {}
     labels = meta.get("labels") or {}
     if labels.get(ID_LABEL) != inv.id:
-        raise ApiError(
+        raise ConflictError(
             409,
             "Conflict",
             f"ConfigMap {namespace}/{name} exists but is not the ApplySet parent of this source "
@@ -215,13 +215,13 @@ def list_members(client: Client, discovery: Discovery, inv: Inventory) -> dict[O
         if info is None:
             continue  # the kind is gone from the cluster (CRD deleted): nothing left to prune
         try:
-            items = _list(client, info.path(None), selector)
-        except ApiError as exc:
-            if exc.status != 403 or not info.namespaced:
+            items = _list(client, info, kind, selector, None)
+        except ForbiddenError:
+            if not info.namespaced:
                 raise
             # No cluster-wide list permission (a namespaced install): look in each recorded namespace.
-            items = [i for ns in sorted(inv.namespaces) for i in _list(client, info.path(ns), selector)]
-        _add(members, items, info.api_version, kind)
+            items = [i for ns in sorted(inv.namespaces) for i in _list(client, info, kind, selector, ns)]
+        members.update((ObjectKey.of(item), item) for item in items)
     return members
 
 
@@ -248,12 +248,12 @@ def find_parent(client: Client, applyset_id: str) -> SharedWith:
     shared = SharedWith(applyset_id)
     for kind, path in (("ConfigMap", "/api/v1/configmaps"), ("Secret", "/api/v1/secrets")):
         try:
-            doc = client.request(
-                "GET", path, query={"labelSelector": f"{ID_LABEL}={applyset_id}", "limit": 1}, accept=METADATA_ONLY
+            found = client.list_collection(
+                path, label_selector=f"{ID_LABEL}={applyset_id}", limit=1, pages=1, accept=METADATA_ONLY
             )
         except ClusterError:
             continue
-        for item in doc.get("items") or []:
+        for item in found.items:
             meta = item.get("metadata") or {}
             ann = meta.get("annotations") or {}
             shared.parent = f"{kind} {meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -263,19 +263,6 @@ def find_parent(client: Client, applyset_id: str) -> SharedWith:
     return shared
 
 
-def _list(client: Client, path: str, selector: str) -> list[Manifest]:
-    out: list[Manifest] = []
-    cont = ""
-    while True:
-        doc = client.get(path, {"labelSelector": selector, "limit": 500, "continue": cont or None})
-        out.extend(doc.get("items") or [])
-        cont = (doc.get("metadata") or {}).get("continue") or ""
-        if not cont:
-            return out
-
-
-def _add(members: dict[ObjectKey, Manifest], items: list[Manifest], api_version: str, kind: str) -> None:
-    for item in items:
-        item.setdefault("apiVersion", api_version)
-        item.setdefault("kind", kind)
-        members[ObjectKey.of(item)] = item
+def _list(client: Client, info: ResourceInfo, kind: str, selector: str, namespace: str | None) -> list[Manifest]:
+    path = info.path(namespace)
+    return client.list_collection(path, label_selector=selector, api_version=info.api_version, kind=kind).items

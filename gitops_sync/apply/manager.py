@@ -25,7 +25,9 @@ from gitops_sync.errors import (
     ApiUnavailableError,
     ClusterError,
     ConflictError,
+    ForbiddenError,
     NotFoundError,
+    UnauthorizedError,
 )
 from gitops_sync.health import Status, assess
 from gitops_sync.plan import ownership
@@ -94,10 +96,9 @@ class ResourceManager:
             group = by_collection[collection]
             if len(group) >= _LIST_THRESHOLD:
                 try:
-                    items = self._list_all(collection)
-                except ApiError as exc:
-                    if exc.status != 403:
-                        raise
+                    items = self.client.list_collection(collection).items
+                except ForbiddenError:
+                    pass
                 else:
                     wanted = {t.key.name: t for t in group}
                     for item in items:
@@ -110,25 +111,13 @@ class ResourceManager:
             for t in group:
                 try:
                     live[t.key] = self.client.get_or_none(t.path)
-                except ApiError as exc:
-                    if exc.status not in (401, 403):
-                        raise
+                except (UnauthorizedError, ForbiddenError) as exc:
                     # Namespaced RBAC: plan the object as absent, so its apply fails with the server's own
                     # message in its entry while every other object converges.
                     log.info("read refused; planning as absent", object=str(t.key), error=str(exc))
 
         self._each(read, list(by_collection))
         return live
-
-    def _list_all(self, collection: str) -> list[Manifest]:
-        items: list[Manifest] = []
-        cont = ""
-        while True:
-            doc = self.client.get(collection, {"limit": 500, "continue": cont or None})
-            items.extend(doc.get("items") or [])
-            cont = (doc.get("metadata") or {}).get("continue") or ""
-            if not cont:
-                return items
 
     # -- applying ---------------------------------------------------------------------------
 
