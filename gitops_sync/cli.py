@@ -14,14 +14,14 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TextIO, TypeVar
 
 import click
 import structlog
 from rich.console import Console
 from rich.progress import Progress, TaskID
 
-from gitops_sync import __version__, report
+from gitops_sync import __version__, report, web
 from gitops_sync.cluster.client import Client
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, inventory_of, load, source_label
@@ -52,16 +52,28 @@ _ENV_EPILOG = (
 )
 
 
+# report's formats, and html: the web page's templates (web/) as one self-contained file
+OUTPUTS = (*report.FORMATS, "html")
+
+
+def _write(cs: ChangeSet, output: str, out: TextIO, **kwargs: Any) -> None:
+    if output == "html":
+        out.write(web.diff_html(cs.to_dict()))  # every object: a reader scrolls or searches
+    else:
+        report.write(cs, output, out, **kwargs)
+
+
 def _output_options(fn: F) -> F:
     fn = click.option("-v", "--verbose", is_flag=True, help="Also list unchanged objects.")(fn)
     return click.option(
         "-o",
         "--output",
-        type=click.Choice(report.FORMATS),
+        type=click.Choice(OUTPUTS),
         default="table",
         show_default=True,
         help="Report on stdout: table (for people; colour and width follow the terminal), json (for jq; "
-        "also on failure, with `errors` filled) or markdown (pull-request comments).",
+        "also on failure, with `errors` filled), markdown (pull-request comments) or html (one self-contained "
+        "page for a CI artifact: no script, nothing fetched).",
     )(fn)
 
 
@@ -214,8 +226,8 @@ def _current(ctx: click.Context) -> _Attempt:
 def _fail(attempt: _Attempt, message: str) -> NoReturn:
     """One line on stderr; with -o json/markdown also the error document on stdout, so `jq` reads it."""
     click.echo(f"error: {message}", err=True)
-    if attempt.output in ("json", "markdown"):
-        report.write(attempt.failed(message), attempt.output, sys.stdout)
+    if attempt.output in ("json", "markdown", "html"):
+        _write(attempt.failed(message), attempt.output, sys.stdout)
     sys.exit(2)
 
 
@@ -297,7 +309,7 @@ def _progress(*, enabled: bool, applying: int, waiting: int) -> Iterator[tuple[_
 
 
 def _write_report(cs: ChangeSet, output: str, verbose: bool) -> None:
-    report.write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
+    _write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
 
 
 @main.command(epilog=_ENV_EPILOG)
