@@ -29,11 +29,10 @@ from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, GitOpsError
 from gitops_sync.options import (
     DURATION,
     ClusterArgs,
-    chosen_log_level,
+    LogChoices,
     cluster_options,
-    forget_choices,
+    log_choices,
     log_options,
-    setup_logging,
     source_options,
 )
 from gitops_sync.plan.changeset import ChangeSet
@@ -138,6 +137,7 @@ class _Attempt:
     rendered: bool = False  # the Secret values are known (registered with `redact`)
     redact: Redactor = field(default_factory=Redactor)
     inventory: tuple[str, str, str] = ("", "", "")  # name, namespace, source identity, once known
+    logs: LogChoices = field(default_factory=LogChoices)
 
     def mask(self, text: str, *, ours: bool) -> str:
         """`ours`: a message we wrote (already masked by design); else any quoted literal is masked too
@@ -188,13 +188,6 @@ class _Commands(click.Group):
             return command
         return super().get_command(ctx, cmd_name)
 
-    def make_context(
-        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
-    ) -> click.Context:
-        if parent is None:
-            forget_choices()
-        return super().make_context(info_name, args, parent, **extra)
-
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -209,8 +202,8 @@ class _Commands(click.Group):
             attempt = _current(ctx)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             what = type(exc).__name__ + (f": {first}" if first else "")
-            hint = "" if _debug() else " (--log-level debug prints the traceback)"
-            if _debug():
+            hint = "" if _debug(ctx) else " (--log-level debug prints the traceback)"
+            if _debug(ctx):
                 click.echo(_masked_traceback(attempt, exc), err=True, nl=False)
             _fail(attempt, f"gitops-sync {attempt.command} failed unexpectedly: {attempt.mask(what, ours=False)}{hint}")
 
@@ -238,8 +231,8 @@ def _fail(attempt: _Attempt, message: str) -> NoReturn:
     sys.exit(2)
 
 
-def _debug() -> bool:
-    return chosen_log_level() == "debug"
+def _debug(ctx: click.Context) -> bool:
+    return log_choices(ctx).level == "debug"
 
 
 @click.group(
@@ -249,8 +242,9 @@ def _debug() -> bool:
 )
 @click.version_option(__version__, prog_name="gitops-sync")
 @log_options
-def main() -> None:
+def main(logs: LogChoices) -> None:
     """Keep a Kubernetes cluster equal to a Git repository through server-side apply."""
+    # `logs`: the group's --log-* flags, already kept by log_options for the command to build on.
 
 
 def _load(attempt: _Attempt, source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
@@ -265,7 +259,7 @@ def _load(attempt: _Attempt, source: SourceOptions) -> tuple[Checkout, list[Desi
 def _run_pass(
     attempt: _Attempt, src: SourceOptions, opts: PassOptions, cluster: ClusterArgs, budget: _Budget, *, apply: bool
 ) -> ChangeSet:
-    setup_logging()
+    attempt.logs.configure()
     if budget.deadline is not None:
         src = replace(src, timeout=min(src.timeout, budget.deadline))
     checkout, objects = _load(attempt, src)
@@ -346,6 +340,7 @@ def _write_report(cs: ChangeSet, output: str, verbose: bool) -> None:
     help="How long --wait waits: 90s, 5m, 1h30m or plain seconds.",
 )
 def sync(
+    logs: LogChoices,
     source: SourceOptions,
     cluster: ClusterArgs,
     budget: _Budget,
@@ -362,7 +357,7 @@ def sync(
     timeout: float,
 ) -> None:
     """Apply the repository to the cluster (one pass, for CI). Exit 0 clean, 1 conflicts left, 2 error."""
-    attempt = _attempt("sync", output=output, source=source, dry_run=dry_run)
+    attempt = _attempt("sync", logs=logs, output=output, source=source, dry_run=dry_run)
     opts = PassOptions(
         namespace=namespace,
         prune=prune,
@@ -388,6 +383,7 @@ def sync(
 @click.option("--prune", is_flag=True, help="Also list objects that --prune would delete.")
 @_safety_options
 def diff(
+    logs: LogChoices,
     source: SourceOptions,
     cluster: ClusterArgs,
     budget: _Budget,
@@ -399,7 +395,7 @@ def diff(
     prune_cascade: bool,
 ) -> None:
     """Drift and field-ownership report; changes nothing. Exit 0 in sync, 1 differences/conflicts, 2 error."""
-    attempt = _attempt("diff", output=output, source=source, dry_run=True)
+    attempt = _attempt("diff", logs=logs, output=output, source=source, dry_run=True)
     opts = PassOptions(
         namespace=namespace,
         prune=prune,
@@ -417,10 +413,10 @@ def diff(
 @log_options
 @source_options
 @click.option("--show-secrets", is_flag=True, help="Print Secret values (masked as *** by default).")
-def render(source: SourceOptions, namespace: str, show_secrets: bool) -> None:
+def render(logs: LogChoices, source: SourceOptions, namespace: str, show_secrets: bool) -> None:
     """Print the desired objects as multi-document YAML (no cluster needed)."""
-    attempt = _attempt("render", source=source)
-    setup_logging()
+    attempt = _attempt("render", logs=logs, source=source)
+    attempt.logs.configure()
     checkout, objects = _load(attempt, source)
     manifests = [o.manifest if show_secrets else mask_secret(o.manifest) for o in objects]
     click.echo(f"# revision: {checkout.revision or '(plain directory)'}")
