@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import structlog
 
 from gitops_sync.cluster.client import MERGE_PATCH, Client
-from gitops_sync.errors import ApiError, ClusterError, NotFoundError
+from gitops_sync.errors import ClusterError, ForbiddenError, NotFoundError
+from gitops_sync.formatting import rfc3339
 from gitops_sync.resource import ObjectKey
 
 log = structlog.get_logger(__name__)
@@ -108,7 +109,7 @@ class EventRecorder:
             except ClusterError as exc:
                 self._dropped()
                 ns = self._namespace(spec)
-                if isinstance(exc, ApiError) and exc.status == 403:
+                if isinstance(exc, ForbiddenError):
                     if ns not in self._refused:
                         self._refused.add(ns)
                         log.warning("cannot record Events (forbidden); reporting in logs and /status only",
@@ -124,7 +125,7 @@ class EventRecorder:
 
     def _send(self, spec: EventSpec) -> None:
         now = time.time()
-        stamp = _rfc3339(now)
+        stamp = rfc3339(now)
         series_key = (spec.key, spec.reason, spec.series)
         message = spec.message[:_MAX_MESSAGE]
         ns = self._namespace(spec)
@@ -171,7 +172,3 @@ class EventRecorder:
         if len(self._series) > 10_000:  # bounded: forget the oldest series
             for k, _ in sorted(self._series.items(), key=lambda kv: kv[1].last_sent)[:1000]:
                 del self._series[k]
-
-
-def _rfc3339(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
