@@ -23,10 +23,10 @@ from gitops_sync.errors import GitOpsError
 from gitops_sync.options import (
     DURATION,
     ClusterArgs,
+    LogChoices,
     cluster_options,
     daemon_source_options,
     log_options,
-    setup_logging,
 )
 
 log = structlog.get_logger("gitops_sync.daemon")
@@ -95,7 +95,7 @@ _CONFLICT_HELP = (
               "(0 = all): with 3 replicas and --shards 4, 2 leaves every replica some work and spare capacity.")
 @click.option("--workers", default=4, type=click.IntRange(1, 256), help="Without --repo: GitSyncs reconciled "
               "at the same time (one pass per GitSync at a time).")
-def run(source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: bool, prune: bool,
+def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: bool, prune: bool,
         allow_empty: bool, on_conflict: str, adopt_shared: bool, prune_cascade: bool,
         interval: float, resync: float, debounce: float, http_addr: str,
         http_auth: str, webhook_secret_file: Path | None, leader_elect: bool, leader_elect_namespace: str | None,
@@ -108,7 +108,7 @@ def run(source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: 
     recomputes desired vs live from the watch cache. Drift and field fights are reported in the log,
     as Kubernetes Events, on /status and /metrics. SIGTERM finishes the pass, releases the Lease, exits 0.
     """
-    setup_logging("info")  # a daemon's log is its report
+    logs.configure("info")  # a daemon's log is its report
     try:
         policy = ConflictPolicy(on_conflict)
         leader = LeaderConfig(lease_duration, renew_deadline, retry_period)

@@ -215,6 +215,7 @@ class Fleet:
                 metrics=self.metrics.exposition,
                 status=self.status,
                 webhook=self._webhook,
+                history=self._field_history,
             ),
             auth=auth,
         )
@@ -672,9 +673,52 @@ class Fleet:
             )
         return rows
 
+    def source_doc(
+        self, ref: str, *, full_history: bool = False, row: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """One source as the single-source daemon's /status document (what the web page reads), with
+        `daemon.gitsync` (its row of `source_list`)."""
+        with self._lock:
+            s = self.sources.get(ref)
+        if s is None:
+            return None
+        if row is None:
+            row = next((r for r in self.source_list() if r["name"] == ref), {})
+        r = s.reconciler
+        if r is None:
+            return {
+                "objects": [],
+                "errors": [s.invalid],
+                "source": s.gs.repository,
+                "inventory": {"name": f"gitsync-{s.gs.name}", "namespace": s.gs.namespace},
+                "daemon": {"mode": "", "ready": False, "readyReason": s.invalid, "gitsync": row},
+            }
+        doc = r.changeset_doc(self.cluster_condition, full_history=full_history)
+        with r.state:
+            last_pass = dict(r.last_pass)
+        doc["daemon"] = {
+            "mode": r.mode,
+            "identity": self.opts.identity,
+            "fieldManager": self.opts.field_manager,
+            "ready": row.get("ready") == "True",
+            "readyReason": row.get("message", ""),
+            "appliedRevision": r.applied[0] if r.applied else "",
+            "source": r.source_doc(),
+            "conditions": {
+                "source": r.condition.to_dict(),
+                "cluster": self.cluster_condition.to_dict(with_revision=False),
+            },
+            "lastPass": last_pass,
+            "gitsync": row,
+        }
+        return doc
+
     def status(self, *, full_history: bool = False) -> dict[str, Any]:
+        """`fleet`: this replica (shards, queue, watches, a summary row per source); `sources`: one
+        single-source /status document per GitSync, in the order of `fleet.sources`."""
         ready, why = self.ready()
-        sources = self.source_list()
+        rows = self.source_list()
+        docs = [self.source_doc(row["name"], full_history=full_history, row=row) for row in rows]
         return {
             "fleet": {
                 "identity": self.opts.identity,
@@ -686,9 +730,22 @@ class Fleet:
                 "threads": self.supervisor.status(),
                 "watches": self.cache.status(),
                 "requests": self._requests(),
+                "sources": rows,
             },
-            "sources": sources,
+            "sources": [d for d in docs if d is not None],
         }
+
+    def _field_history(self, group: str, kind: str, namespace: str, name: str) -> dict[str, list[dict[str, Any]]]:
+        """The ownership history of one object's fields, from the first source that wants it."""
+        key = ObjectKey(group, kind, namespace, name)
+        with self._lock:
+            refs = sorted(self._wanted_by.get(key, ()))
+            recs = [s.reconciler for ref in refs if (s := self.sources.get(ref)) and s.reconciler]
+        for r in recs:
+            fields = r.history.fields(key)
+            if fields:
+                return {path: [rec.to_dict() for rec in records] for path, records in fields.items()}
+        return {}
 
     def _requests(self) -> dict[str, int]:
         with self._lock:

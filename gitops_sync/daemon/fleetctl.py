@@ -17,7 +17,7 @@ import click
 from gitops_sync.cluster.client import Client
 from gitops_sync.daemon import gitsync
 from gitops_sync.errors import ClusterError, NotFoundError
-from gitops_sync.options import DURATION, setup_logging
+from gitops_sync.options import DURATION, log_choices
 from gitops_sync.resource import Manifest
 
 _kubeconfig = click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="kubeconfig file.")
@@ -26,7 +26,7 @@ _namespace = click.option("-n", "--namespace", default="default", show_default=T
 
 
 def _client(kubeconfig: str | None, context: str | None) -> Client:
-    setup_logging()  # warnings and errors only, on stderr: stdout is the table or the JSON
+    log_choices(click.get_current_context()).configure()  # warnings by default, on stderr: stdout is the answer
     try:
         return Client(kubeconfig.split(":")[0] if kubeconfig else None, context, pool_size=2, timeout=15)
     except ClusterError as exc:

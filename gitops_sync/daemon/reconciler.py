@@ -20,7 +20,7 @@ import structlog
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.cache import EventType, WatchCache
-from gitops_sync.daemon.conditions import ClusterProbe, Condition, iso_time
+from gitops_sync.daemon.conditions import ClusterProbe, Condition
 from gitops_sync.daemon.desired import DesiredSource, DesiredState, digest
 from gitops_sync.daemon.events import NORMAL, WARNING, EventRecorder, EventSpec
 from gitops_sync.daemon.history import OwnershipHistory, tracked_paths
@@ -28,6 +28,7 @@ from gitops_sync.daemon.metrics import Metrics, object_state
 from gitops_sync.daemon.reporter import FULL, SOURCE, KeyQueue, QueueKey, Reporter, fingerprint, masked
 from gitops_sync.engine import Engine, PassOptions, SourceOptions
 from gitops_sync.errors import ApiError, ClusterError, GitOpsError
+from gitops_sync.formatting import rfc3339
 from gitops_sync.plan.changeset import ChangeSet, Entry
 from gitops_sync.plan.masking import Redactor
 from gitops_sync.plan.planner import Target
@@ -62,18 +63,9 @@ class SourceSpec:
 class SourceReconciler:
     """The desired-state source, the passes and the reporter of one source."""
 
-    def __init__(
-        self,
-        spec: SourceSpec,
-        *,
-        engine: Engine,
-        queue: KeyQueue,
-        shared: Shared,
-        active: Callable[[], bool],
-        may_write: Callable[[], bool],
-        field_manager: str,
-        subject: tuple[ObjectKey, str] | None = None,
-    ) -> None:
+    def __init__(self, spec: SourceSpec, *, engine: Engine, queue: KeyQueue, shared: Shared,
+                 active: Callable[[], bool], may_write: Callable[[], bool], field_manager: str,
+                 subject: tuple[ObjectKey, str] | None = None) -> None:
         self.spec = spec
         self.engine = engine
         self.queue = queue
@@ -84,14 +76,9 @@ class SourceReconciler:
         self.may_write = may_write
         self.desired = DesiredSource(spec.source, spec.debounce)
         self.history = OwnershipHistory()
-        self.reporter = Reporter(
-            events=shared.events,
-            metrics=shared.metrics,
-            queue=queue,
-            field_manager=field_manager,
-            forcing=self.forcing,
-            live=lambda k: shared.cache.get(k)[1],
-        )
+        self.reporter = Reporter(events=shared.events, metrics=shared.metrics, queue=queue,
+                                 field_manager=field_manager, forcing=self.forcing,
+                                 live=lambda k: shared.cache.get(k)[1])
         # Events about the whole source: on the GitSync, or (run --repo) the inventory parent ConfigMap.
         self.subject = subject or (ObjectKey("", "ConfigMap", self.inventory_namespace, self.inventory_name), "v1")
         self.condition = Condition("source")
@@ -178,21 +165,14 @@ class SourceReconciler:
             self.cluster_trouble(exc)
             self.set_source_health(checkout.revision, load_error="")  # Git is fine; keep SOURCE's backoff
             delay = self.queue.add_rate_limited(SOURCE)
-            log.warning(
-                "cannot resolve the new revision: the API server failed; keeping the last good state",
-                revision=checkout.revision,
-                error=mask_url(str(exc)),
-                retry_in=round(delay, 2),
-            )
+            log.warning("cannot resolve the new revision: the API server failed; keeping the last good state",
+                        revision=checkout.revision, error=mask_url(str(exc)), retry_in=round(delay, 2))
             return False
         except Exception as exc:
             self._source_failed(masked(exc, Redactor(o.manifest for o in objects)), checkout.revision)
             return False
         new = DesiredState(
-            checkout=checkout,
-            targets=targets,
-            digest=new_digest,
-            by_key={t.key: t for t in targets},
+            checkout=checkout, targets=targets, digest=new_digest, by_key={t.key: t for t in targets},
             paths={t.key: tracked_paths(t.manifest) for t in targets},
         )
         old_keys = set(self.desired.state.by_key) if self.desired.state else set()
@@ -208,13 +188,8 @@ class SourceReconciler:
             self.on_loaded(self)
         else:
             self.cache.set_interest(targets)
-        log.info(
-            "source loaded",
-            revision=checkout.revision or "(plain directory)",
-            objects=len(targets),
-            digest=new_digest[:12],
-            **self._log_name(),
-        )
+        log.info("source loaded", revision=checkout.revision or "(plain directory)", objects=len(targets),
+                 digest=new_digest[:12], **self._log_name())
         return True
 
     def _log_name(self) -> dict[str, str]:
@@ -231,14 +206,8 @@ class SourceReconciler:
         self.metrics.source_errors.inc()
         kept = self.desired.state.checkout.revision if self.desired.state else ""
         if error != self.load_error or revision != self.load_error_revision:
-            log.error(
-                "source failed; keeping the last good state",
-                error=error,
-                revision=revision,
-                kept_revision=kept or None,
-                retry_in=round(delay, 2),
-                **self._log_name(),
-            )
+            log.error("source failed; keeping the last good state", error=error, revision=revision,
+                      kept_revision=kept or None, retry_in=round(delay, 2), **self._log_name())
         self.set_source_health(revision, load_error=error)
 
     def set_source_health(self, revision: str, *, load_error: str) -> None:
@@ -253,27 +222,24 @@ class SourceReconciler:
                 self.metrics.source_ok.set(0)
             if self.condition.set(False, error, rev):
                 keeping = f"; keeping {short_revision(kept)}" if kept else ""
-                self.source_event(
-                    "SourceFailed",
-                    WARNING,
-                    f"source failed at revision {short_revision(rev) or '(unknown)'}{keeping}: {error}",
-                )
+                self.source_event("SourceFailed", WARNING,
+                                  f"source failed at revision {short_revision(rev) or '(unknown)'}{keeping}: {error}")
             return
         was_failed = self.condition.state is False
         if self.shared.gauges:
             self.metrics.source_ok.set(1)
         if self.condition.set(True, revision=revision) and was_failed:
             log.info("source healthy again", revision=revision, **self._log_name())
-            self.source_event("SourceRecovered", NORMAL, f"source healthy again at revision {short_revision(revision)}")
+            self.source_event("SourceRecovered", NORMAL,
+                              f"source healthy again at revision {short_revision(revision)}")
 
     def source_event(self, reason: str, etype: str, message: str) -> None:
         """An Event on the object that stands for the whole source; only where passes run."""
         if not self.active():
             return
         key, api_version = self.subject
-        self.shared.events.record(
-            EventSpec(key=key, api_version=api_version, reason=reason, message=message, type=etype, series=reason)
-        )
+        self.shared.events.record(EventSpec(key=key, api_version=api_version, reason=reason, message=message,
+                                            type=etype, series=reason))
 
     def cluster_trouble(self, exc: ClusterError) -> None:
         """A request failed: when the connection itself broke, let the probe look now, not in 5 s."""
@@ -292,9 +258,8 @@ class SourceReconciler:
         t0 = time.monotonic()
         self.attempted = src.checkout.revision
         try:
-            cs = self.engine.run(
-                src.checkout, src.targets, opts, apply=self.spec.self_heal, live_of=self._live_of, only=only
-            )
+            cs = self.engine.run(src.checkout, src.targets, opts, apply=self.spec.self_heal,
+                                 live_of=self._live_of, only=only)
         except GitOpsError as exc:
             if isinstance(exc, ClusterError):
                 self.cluster_trouble(exc)
@@ -334,23 +299,12 @@ class SourceReconciler:
         # A full pass that is retried as a whole retries its failed objects too: one backoff, not two.
         self._absorb(src, cs, only is None, retry_objects=not retry_in, retry_in=retry_in)
         with self.state:
-            self.last_pass = {
-                "kind": kind,
-                "result": result,
-                "objects": len(cs.entries),
-                "finished": iso_time(time.time()),
-                "durationSeconds": round(took, 4),
-                "summary": cs.summary(),
-            }
+            self.last_pass = {"kind": kind, "result": result, "objects": len(cs.entries),
+                              "finished": rfc3339(time.time()), "durationSeconds": round(took, 4),
+                              "summary": cs.summary()}
         level = log.info if (only is None or cs.has_changes or cs.has_errors) else log.debug
-        level(
-            "pass",
-            kind=kind,
-            revision=cs.revision,
-            seconds=round(took, 3),
-            **{k: v for k, v in cs.summary().items() if v},
-            **self._log_name(),
-        )
+        level("pass", kind=kind, revision=cs.revision, seconds=round(took, 3),
+              **{k: v for k, v in cs.summary().items() if v}, **self._log_name())
         if self.on_passed is not None:
             self.on_passed(self)
 
@@ -359,22 +313,11 @@ class SourceReconciler:
         self.metrics.pass_duration.labels(kind).observe(took)
         retry: list[QueueKey] = [FULL] if only is None else list(only)
         delays = [self.queue.add_rate_limited(k) for k in retry]
-        log.error(
-            "pass failed",
-            kind=kind,
-            error=error,
-            retry_in=round(min(delays), 2),
-            attempt=self.queue.failures(retry[0]),
-            **self._log_name(),
-        )
+        log.error("pass failed", kind=kind, error=error, retry_in=round(min(delays), 2),
+                  attempt=self.queue.failures(retry[0]), **self._log_name())
         with self.state:
-            self.last_pass = {
-                "kind": kind,
-                "result": "error",
-                "error": error,
-                "finished": iso_time(time.time()),
-                "durationSeconds": round(took, 4),
-            }
+            self.last_pass = {"kind": kind, "result": "error", "error": error,
+                              "finished": rfc3339(time.time()), "durationSeconds": round(took, 4)}
             if only is None:
                 self.pass_errors = [error]
         if self.on_passed is not None:
@@ -412,13 +355,8 @@ class SourceReconciler:
                 self.entries.update((e.key, e) for e in cs.entries)
             entries = list(self.entries.values())
         for error in cs.errors:  # once per retry: the delay doubles each time
-            log.error(
-                "pass error",
-                error=error,
-                retry_in=round(retry_in, 2),
-                attempt=self.queue.failures(FULL),
-                **self._log_name(),
-            )
+            log.error("pass error", error=error, retry_in=round(retry_in, 2), attempt=self.queue.failures(FULL),
+                      **self._log_name())
         for e in cs.entries:
             self.reporter.report(src.digest, src.checkout.revision, e, applied=not cs.dry_run, retry=retry_objects)
         if self.shared.gauges:
@@ -457,11 +395,8 @@ class SourceReconciler:
         if not self.condition.ok:
             kept = self.desired.state.checkout.revision if self.desired.state else ""
             rev = self.condition.to_dict()["revision"]
-            return [
-                f"source failed: {self.condition.error}"
-                + (f" (revision {rev})" if rev else "")
-                + (f"; keeping revision {kept}" if kept else "")
-            ]
+            return [f"source failed: {self.condition.error}" + (f" (revision {rev})" if rev else "")
+                    + (f"; keeping revision {kept}" if kept else "")]
         if self.desired.state is None:
             return ["source not loaded yet"]
         return []
@@ -474,19 +409,14 @@ class SourceReconciler:
             errors = list(self.pass_errors)
         source = self.condition.to_dict()
         if not self.condition.ok:
-            errors.insert(
-                0, f"source: {source['error']}" + (f" (revision {source['revision']})" if source["revision"] else "")
-            )
+            errors.insert(0, f"source: {source['error']}" + (f" (revision {source['revision']})"
+                                                              if source["revision"] else ""))
         if not cluster.ok:
             errors.insert(0, f"cluster: {cluster.error}")
         cs = ChangeSet(
-            revision=src.checkout.revision if src else "",
-            source=self.applied[1] if self.applied else "",
-            entries=entries,
-            errors=errors,
-            dry_run=not self.spec.self_heal,
-            inventory=self.inventory_name,
-            inventory_namespace=self.inventory_namespace,
+            revision=src.checkout.revision if src else "", source=self.applied[1] if self.applied else "",
+            entries=entries, errors=errors, dry_run=not self.spec.self_heal,
+            inventory=self.inventory_name, inventory_namespace=self.inventory_namespace,
             source_identity=self.desired.identity.text,
         )
         doc = cs.to_dict()
@@ -502,7 +432,7 @@ class SourceReconciler:
         return {
             "repo": mask_url(self.spec.source.repo),
             "revision": src.checkout.revision if src else "",
-            "lastChecked": iso_time(self.desired.checked) if self.desired.checked else "",
+            "lastChecked": rfc3339(self.desired.checked) if self.desired.checked else "",
             "error": source["error"],
             "errorRevision": source["revision"] if source["error"] else "",
         }

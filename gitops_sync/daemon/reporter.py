@@ -15,14 +15,16 @@ from typing import Any, Protocol
 
 import structlog
 
+from gitops_sync.conventions import MASK
 from gitops_sync.daemon.events import NORMAL, WARNING, EventRecorder, EventSpec
-from gitops_sync.daemon.history import Fight, is_secret
+from gitops_sync.daemon.history import Fight
 from gitops_sync.daemon.metrics import Metrics
 from gitops_sync.daemon.supervisor import describe_crash
 from gitops_sync.errors import GitOpsError
+from gitops_sync.formatting import truncate
 from gitops_sync.plan.changeset import Action, Entry, FieldChange
 from gitops_sync.plan.masking import Redactor, mask_literals
-from gitops_sync.resource import Manifest, ObjectKey
+from gitops_sync.resource import Manifest, ObjectKey, is_secret, resource_version
 from gitops_sync.source import mask_url, short_revision
 
 log = structlog.get_logger("gitops_sync.daemon")
@@ -49,16 +51,8 @@ class KeyQueue(Protocol):
 class Reporter:
     """Per-source memory of what was already said, so each drift, conflict or error is reported once."""
 
-    def __init__(
-        self,
-        *,
-        events: EventRecorder,
-        metrics: Metrics,
-        queue: KeyQueue,
-        field_manager: str,
-        forcing: bool,
-        live: Callable[[ObjectKey], Manifest | None],
-    ) -> None:
+    def __init__(self, *, events: EventRecorder, metrics: Metrics, queue: KeyQueue, field_manager: str,
+                 forcing: bool, live: Callable[[ObjectKey], Manifest | None]) -> None:
         self.events = events
         self.metrics = metrics
         self.queue = queue
@@ -93,11 +87,8 @@ class Reporter:
                 log.warning("would prune", object=str(key), message=e.message)
             return
         fields = list({c.path: c for c in e.drift + e.conflicts}.values())  # a conflict is also a drift
-        sig = (
-            e.action.value,
-            e.message if e.action is Action.ERROR else "",
-            tuple(sorted((c.path, json.dumps(c.live, default=str), c.manager) for c in fields)),
-        )
+        sig = (e.action.value, e.message if e.action is Action.ERROR else "",
+               tuple(sorted((c.path, json.dumps(c.live, default=str), c.manager) for c in fields)))
         if e.action is Action.ERROR:
             if retry:
                 self.queue.add_rate_limited(key)
@@ -112,15 +103,11 @@ class Reporter:
         foreign = any(c.manager and c.manager != self.field_manager for c in fields)
         # Git moved on rather than the cluster: the object was in sync at an earlier revision (or is new in
         # this one) and nobody else owns what differs. Not drift, also in --detect-only.
-        new_revision = (
-            not deleted
-            and not foreign
-            and (
-                (key in self.converged and self.converged[key] != digest)
-                or (e.action is Action.CREATE and key in self.added)
-            )
-        )
-        out_of_band = deleted or self.converged.get(key) == digest or foreign or (not applied and not new_revision)
+        new_revision = not deleted and not foreign and (
+            (key in self.converged and self.converged[key] != digest)
+            or (e.action is Action.CREATE and key in self.added))
+        out_of_band = (deleted or self.converged.get(key) == digest or foreign
+                       or (not applied and not new_revision))
         if applied:
             self.converged[key] = digest
             self.deleted.discard(key)
@@ -133,21 +120,15 @@ class Reporter:
         rev = short_revision(revision) or "(plain directory)"
         if e.action is Action.UPDATE and not fields:
             # Only our bookkeeping (membership label, intent hash) differed: not a field anyone drifted.
-            log.info(
-                "ownership recorded" if applied else "ownership record would be restored (detect-only)",
-                object=str(key),
-                revision=revision,
-            )
+            log.info("ownership recorded" if applied else "ownership record would be restored (detect-only)",
+                     object=str(key), revision=revision)
         elif conflict and not (self.forcing and not applied):
             self.metrics.conflicts.inc()
             log.warning("conflict", object=str(key), message=e.message, fields=log_fields)
             self.event(e, "Conflict", WARNING, f"{e.message}: {detail}")
         elif out_of_band:
-            what = (
-                "deleted out of band; recreated"
-                if deleted and applied
-                else ("deleted out of band" if deleted else detail)
-            )
+            what = "deleted out of band; recreated" if deleted and applied else (
+                "deleted out of band" if deleted else detail)
             if applied:
                 self.metrics.drift.labels("corrected").inc()
                 log.warning("drift corrected", object=str(key), fields=log_fields, deleted=deleted)
@@ -157,63 +138,37 @@ class Reporter:
                 log.warning("drift detected", object=str(key), fields=log_fields, missing=e.action is Action.CREATE)
                 if e.action is Action.CREATE:
                     what = "missing from the cluster" if not deleted else what
-                self.event(e, "DriftDetected", WARNING, f"differs from Git {rev} (not corrected: detect-only): {what}")
+                self.event(e, "DriftDetected", WARNING, f"differs from Git {rev} (not corrected: "
+                           f"detect-only): {what}")
         elif not applied:
-            log.info(
-                "new revision not applied (detect-only)",
-                object=str(key),
-                revision=revision,
-                missing=e.action is Action.CREATE,
-                fields=log_fields,
-            )
+            log.info("new revision not applied (detect-only)", object=str(key), revision=revision,
+                     missing=e.action is Action.CREATE, fields=log_fields)
         else:
-            log.info(
-                "applied" if e.action is not Action.CREATE else "created",
-                object=str(key),
-                revision=revision,
-                fields=log_fields,
-            )
+            log.info("applied" if e.action is not Action.CREATE else "created", object=str(key),
+                     revision=revision, fields=log_fields)
         if applied and not conflict:
             self.reported.pop(key, None)  # corrected: the next drift of the same field is news again
 
     def event(self, e: Entry, reason: str, etype: str, message: str) -> None:
-        meta = (self.live(e.key) or {}).get("metadata") or {}
-        self.events.record(
-            EventSpec(
-                key=e.key,
-                api_version=e.api_version,
-                reason=reason,
-                message=message,
-                type=etype,
-                series=",".join(sorted(c.path for c in e.drift + e.conflicts)),
-                uid=str(meta.get("uid") or ""),
-                resource_version=str(meta.get("resourceVersion") or ""),
-            )
-        )
+        live = self.live(e.key)
+        meta = (live or {}).get("metadata") or {}
+        self.events.record(EventSpec(
+            key=e.key, api_version=e.api_version, reason=reason, message=message, type=etype,
+            series=",".join(sorted(c.path for c in e.drift + e.conflicts)),
+            uid=str(meta.get("uid") or ""), resource_version=resource_version(live),
+        ))
 
     def fight(self, fight: Fight, live: Manifest) -> None:
         self.metrics.fights.inc()
-        log.warning(
-            "field fight",
-            object=str(fight.key),
-            field=fight.path,
-            managers=fight.managers,
-            changes=fight.changes,
-            values=[{"manager": r.manager, "value": r.value, "time": r.time} for r in fight.records[-10:]],
-        )
+        log.warning("field fight", object=str(fight.key), field=fight.path, managers=fight.managers,
+                    changes=fight.changes, values=[{"manager": r.manager, "value": r.value,
+                                                    "time": r.time} for r in fight.records[-10:]])
         meta = live.get("metadata") or {}
-        self.events.record(
-            EventSpec(
-                key=fight.key,
-                api_version=str(live.get("apiVersion", "")),
-                reason="FieldFight",
-                message=fight.message(),
-                type=WARNING,
-                series=fight.path,
-                uid=str(meta.get("uid") or ""),
-                resource_version=str(meta.get("resourceVersion") or ""),
-            )
-        )
+        self.events.record(EventSpec(
+            key=fight.key, api_version=str(live.get("apiVersion", "")), reason="FieldFight",
+            message=fight.message(), type=WARNING, series=fight.path, uid=str(meta.get("uid") or ""),
+            resource_version=resource_version(live),
+        ))
 
 
 def masked(exc: BaseException, redact: Redactor) -> str:
@@ -241,9 +196,8 @@ def fingerprint(obj: Manifest | None) -> str:
 
 def _value(key: ObjectKey, value: Any) -> str:
     if is_secret(key):
-        return "***"
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 60 else text[:59] + "…"
+        return MASK
+    return truncate(json.dumps(value, default=str), 60)
 
 
 def describe(key: ObjectKey, fields: list[FieldChange], limit: int = 5) -> str:
@@ -261,7 +215,8 @@ def describe(key: ObjectKey, fields: list[FieldChange], limit: int = 5) -> str:
 
 
 def field_log(key: ObjectKey, c: FieldChange) -> dict[str, Any]:
-    out: dict[str, Any] = {"path": c.path, "manager": c.manager, "operation": c.operation, "subresource": c.subresource}
+    out: dict[str, Any] = {"path": c.path, "manager": c.manager, "operation": c.operation,
+                           "subresource": c.subresource}
     if not is_secret(key):
         out["live"], out["desired"] = c.live, c.desired
     return out

@@ -119,6 +119,13 @@ def test_many_sources_one_daemon_status_cli_and_isolation(
         )
         took = wait_until("drift corrected", lambda: cm_data(kube, namespace, "ok-settings") == {"color": "blue"}, 30)
         assert took < 10
+        # /status lists every source as a single-source document; the web page at / lists them all.
+        docs = d.status()["sources"]
+        assert sorted(doc["daemon"]["gitsync"]["name"] for doc in docs) == [
+            f"{namespace}/{n}" for n in ("after-broken", "app", "broken")
+        ]
+        code, page = d.get("/")
+        assert code == 200 and b"gitsync-app" in page and b"gitsync-broken" in page, page[:500]
         # Printer columns.
         table = kube.kubectl("get", "gitsyncs", "-n", namespace).stdout
         assert table.split("\n")[0].split() == ["NAME", "READY", "REVISION", "DRIFT", "CONFLICTS", "AGE"], table
