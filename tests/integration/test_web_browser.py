@@ -206,6 +206,13 @@ def test_page_shows_kubectl_scale_drift_within_2s_and_the_ownership_timeline(
         assert _console_errors(browser) == []
 
         # without JavaScript: the server-rendered page and its filter (a plain GET) work alike
+        browser.execute_cdp_cmd("Emulation.setScriptExecutionDisabled", {"value": True})
+        browser.get(objects_url)
+        browser.find_element(By.NAME, "q").send_keys("web")
+        browser.find_element(By.CSS_SELECTOR, "form.filter button").click()
+        wait_until("the filtered list", lambda: "q=web" in browser.current_url, 5)
+        names = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "table.objects .name")]
+        assert names == ["web"] and browser.find_element(By.ID, "live-note").text == ""  # app.js did not run
         code, headers, html = _fetch(d.port, urllib.parse.urlparse(objects_url).path + "?state=drifted&q=web")
         assert code == 200 and "kubectl scale" in html
         assert headers["content-security-policy"].startswith("default-src 'none'")
