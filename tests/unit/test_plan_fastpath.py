@@ -1,4 +1,4 @@
-"""The no-request fast path stays exact after the performance work of issue 5 (bench/).
+"""The no-request fast path stays exact after the performance work (bench/).
 
 - intent hashes are unchanged (a different hash would make every object in every cluster "changed" once);
 - objects settled by the fast path and objects sent to the server come back in stage order, and only the
@@ -19,7 +19,7 @@ from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action
 from gitops_sync.plan.diff import diff_intent
 from gitops_sync.resource import DesiredObject
-from tests.unit.test_planner import StaticDiscovery, cm
+from tests.unit.fakes import StaticDiscovery, cm
 
 
 def _reference_hash(manifest: dict[str, Any]) -> str:
