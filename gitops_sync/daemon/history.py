@@ -48,6 +48,11 @@ def is_secret(key: ObjectKey) -> bool:
     return key.kind == "Secret" and not key.group
 
 
+def object_dict(key: ObjectKey) -> dict[str, str]:
+    """The object's identity as /status spells it, ahead of field detail (fights, yields)."""
+    return {"kind": key.kind, "group": key.group, "namespace": key.namespace, "name": key.name}
+
+
 @dataclass(frozen=True, slots=True)
 class FieldRecord:
     """One value of a field and who set it; `time` is the writer's managedFields time (server clock)."""
@@ -109,10 +114,7 @@ class Fight:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.key.kind,
-            "group": self.key.group,
-            "namespace": self.key.namespace,
-            "name": self.key.name,
+            **object_dict(self.key),
             "field": self.path,
             "managers": self.managers,
             "changes": self.changes,

@@ -52,8 +52,10 @@ from gitops_sync.daemon.metrics import Metrics, object_state
 from gitops_sync.daemon.queue import WorkQueue
 from gitops_sync.daemon.supervisor import Supervisor, describe_crash
 from gitops_sync.daemon.triggers import Ticker, WebhookResult, verify_webhook, watch_local
+from gitops_sync.daemon.yields import Yield, Yields
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
 from gitops_sync.errors import ApiError, ClusterError, GitOpsError, SourceError
+from gitops_sync.plan.autoscaler import Autoscaler, find_autoscaler, scaled_by_controller_manager
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.plan.masking import Redactor, mask_literals
 from gitops_sync.plan.planner import Target
@@ -94,6 +96,9 @@ class DaemonOptions:
     watch_backoff_cap: float = 8.0
     probe_interval: float = 5.0  # GET /readyz of the API server this often (every second while failing)
     probe_timeout: float = 2.0
+    fight_threshold: int = 3  # another manager taking a field this often within fight_window: yield it
+    fight_window: float = 600.0
+    autoscaler_wins: bool = True  # yield .spec.replicas to an HPA at once (--git-wins-over-autoscaler: no)
 
     @functools.cached_property
     def source_identity(self) -> SourceIdentity:
@@ -150,6 +155,8 @@ class Daemon:
         self.watch_client = Client(opts.kubeconfig, opts.context, pool_size=64)
         self.engine = Engine(self.client, field_manager=opts.field_manager, concurrency=opts.concurrency)
         self.history = OwnershipHistory()
+        self.yields = Yields(threshold=opts.fight_threshold, window=opts.fight_window,
+                             autoscaler_wins=opts.autoscaler_wins, field_manager=opts.field_manager)
         self.queue: WorkQueue[QueueKey] = WorkQueue(backoff_cap=opts.max_backoff,
                                                    on_depth=self.metrics.queue_depth.set)
         self.cache = WatchCache(self.watch_client, on_event=self._on_watch, on_restart=self._on_watch_restart,
@@ -391,6 +398,9 @@ class Daemon:
         gone = old_keys - set(new.by_key)
         self._added = set(new.by_key) - old_keys if old_keys else set()
         self.history.forget(gone)
+        self.yields.forget(gone)
+        for y in self.yields.resume_changed(new.by_key):
+            self._report_resume(y, "Git's value changed")
         for key in gone:
             self._reported.pop(key, None)
             self._converged.pop(key, None)
@@ -511,8 +521,11 @@ class Daemon:
             self.cache.wait_synced(5.0)
         t0 = time.monotonic()
         try:
-            cs = self.engine.run(src.checkout, src.targets, opts, apply=self.opts.self_heal,
+            targets = self._yielding(src, only)
+            cs = self.engine.run(src.checkout, targets, opts, apply=self.opts.self_heal,
                                  live_of=self._live_of, only=only)
+            for e in cs.entries:
+                e.yielded = [y.to_field() for y in self.yields.of(e.key)]
         except GitOpsError as exc:
             if isinstance(exc, ClusterError):
                 self._cluster_trouble(exc)
@@ -557,6 +570,55 @@ class Daemon:
         level = log.info if (only is None or cs.has_changes or cs.has_errors) else log.debug
         level("pass", kind=kind, revision=cs.revision, seconds=round(took, 3),
               **{k: v for k, v in cs.summary().items() if v})
+
+    def _yielding(self, src: _Source, only: set[ObjectKey] | None) -> list[Target]:
+        """The targets of this pass with yielded fields left out (daemon/yields.py): end the yields that
+        expired or whose HPA is gone, yield to autoscalers seen for the first time, then drop the fields."""
+        for y in self.yields.expired():
+            self._report_resume(y, f"{y.manager} has not written it for {self.opts.fight_window:g} s")
+        scope = src.targets if only is None else [t for t in src.targets if t.key in only]
+        hpas: dict[str, list[Manifest] | None] = {}
+        autoscaled = self.yields.autoscaled_keys()
+        for t in scope:
+            live = self.cache.get(t.key)[1]
+            if live is None or not self.opts.autoscaler_wins:
+                continue
+            if self.yields.suppressed(t.key):
+                self.yields.settle(t.key, live)
+            scaled = scaled_by_controller_manager(live)
+            if t.key in autoscaled and (scaled or only is None):
+                if only is None:  # a full pass checks the HPA is still there
+                    known, hpa = self._autoscaler_of(t.key, hpas)
+                    if known and hpa is None:
+                        for y in self.yields.autoscaler_gone(t.key):
+                            self._report_resume(y, "no HorizontalPodAutoscaler scales it any more")
+                continue
+            if not scaled:
+                continue
+            known, hpa = self._autoscaler_of(t.key, hpas)
+            if hpa is None:
+                continue  # no HPA (deleted, or not readable): an old owner entry is not a reason to yield
+            for y in self.yields.for_autoscaler(t, live, hpa):
+                self._report_yield(y, live)
+        if not any(self.yields.has(t.key) for t in scope):
+            return src.targets
+        return [self.yields.body(t, self.cache.get(t.key)[1]) if (only is None or t.key in only) else t
+                for t in src.targets]
+
+    def _autoscaler_of(self, key: ObjectKey, hpas: dict[str, list[Manifest] | None]) -> tuple[bool, Autoscaler | None]:
+        """(known, the HPA scaling `key`): the namespace's HPAs are listed once per pass; a refused or
+        failed list is unknown (never a reason to yield, nor to resume)."""
+        if key.namespace not in hpas:
+            try:
+                doc = self.aux.get(f"/apis/autoscaling/v2/namespaces/{key.namespace}/horizontalpodautoscalers")
+                hpas[key.namespace] = list(doc.get("items") or [])
+            except ClusterError as exc:
+                log.info("cannot list HorizontalPodAutoscalers", namespace=key.namespace, error=str(exc))
+                hpas[key.namespace] = None
+        items = hpas[key.namespace]
+        if items is None:
+            return False, None
+        return True, find_autoscaler(key, items)
 
     def _pass_failed(self, kind: str, only: set[ObjectKey] | None, error: str, took: float) -> None:
         self.metrics.passes.labels(kind, "error").inc()
@@ -709,6 +771,36 @@ class Daemon:
             resource_version=str(meta.get("resourceVersion") or ""),
         ))
 
+    def _report_yield(self, y: Yield, live: Manifest) -> None:
+        self.metrics.yields.inc()
+        log.warning("yielding field", object=str(y.key), field=y.path, reason=y.reason, manager=y.manager,
+                    operation=y.operation, subresource=y.subresource,
+                    autoscaler=y.autoscaler.to_dict() if y.autoscaler else None,
+                    **({} if is_secret(y.key) else {"desired": y.desired, "live": y.live}), advice=y.advice())
+        meta = live.get("metadata") or {}
+        self.events.record(EventSpec(
+            key=y.key, api_version=str(live.get("apiVersion", "")), reason="FieldYielded", message=y.message(),
+            type=WARNING, series=y.path, uid=str(meta.get("uid") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        ))
+
+    def _report_resume(self, y: Yield, why: str) -> None:
+        log.info("resuming field", object=str(y.key), field=y.path, reason=y.reason, manager=y.manager, why=why)
+        self.queue.add(y.key)
+        if not self._active():
+            return
+        src = self._source
+        target = src.by_key.get(y.key) if src else None
+        if target is None:
+            return
+        _known, live = self.cache.get(y.key)
+        meta = (live or {}).get("metadata") or {}
+        self.events.record(EventSpec(
+            key=y.key, api_version=target.info.api_version, reason="FieldResumed", type=NORMAL, series=y.path,
+            message=f"correcting {y.path} again (was left to {y.actor}): {why}",
+            uid=str(meta.get("uid") or ""), resource_version=str(meta.get("resourceVersion") or ""),
+        ))
+
     # -- watch events -----------------------------------------------------------------------
 
     def _on_watch(self, etype: EventType, key: ObjectKey | None, obj: Manifest | None) -> None:
@@ -726,6 +818,14 @@ class Daemon:
             if fights and self._active():
                 for fight in fights:
                     self._report_fight(fight, obj)
+            if self.yields.has(key):
+                self.yields.noted_write(key, self.history.fields(key))
+            for fight in fights:
+                y = self.yields.after_fight(fight, src.by_key.get(key))
+                if y is not None:
+                    self.queue.add_after(key, self.opts.fight_window + 0.1)  # look again when it may expire
+                    if self._active():
+                        self._report_yield(y, obj)
         if etype is EventType.LISTED:
             self._fingerprints[key] = _fingerprint(obj)
             return
@@ -826,6 +926,7 @@ class Daemon:
         ready, why = self.ready()
         doc["history"] = self.history.to_dict(changed_only=not full_history)
         doc["fights"] = [f.to_dict() for f in self.history.fights()]
+        doc["yields"] = [y.to_dict() for y in self.yields.all()]
         doc["daemon"] = {
             "mode": self._mode,
             "identity": self.opts.identity,
