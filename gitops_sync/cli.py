@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 
 from gitops_sync import __version__, report
-from gitops_sync.apply.manager import ConflictPolicy
 from gitops_sync.cluster.client import Client
+from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, inventory_of, load, source_label
 from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, GitOpsError
 from gitops_sync.options import (

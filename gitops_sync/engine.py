@@ -14,11 +14,10 @@ from pathlib import Path
 
 import structlog
 
-from gitops_sync import FIELD_MANAGER
+from gitops_sync import conventions
 from gitops_sync.apply import cascade, inventory
 from gitops_sync.apply.manager import (
     NOT_ATTEMPTED,
-    ConflictPolicy,
     LiveMap,
     OnEntry,
     ResourceManager,
@@ -26,6 +25,7 @@ from gitops_sync.apply.manager import (
 )
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
 from gitops_sync.errors import ClusterError
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, SharedWith
@@ -225,7 +225,7 @@ class Engine:
         old = inventory.find_legacy(self.client, legacy_name, inv.namespace)
         if old is None:
             return None
-        recorded = old.recorded.get(inventory.SOURCE, "")
+        recorded = old.recorded.get(conventions.SOURCE, "")
         if identity in label_identities(recorded):
             return old
         # Our spelling as recorded now, and as versions before source identities recorded it (`.//apps`).
@@ -234,7 +234,7 @@ class Engine:
         spellings |= {x.rsplit("@", 1)[0] for x in spellings if checkout.ref}
         same_spelling = recorded in spellings or recorded.rsplit("@", 1)[0] in spellings
         recorded_revision = next(
-            (old.recorded[k] for k in (inventory.REVISION, inventory.ATTEMPTED_REVISION) if old.recorded.get(k)), ""
+            (old.recorded[k] for k in (conventions.REVISION, conventions.ATTEMPTED_REVISION) if old.recorded.get(k)), ""
         )
         revision = recorded_revision.removesuffix("-dirty")
         if same_spelling and (knows_commit(checkout.repo, revision) or (not revision and not checkout.revision)):

@@ -40,21 +40,85 @@ class ApiTimeoutError(ClusterError):
 
 
 class ApiError(ClusterError):
-    """A non-2xx answer from the API server, with the decoded Status body when there is one."""
+    """A non-2xx answer from the API server, with the decoded Status body when there is one.
 
-    def __init__(self, status: int, reason: str, message: str, body: dict[str, object] | None = None) -> None:
+    The base of one class per status (`error_for_status` picks it), so `except ApiError` still catches all
+    of them. `method` and `path` name the request (the object); `body` is the cause as the server gave it.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        body: dict[str, object] | None = None,
+        *,
+        method: str = "",
+        path: str = "",
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.body = body or {}
+        self.method = method
+        self.path = path
+
+
+class UnauthorizedError(ApiError):
+    """401: no or an invalid credential."""
+
+
+class ForbiddenError(ApiError):
+    """403: RBAC refuses this verb on this resource (a namespaced install listing cluster-wide, ...)."""
 
 
 class NotFoundError(ApiError):
-    pass
+    """404: the object (or its namespace, or its kind) does not exist."""
 
 
 class ConflictError(ApiError):
     """409: a field-manager conflict (with causes) or a resourceVersion precondition failure."""
+
+
+class GoneError(ApiError):
+    """410: the resourceVersion a list or watch resumes from was compacted away; only a fresh list helps."""
+
+
+class InvalidError(ApiError):
+    """422: the object fails validation (the causes name the fields)."""
+
+
+class TooManyRequestsError(ApiError):
+    """429: throttled (API priority and fairness); worth a retry later."""
+
+
+class ServerError(ApiError):
+    """5xx: the API server (or a webhook it called) failed; worth a retry later."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    401: UnauthorizedError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: ConflictError,
+    410: GoneError,
+    422: InvalidError,
+    429: TooManyRequestsError,
+}
+
+
+def error_for_status(
+    status: int,
+    reason: str,
+    message: str,
+    body: dict[str, object] | None = None,
+    *,
+    method: str = "",
+    path: str = "",
+) -> ApiError:
+    """The ApiError subclass for an HTTP status (any other 4xx: ApiError itself)."""
+    cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else ApiError)
+    return cls(status, reason, message, body, method=method, path=path)
 
 
 class SourceMismatchError(GitOpsError):

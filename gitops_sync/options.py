@@ -16,8 +16,8 @@ from typing import Any, Final, TypeVar
 
 import click
 
-from gitops_sync import FIELD_MANAGER
 from gitops_sync import log as logsetup
+from gitops_sync.conventions import FIELD_MANAGER
 from gitops_sync.engine import SourceOptions
 from gitops_sync.render import RenderOptions
 

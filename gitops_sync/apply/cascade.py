@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from gitops_sync.apply.inventory import ADOPTED, METADATA_ONLY
+from gitops_sync.apply.inventory import METADATA_ONLY
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
+from gitops_sync.conventions import ADOPTED
 from gitops_sync.errors import ClusterError, NotFoundError
 from gitops_sync.plan.changeset import Action, Entry
 from gitops_sync.resource import Manifest, ObjectKey
@@ -98,14 +99,14 @@ def _holdings(
         if (info.group, info.kind) in _IGNORED_KINDS:
             continue
         try:
-            doc = client.request("GET", info.path(namespace), query={"limit": _PAGE}, accept=METADATA_ONLY)
+            listing = client.list_collection(info.path(namespace), limit=_PAGE, pages=1, accept=METADATA_ONLY)
         except NotFoundError:
             continue  # not served (any more): nothing of this kind to lose
         except ClusterError as exc:
             held.unchecked.append(f"{info.kind}.{info.group}" if info.group else info.kind)
             log.info("cannot list for the cascade guard", kind=info.kind, error=str(exc))
             continue
-        for item in doc.get("items") or []:
+        for item in listing.items:
             meta = item.get("metadata") or {}
             key = ObjectKey(info.group, info.kind, str(meta.get("namespace") or ""), str(meta.get("name", "")))
             if key.kind == "Service" and not key.group:
@@ -116,7 +117,7 @@ def _holdings(
             if meta.get("ownerReferences"):
                 continue
             held.foreign.append(key)
-        held.more = held.more or bool((doc.get("metadata") or {}).get("continue"))
+        held.more = held.more or listing.more
     # The endpoints controller writes a Service's Endpoints without an owner reference: it goes with the
     # Service, which is judged itself.
     held.foreign = [

@@ -13,32 +13,25 @@ import contextlib
 import hashlib
 from dataclasses import dataclass, field
 
-from gitops_sync import FIELD_MANAGER, __version__
+from gitops_sync import __version__
 from gitops_sync.cluster.client import APPLY_PATCH, Client
-from gitops_sync.cluster.discovery import Discovery
-from gitops_sync.errors import ApiError, ClusterError, NotFoundError, SourceMismatchError
+from gitops_sync.cluster.discovery import Discovery, ResourceInfo
+from gitops_sync.conventions import (
+    APPLIED_REVISION,
+    ATTEMPTED_REVISION,
+    FIELD_MANAGER,
+    GROUP_KINDS,
+    ID_LABEL,
+    NAMESPACES,
+    PART_OF,
+    SOURCE,
+    SOURCE_IDENTITY,
+    TOOLING,
+)
+from gitops_sync.errors import ClusterError, ConflictError, ForbiddenError, NotFoundError, SourceMismatchError
 from gitops_sync.plan.changeset import SharedWith
 from gitops_sync.resource import Manifest, ObjectKey
 
-PART_OF = "applyset.kubernetes.io/part-of"
-ID_LABEL = "applyset.kubernetes.io/id"
-TOOLING = "applyset.kubernetes.io/tooling"
-GROUP_KINDS = "applyset.kubernetes.io/contains-group-kinds"
-NAMESPACES = "applyset.kubernetes.io/additional-namespaces"
-# Ours: set on objects that existed before we first applied them; prune releases them, never deletes.
-ADOPTED = "gitops-sync.io/adopted"
-# The revision a pass started to apply, written before it applies anything; the revision of the last clean
-# pass (every object applied, prune done if asked), written only after it. They differ after a failed pass.
-ATTEMPTED_REVISION = "gitops-sync.io/attempted-revision"
-APPLIED_REVISION = "gitops-sync.io/applied-revision"
-# Before the two were apart, one annotation (written before the pass). Read only, on older parents.
-REVISION = "gitops-sync.io/revision"
-SOURCE = "gitops-sync.io/source"
-# The normalised source (`gitops_sync.source.identity`) this inventory belongs to; absent on parents
-# written before source identities (legacy: accepted, and recorded on the next write).
-IDENTITY = "gitops-sync.io/source-identity"
-# In Git, on one object: take it over even when it is a member of another ApplySet (as --adopt-shared).
-ADOPT = "gitops-sync.io/adopt"
 # Lists answer with metadata only: finding a parent or a namespace's contents never reads Secret data.
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
@@ -92,7 +85,7 @@ class Inventory:
                     NAMESPACES: ",".join(extra),
                     ATTEMPTED_REVISION: attempted,
                     SOURCE: source,
-                    **({IDENTITY: self.identity} if self.identity else {}),
+                    **({SOURCE_IDENTITY: self.identity} if self.identity else {}),
                 },
             },
         }
@@ -113,14 +106,14 @@ def load(client: Client, name: str, namespace: str, identity: str = "", default_
     meta = live.get("metadata") or {}
     labels = meta.get("labels") or {}
     if labels.get(ID_LABEL) != inv.id:
-        raise ApiError(
+        raise ConflictError(
             409,
             "Conflict",
             f"ConfigMap {namespace}/{name} exists but is not the ApplySet parent of this source "
             f"(label {ID_LABEL} is {labels.get(ID_LABEL)!r}); choose another --name",
         )
     ann = meta.get("annotations") or {}
-    recorded = str(ann.get(IDENTITY, ""))
+    recorded = str(ann.get(SOURCE_IDENTITY, ""))
     if identity and recorded and recorded != identity:
         hint = (
             f"pass --name (its default here is {default_name})"
@@ -147,7 +140,7 @@ def find_legacy(client: Client, name: str, namespace: str) -> Inventory | None:
     live = client.get_or_none(inv.parent_path)
     meta = (live or {}).get("metadata") or {}
     ann = meta.get("annotations") or {}
-    if live is None or (meta.get("labels") or {}).get(ID_LABEL) != inv.id or IDENTITY in ann:
+    if live is None or (meta.get("labels") or {}).get(ID_LABEL) != inv.id or SOURCE_IDENTITY in ann:
         return None
     return _read(inv, meta)
 
@@ -222,13 +215,13 @@ def list_members(client: Client, discovery: Discovery, inv: Inventory) -> dict[O
         if info is None:
             continue  # the kind is gone from the cluster (CRD deleted): nothing left to prune
         try:
-            items = _list(client, info.path(None), selector)
-        except ApiError as exc:
-            if exc.status != 403 or not info.namespaced:
+            items = _list(client, info, kind, selector, None)
+        except ForbiddenError:
+            if not info.namespaced:
                 raise
             # No cluster-wide list permission (a namespaced install): look in each recorded namespace.
-            items = [i for ns in sorted(inv.namespaces) for i in _list(client, info.path(ns), selector)]
-        _add(members, items, info.api_version, kind)
+            items = [i for ns in sorted(inv.namespaces) for i in _list(client, info, kind, selector, ns)]
+        members.update((ObjectKey.of(item), item) for item in items)
     return members
 
 
@@ -255,12 +248,12 @@ def find_parent(client: Client, applyset_id: str) -> SharedWith:
     shared = SharedWith(applyset_id)
     for kind, path in (("ConfigMap", "/api/v1/configmaps"), ("Secret", "/api/v1/secrets")):
         try:
-            doc = client.request(
-                "GET", path, query={"labelSelector": f"{ID_LABEL}={applyset_id}", "limit": 1}, accept=METADATA_ONLY
+            found = client.list_collection(
+                path, label_selector=f"{ID_LABEL}={applyset_id}", limit=1, pages=1, accept=METADATA_ONLY
             )
         except ClusterError:
             continue
-        for item in doc.get("items") or []:
+        for item in found.items:
             meta = item.get("metadata") or {}
             ann = meta.get("annotations") or {}
             shared.parent = f"{kind} {meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -270,19 +263,6 @@ def find_parent(client: Client, applyset_id: str) -> SharedWith:
     return shared
 
 
-def _list(client: Client, path: str, selector: str) -> list[Manifest]:
-    out: list[Manifest] = []
-    cont = ""
-    while True:
-        doc = client.get(path, {"labelSelector": selector, "limit": 500, "continue": cont or None})
-        out.extend(doc.get("items") or [])
-        cont = (doc.get("metadata") or {}).get("continue") or ""
-        if not cont:
-            return out
-
-
-def _add(members: dict[ObjectKey, Manifest], items: list[Manifest], api_version: str, kind: str) -> None:
-    for item in items:
-        item.setdefault("apiVersion", api_version)
-        item.setdefault("kind", kind)
-        members[ObjectKey.of(item)] = item
+def _list(client: Client, info: ResourceInfo, kind: str, selector: str, namespace: str | None) -> list[Manifest]:
+    path = info.path(namespace)
+    return client.list_collection(path, label_selector=selector, api_version=info.api_version, kind=kind).items

@@ -6,7 +6,6 @@ Every write is a server-side apply under our field manager. A `diff` is the same
 
 from __future__ import annotations
 
-import enum
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -16,24 +15,24 @@ from typing import TypeVar
 
 import structlog
 
-from gitops_sync import FIELD_MANAGER
 from gitops_sync.apply import ordering
-from gitops_sync.apply.inventory import ADOPTED, PART_OF
 from gitops_sync.cluster.client import APPLY_PATCH, JSON_PATCH, Client
 from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.conventions import ADOPTED, FIELD_MANAGER, INTENT_HASH, PART_OF, ConflictPolicy
 from gitops_sync.errors import (
     ApiError,
     ApiTimeoutError,
     ApiUnavailableError,
     ClusterError,
     ConflictError,
+    ForbiddenError,
     NotFoundError,
+    UnauthorizedError,
 )
 from gitops_sync.health import Status, assess
 from gitops_sync.plan import ownership
 from gitops_sync.plan.changeset import Action, Entry
 from gitops_sync.plan.planner import (
-    INTENT_HASH,
     Target,
     after_takeover,
     explain,
@@ -58,12 +57,6 @@ OnEntry = Callable[[Entry], None]
 NOT_ATTEMPTED = "not attempted: "
 # Collections with at least this many targets are read with one LIST instead of a GET each.
 _LIST_THRESHOLD = 4
-
-
-class ConflictPolicy(enum.StrEnum):
-    REPORT = "report"  # apply everything else, leave the conflicting fields to their owner, say so
-    FORCE = "force"  # take ownership (Git wins)
-    SKIP = "skip"  # leave conflicted objects entirely alone
 
 
 @dataclass
@@ -103,10 +96,9 @@ class ResourceManager:
             group = by_collection[collection]
             if len(group) >= _LIST_THRESHOLD:
                 try:
-                    items = self._list_all(collection)
-                except ApiError as exc:
-                    if exc.status != 403:
-                        raise
+                    items = self.client.list_collection(collection).items
+                except ForbiddenError:
+                    pass
                 else:
                     wanted = {t.key.name: t for t in group}
                     for item in items:
@@ -119,25 +111,13 @@ class ResourceManager:
             for t in group:
                 try:
                     live[t.key] = self.client.get_or_none(t.path)
-                except ApiError as exc:
-                    if exc.status not in (401, 403):
-                        raise
+                except (UnauthorizedError, ForbiddenError) as exc:
                     # Namespaced RBAC: plan the object as absent, so its apply fails with the server's own
                     # message in its entry while every other object converges.
                     log.info("read refused; planning as absent", object=str(t.key), error=str(exc))
 
         self._each(read, list(by_collection))
         return live
-
-    def _list_all(self, collection: str) -> list[Manifest]:
-        items: list[Manifest] = []
-        cont = ""
-        while True:
-            doc = self.client.get(collection, {"limit": 500, "continue": cont or None})
-            items.extend(doc.get("items") or [])
-            cont = (doc.get("metadata") or {}).get("continue") or ""
-            if not cont:
-                return items
 
     # -- applying ---------------------------------------------------------------------------
 

@@ -32,8 +32,8 @@ from gitops_sync.errors import (
     ApiTimeoutError,
     ApiUnavailableError,
     ClusterError,
-    ConflictError,
     NotFoundError,
+    error_for_status,
 )
 
 log = structlog.get_logger(__name__)
@@ -65,6 +65,18 @@ class RequestStats:
 def is_dry_run(query: _Query | None, body: Any = None) -> bool:
     """Whether a request only simulates: `?dryRun=All`, or a DeleteOptions body with `dryRun`."""
     return bool((query and query.get("dryRun")) or (isinstance(body, dict) and body.get("dryRun")))
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What `Client.list_collection` read: the items of every page, and the list's resourceVersion.
+
+    `more` is true when the listing stopped at `pages` with pages left (the items are then a prefix).
+    """
+
+    items: list[Any]
+    resource_version: str
+    more: bool = False
 
 
 class Breaker:
@@ -360,6 +372,44 @@ class Client:
     def get(self, path: str, query: _Query | None = None) -> Any:
         return self.request("GET", path, query=query)
 
+    def list_collection(
+        self,
+        path: str,
+        *,
+        label_selector: str | None = None,
+        limit: int = 500,
+        pages: int = 0,
+        accept: str | None = None,
+        timeout: float | None = None,
+        api_version: str = "",
+        kind: str = "",
+    ) -> Listing:
+        """LIST a collection page by page (`limit`, then `continue`) until the server says it is complete.
+
+        `pages` > 0 stops after that many pages (`more` says whether some were left). The resourceVersion is
+        the last page's, the one to watch from. A list item carries no apiVersion/kind of its own: given
+        here, each item gets them. `accept` can ask for metadata only (PartialObjectMetadataList). A
+        continue token that expired meanwhile raises GoneError, as any error of a page does.
+        """
+        items: list[Any] = []
+        cont = ""
+        read = 0
+        while True:
+            query: _Query = {"labelSelector": label_selector, "limit": limit, "continue": cont or None}
+            doc = self.request("GET", path, query=query, accept=accept, timeout=timeout) or {}
+            page = doc.get("items") or []
+            for item in page:
+                if api_version:
+                    item.setdefault("apiVersion", api_version)
+                if kind:
+                    item.setdefault("kind", kind)
+            items.extend(page)
+            meta = doc.get("metadata") or {}
+            cont = str(meta.get("continue") or "")
+            read += 1
+            if not cont or (pages and read >= pages):
+                return Listing(items, str(meta.get("resourceVersion") or ""), more=bool(cont))
+
     def get_or_none(self, path: str) -> Any:
         try:
             return self.request("GET", path)
@@ -390,6 +440,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def _api_error(status: int, data: bytes, method: str, path: str) -> ApiError:
+    """The typed error of a non-2xx answer: its class by status, the Status body kept as the cause."""
     body: dict[str, Any] = {}
     try:
         decoded = json.loads(data) if data else {}
@@ -397,13 +448,12 @@ def _api_error(status: int, data: bytes, method: str, path: str) -> ApiError:
             body = decoded
     except ValueError:
         pass
-    reason = str(body.get("reason") or "")
+    reason = str(body.get("reason") or "") or _DEFAULT_REASONS.get(status, "Error")
     message = str(body.get("message") or data[:300].decode(errors="replace") or f"{method} {path}")
-    if status == 404:
-        return NotFoundError(status, reason or "NotFound", message, body)
-    if status == 409:
-        return ConflictError(status, reason or "Conflict", message, body)
-    return ApiError(status, reason or "Error", message, body)
+    return error_for_status(status, reason, message, body, method=method, path=path)
+
+
+_DEFAULT_REASONS = {404: "NotFound", 409: "Conflict"}  # when the answer has no Status body
 
 
 def _in_cluster() -> bool:

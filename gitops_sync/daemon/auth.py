@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 import structlog
 
 from gitops_sync.cluster.client import Client
-from gitops_sync.errors import ApiError, GitOpsError
+from gitops_sync.errors import ForbiddenError, GitOpsError, UnauthorizedError
 
 log = structlog.get_logger(__name__)
 
@@ -183,12 +183,10 @@ class KubernetesAuth:
     def _create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
             answer = self.client.request("POST", path, body=body, timeout=self.timeout)
-        except ApiError as exc:
-            if exc.status in (401, 403):
-                raise GitOpsError(
-                    f"the daemon may not create {path.rsplit('/', 1)[-1]} (HTTP {exc.status}): "
-                    "its ServiceAccount needs the gitops-sync-auth ClusterRole "
-                    "(deploy/kubernetes)"
-                ) from exc
-            raise
+        except (UnauthorizedError, ForbiddenError) as exc:
+            raise GitOpsError(
+                f"the daemon may not create {path.rsplit('/', 1)[-1]} (HTTP {exc.status}): "
+                "its ServiceAccount needs the gitops-sync-auth ClusterRole "
+                "(deploy/kubernetes)"
+            ) from exc
         return answer if isinstance(answer, dict) else {}

@@ -30,7 +30,7 @@ from gitops_sync.apply.manager import LiveMap
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import ResourceInfo
 from gitops_sync.daemon.queue import Backoff
-from gitops_sync.errors import ApiError, ClusterError
+from gitops_sync.errors import ClusterError, ForbiddenError, GoneError, error_for_status
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
 
@@ -49,10 +49,6 @@ class EventType(enum.StrEnum):
 OnEvent = Callable[[EventType, ObjectKey | None, Manifest | None], None]
 OnRestart = Callable[[str, str], None]  # (resource, reason)
 _Change = tuple[EventType, ObjectKey, Manifest | None]
-
-
-class _Gone(Exception):
-    """410: the resourceVersion we resume from is too old; only a new list helps."""
 
 
 @dataclass(frozen=True)
@@ -116,22 +112,14 @@ class _Unit:
                 self._restarted("closed")  # the server ended the watch (timeout): resume from self.rv
                 if time.monotonic() - started < 1.0:
                     self.stop.wait(backoff.next())  # a server that closes at once must not make us spin
-            except _Gone:
+            except GoneError:  # the resourceVersion we resume from is too old: only a new list helps
                 self._restarted("gone")
                 need_list = True
-            except ApiError as exc:
-                if exc.status == 410:
-                    self._restarted("gone")
-                    need_list = True
-                    continue
-                if exc.status == 403:
-                    if self.cache.forbidden(self, exc):
-                        return  # replaced by per-namespace loops
-                    self._failed("forbidden", exc)
-                    self.stop.wait(self.cache.forbidden_retry)
-                else:
-                    self._failed("error", exc)
-                    self.stop.wait(backoff.next())
+            except ForbiddenError as exc:
+                if self.cache.forbidden(self, exc):
+                    return  # replaced by per-namespace loops
+                self._failed("forbidden", exc)
+                self.stop.wait(self.cache.forbidden_retry)
                 need_list = True
             except ClusterError as exc:
                 self._failed("error", exc)
@@ -156,21 +144,11 @@ class _Unit:
         self.cache.on_restart(str(self.id), reason)
 
     def _list(self) -> None:
-        items: dict[ObjectKey, Manifest] = {}
-        cont = ""
-        while True:
-            doc = self.cache.client.request(
-                "GET", self.collection, query={"limit": 500, "continue": cont or None}, timeout=60
-            )
-            for item in doc.get("items") or []:
-                item.setdefault("apiVersion", self.info.api_version)
-                item.setdefault("kind", self.info.kind)
-                items[self._key(item)] = item
-            meta = doc.get("metadata") or {}
-            cont = meta.get("continue") or ""
-            if not cont:
-                rv = str(meta.get("resourceVersion") or "")
-                break
+        listing = self.cache.client.list_collection(
+            self.collection, timeout=60, api_version=self.info.api_version, kind=self.info.kind
+        )
+        items = {self._key(item): item for item in listing.items}
+        rv = listing.resource_version
         if self.stop.is_set():
             return
         recovered = self.synced_once
@@ -198,11 +176,15 @@ class _Unit:
             event = json.loads(line)
             etype = str(event.get("type", ""))
             obj = event.get("object") or {}
-            if etype == "ERROR":
-                code = obj.get("code")
-                if code == 410:
-                    raise _Gone(obj.get("message", "Gone"))
-                raise ApiError(int(code or 500), str(obj.get("reason") or "Error"), str(obj.get("message") or obj))
+            if etype == "ERROR":  # a Status: 410 Gone when our resourceVersion was compacted away
+                raise error_for_status(
+                    int(obj.get("code") or 500),
+                    str(obj.get("reason") or "Error"),
+                    str(obj.get("message") or obj),
+                    obj,
+                    method="WATCH",
+                    path=self.collection,
+                )
             rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
             if etype == "BOOKMARK":
                 self.rv = rv or self.rv
@@ -283,7 +265,7 @@ class WatchCache:
                 self._units[uid] = unit
                 unit.thread.start()
 
-    def forbidden(self, unit: _Unit, exc: ApiError) -> bool:
+    def forbidden(self, unit: _Unit, exc: ForbiddenError) -> bool:
         """A cluster-wide loop was refused: switch the kind to per-namespace loops. True if replaced."""
         with self._lock:
             if unit.id.namespace is not None or not unit.info.namespaced:

@@ -12,7 +12,7 @@ from types import FrameType
 import click
 import structlog
 
-from gitops_sync.apply.manager import ConflictPolicy
+from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.auth import AUTH_MODES
 from gitops_sync.daemon.leader import LeaderConfig, default_identity
 from gitops_sync.daemon.loop import Daemon, DaemonOptions

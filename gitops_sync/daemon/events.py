@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import structlog
 
 from gitops_sync.cluster.client import MERGE_PATCH, Client
-from gitops_sync.errors import ApiError, ClusterError, NotFoundError
+from gitops_sync.errors import ClusterError, ForbiddenError, NotFoundError
 from gitops_sync.resource import ObjectKey
 
 log = structlog.get_logger(__name__)
@@ -108,7 +108,7 @@ class EventRecorder:
             except ClusterError as exc:
                 self._dropped()
                 ns = self._namespace(spec)
-                if isinstance(exc, ApiError) and exc.status == 403:
+                if isinstance(exc, ForbiddenError):
                     if ns not in self._refused:
                         self._refused.add(ns)
                         log.warning("cannot record Events (forbidden); reporting in logs and /status only",

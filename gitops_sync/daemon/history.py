@@ -18,30 +18,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitops_sync.apply.inventory import ADOPTED, PART_OF
+from gitops_sync.conventions import HISTORY_SKIP_PREFIXES
 from gitops_sync.plan import fieldpath, ownership
-from gitops_sync.plan.planner import INTENT_HASH
 from gitops_sync.resource import Manifest, ObjectKey
 
 MASK = "***"
-# Our own bookkeeping and the object's identity change with every revision or never: not history.
-_SKIP_PREFIXES = (
-    ".apiVersion",
-    ".kind",
-    ".metadata.name",
-    ".metadata.namespace",
-    f".metadata.labels.{PART_OF}",
-    f'.metadata.labels["{PART_OF}"]',
-    f".metadata.annotations.{INTENT_HASH}",
-    f'.metadata.annotations["{INTENT_HASH}"]',
-    f".metadata.annotations.{ADOPTED}",
-    f'.metadata.annotations["{ADOPTED}"]',
-)
 
 
 def tracked_paths(desired: Manifest) -> list[str]:
     """The fields of a desired object whose history is kept: what Git sets, minus bookkeeping."""
-    return [p for p in fieldpath.leaf_paths(desired) if not p.startswith(_SKIP_PREFIXES)]
+    return [p for p in fieldpath.leaf_paths(desired) if not p.startswith(HISTORY_SKIP_PREFIXES)]
 
 
 def is_secret(key: ObjectKey) -> bool:

@@ -125,6 +125,17 @@ class Yielded(FieldChange):
 
 
 @dataclass
+class Ignored(FieldChange):
+    """A field Git sets that an ignore rule leaves to the cluster (plan/ignore.py): never drift."""
+
+    mode: str = ""  # if-owned-by-others | always
+    rule: str = ""  # where the rule came from: --ignore or the rules file
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "mode": self.mode, "rule": self.rule}
+
+
+@dataclass
 class Entry:
     key: ObjectKey
     api_version: str
@@ -137,6 +148,7 @@ class Entry:
     health: str = ""
     shared: SharedWith | None = None  # a `shared` conflict: already a member of another ApplySet
     yielded: list[Yielded] = field(default_factory=list)  # fields left to another manager (daemon)
+    ignored: list[Ignored] = field(default_factory=list)  # fields ignore rules left to the cluster
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -157,6 +169,8 @@ class Entry:
             out["shared"] = self.shared.to_dict()
         if self.yielded:
             out["yielded"] = [y.to_dict() for y in self.yielded]
+        if self.ignored:
+            out["ignored"] = [i.to_dict() for i in self.ignored]
         return out
 
 

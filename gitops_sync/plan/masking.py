@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Final
 
+from gitops_sync.conventions import LAST_APPLIED
 from gitops_sync.plan.diff import FieldDiff
 from gitops_sync.plan.fieldpath import MISSING, Field, parse
-from gitops_sync.plan.normalize import LAST_APPLIED
 from gitops_sync.resource import Manifest, ObjectKey, split_api_version
 
 __all__ = ["MASK", "VALUES_DIFFER", "Redactor", "is_secret", "mask_diff", "mask_literals", "mask_secret"]

@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
+from gitops_sync.conventions import SERVER_ANNOTATIONS, SERVER_METADATA
 from gitops_sync.errors import RenderError
 from gitops_sync.plan.fieldpath import MISSING, Field, Path, PathElement, parse
 from gitops_sync.resource import Manifest, ObjectKey
 
 __all__ = [
-    "LAST_APPLIED",
     "equivalent",
     "is_quantity_path",
     "parse_quantity",
@@ -28,19 +28,6 @@ __all__ = [
     "strip_server_fields",
 ]
 
-LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
-
-_SERVER_METADATA: Final = (
-    "managedFields",
-    "resourceVersion",
-    "uid",
-    "creationTimestamp",
-    "generation",
-    "selfLink",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-)
-_SERVER_ANNOTATIONS: Final = (LAST_APPLIED, "deployment.kubernetes.io/revision")
 
 
 def strip_server_fields(obj: Manifest) -> Manifest:
@@ -55,12 +42,12 @@ def strip_server_fields(obj: Manifest) -> Manifest:
     meta = out.get("metadata")
     if isinstance(meta, dict):
         meta = out["metadata"] = dict(meta)
-        for name in _SERVER_METADATA:
+        for name in SERVER_METADATA:
             meta.pop(name, None)
         annotations = meta.get("annotations")
         if isinstance(annotations, dict):
             annotations = meta["annotations"] = dict(annotations)
-            for name in _SERVER_ANNOTATIONS:
+            for name in SERVER_ANNOTATIONS:
                 annotations.pop(name, None)
             if not annotations:
                 del meta["annotations"]

@@ -1,8 +1,9 @@
 """Who owns which field: `metadata.managedFields` and the conflicts of a 409 apply.
 
 The server records ownership per manager (name, operation, subresource) as a FieldsV1 trie;
-we turn each trie into a set of paths in the server's printed notation so a conflict path, a
-diff path and an owned path compare as strings. See docs: server-side apply, field management.
+the FieldsV1 codec (`plan/fieldpath/fieldsv1.py`) turns each trie into a set of paths in the server's
+printed notation, so a conflict path, a diff path and an owned path compare as strings. See docs:
+server-side apply, field management.
 """
 
 from __future__ import annotations
@@ -14,18 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gitops_sync.plan.fieldpath import (
-    MISSING,
-    Field,
-    Index,
-    Key,
-    Path,
-    PathElement,
-    Value,
-    get,
-    go_unquote,
-    parse,
-)
+from gitops_sync.plan.fieldpath import MISSING, Path, get, go_unquote, parse, parse_fields_v1
 from gitops_sync.resource import Manifest
 
 __all__ = [
@@ -35,7 +25,6 @@ __all__ = [
     "owners",
     "owners_excluding",
     "parse_conflicts",
-    "parse_fields_v1",
 ]
 
 
@@ -82,41 +71,6 @@ class ManagedFieldsEntry:
 def _canonical(path: Path | str) -> str:
     """Server spelling of `path`; non-canonical input (unsorted key fields) is normalised."""
     return (parse(path) if isinstance(path, str) else path).format()
-
-
-def _decode_element(key: str) -> PathElement:
-    kind, sep, body = key.partition(":")
-    if sep:
-        if kind == "f":
-            return Field(body)
-        if kind == "k":
-            fields = json.loads(body)
-            if isinstance(fields, dict):
-                return Key.of(fields)
-        elif kind == "v":
-            return Value.of(json.loads(body))
-        elif kind == "i" and body.isdigit():
-            return Index(int(body))
-    raise ValueError(f"unknown FieldsV1 key {key!r}")
-
-
-def parse_fields_v1(fields_v1: Mapping[str, Any]) -> set[Path]:
-    """FieldsV1 trie -> owned paths: `{}` children are leaves, `".": {}` owns the node itself."""
-    out: set[Path] = set()
-    stack: list[tuple[Path, Mapping[str, Any]]] = [(Path(), fields_v1)]
-    while stack:
-        prefix, node = stack.pop()
-        for key, child in node.items():
-            if key == ".":
-                if prefix:
-                    out.add(prefix)
-                continue
-            path = prefix.child(_decode_element(key))
-            if isinstance(child, Mapping) and child:
-                stack.append((path, child))
-            else:
-                out.add(path)
-    return out
 
 
 def managed_fields(obj: Manifest) -> list[ManagedFieldsEntry]:

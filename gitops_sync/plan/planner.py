@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gitops_sync.apply.inventory import ADOPT, ADOPTED, PART_OF
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
+from gitops_sync.conventions import ADOPT, ADOPTED, BOOKKEEPING, BOOKKEEPING_KEYS, CSA_MANAGER, INTENT_HASH, PART_OF
 from gitops_sync.errors import RenderError
 from gitops_sync.plan import actors, fieldpath, ownership
 from gitops_sync.plan import diff as _diff
@@ -21,14 +21,6 @@ from gitops_sync.plan.changeset import Action, CoOwner, Entry, FieldChange, Shar
 from gitops_sync.plan.masking import MASK, VALUES_DIFFER, mask_diff
 from gitops_sync.plan.normalize import prepare_desired
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
-
-INTENT_HASH = "gitops-sync.io/intent-hash"
-# The manager `kubectl apply` (client-side) records; `sync` hands its fields to our Apply manager first.
-CSA_MANAGER = "kubectl-client-side-apply"
-# What we write for our own bookkeeping: written with every apply, but never a field difference, a
-# conflict or drift to report (a change there is "record gitops-sync ownership").
-_BOOKKEEPING_KEYS = (("labels", PART_OF), ("annotations", INTENT_HASH), ("annotations", ADOPTED))
-BOOKKEEPING = tuple(f".metadata.{where}.{name}" for where, name in _BOOKKEEPING_KEYS)
 
 
 @dataclass
@@ -216,7 +208,7 @@ def explain(
 
 def _bookkeeping(obj: Manifest) -> tuple[object, ...]:
     meta = obj.get("metadata") or {}
-    return tuple((meta.get(where) or {}).get(name) for where, name in _BOOKKEEPING_KEYS)
+    return tuple((meta.get(where) or {}).get(name) for where, name in BOOKKEEPING_KEYS)
 
 
 def _without_bookkeeping(obj: Manifest) -> Manifest:
@@ -232,7 +224,7 @@ def _without_bookkeeping(obj: Manifest) -> Manifest:
         values = meta.get(where)
         if not isinstance(values, dict):
             continue
-        kept = {k: v for k, v in values.items() if (where, k) not in _BOOKKEEPING_KEYS}
+        kept = {k: v for k, v in values.items() if (where, k) not in BOOKKEEPING_KEYS}
         if not kept:
             del trimmed[where]
             changed = True

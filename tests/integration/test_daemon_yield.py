@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,16 +48,17 @@ def start(kube: KubeCluster, tmp_path: Path, repo: Path, ns: str, *args: str) ->
     return d
 
 
-def watch_replicas(kube: KubeCluster, ns: str, name: str, seconds: float) -> list[int]:
-    """The distinct successive values of .spec.replicas, polled every 0.2 s for `seconds`."""
-    seen: list[int] = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        value = replicas(kube, ns, name)
-        if not seen or seen[-1] != value:
-            seen.append(value)
-        time.sleep(0.2)
-    return seen
+def generation(kube: KubeCluster, ns: str, name: str) -> int:
+    """Every change of the Deployment's spec (each scale, each correction) bumps it by one."""
+    return int(get(kube, "deployment", name, "-n", ns)["metadata"]["generation"])
+
+
+def replica_history(d: Daemon, name: str) -> list[Any]:
+    """The values of .spec.replicas the daemon's watch saw, in order (/status history)."""
+    for obj in d.status()["history"]:
+        if obj["kind"] == "Deployment" and obj["name"] == name:
+            return [r["value"] for r in obj["fields"].get(".spec.replicas", [])]
+    return []
 
 
 def test_real_hpa_scaling_above_git_is_yielded_to_at_once_not_fought(
@@ -65,9 +67,15 @@ def test_real_hpa_scaling_above_git_is_yielded_to_at_once_not_fought(
     """Git says replicas 1, the HPA's minReplicas is 2: the HPA controller scales it (no metrics needed)."""
     repo = GitRepo(tmp_path / "repo", {"web.yaml": deployment("web", 1), "hpa.yaml": hpa("web", "web", 2, 4)})
     with start(kube, tmp_path, repo.path, namespace) as d:
-        values = watch_replicas(kube, namespace, "web", 40.0)
-        print(f"replicas over 40 s with the daemon yielding: {values}")
-        assert values == [1, 2], f"the HPA scaled once and nobody fought: {values}\n{d.log_tail()}"
+        wait_until("the HPA to scale", lambda: replicas(kube, namespace, "web") == 2, 40.0, interval=0.2)
+        wait_until("the yield", lambda: d.status()["yields"], 5.0)
+        before = generation(kube, namespace, "web")
+        time.sleep(40.0)
+        seen = replica_history(d, "web")
+        print(f"replicas seen by the watch, 40 s after the HPA scaled: {seen}")
+        assert seen == [1, 2], f"the HPA scaled once and nobody fought: {seen}\n{d.log_tail()}"
+        assert generation(kube, namespace, "web") == before, "no spec change at all for 40 s"
+        assert replicas(kube, namespace, "web") == 2
 
         yields = d.status()["yields"]
         assert len(yields) == 1, yields
@@ -107,9 +115,13 @@ def test_git_wins_over_autoscaler_keeps_correcting_replicas(kube: KubeCluster, n
     """The flag that makes Git win: the old behaviour, the fight goes on (the control for the test above)."""
     repo = GitRepo(tmp_path / "repo", {"web.yaml": deployment("web", 1), "hpa.yaml": hpa("web", "web", 2, 4)})
     with start(kube, tmp_path, repo.path, namespace, "--git-wins-over-autoscaler") as d:
-        values = watch_replicas(kube, namespace, "web", 35.0)
-        print(f"replicas over 35 s with Git winning: {values}")
-        assert values[:3] == [1, 2, 1], values
+        wait_until(
+            "the HPA to scale and the daemon to correct it",
+            lambda: replica_history(d, "web")[:3] == [1, 2, 1],
+            60.0,
+            interval=0.2,
+        )
+        print(f"replicas seen by the watch with Git winning: {replica_history(d, 'web')}")
         assert d.status()["yields"] == []
         assert d.stop() == 0
 

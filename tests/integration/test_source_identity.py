@@ -18,7 +18,8 @@ import pytest
 from conftest import KubeCluster
 from daemon_support import Daemon, GitRepo, configmap, wait_until
 
-from gitops_sync.apply.inventory import ADOPTED, IDENTITY, PART_OF, SOURCE, applyset_id
+from gitops_sync.apply.inventory import applyset_id
+from gitops_sync.conventions import ADOPTED, PART_OF, SOURCE, SOURCE_IDENTITY
 from gitops_sync.daemon.leader import lease_name
 from gitops_sync.source.identity import legacy_inventory_name
 
@@ -91,7 +92,7 @@ def test_two_teams_with_repositories_called_deploy_keep_each_others_objects(
     assert inv_a["sourceIdentity"] == f"{Path(bare.git_dir).resolve()}//apps"
     assert part_of(kube, "configmap/team-a-settings", namespace) == applyset_id(inv_a["name"], namespace)
     parent = get(kube, f"configmap/{inv_b['name']}", namespace)
-    assert parent is not None and parent["metadata"]["annotations"][IDENTITY] == inv_b["sourceIdentity"]
+    assert parent is not None and parent["metadata"]["annotations"][SOURCE_IDENTITY] == inv_b["sourceIdentity"]
     # every report header names the inventory
     table = gs(kube, "diff", "--repo", str(repo_b), "--path", "apps", "-n", namespace)
     md = gs(kube, "diff", "--repo", str(repo_b), "--path", "apps", "-n", namespace, "-o", "markdown")
@@ -161,11 +162,11 @@ def test_a_parent_of_another_source_is_refused_naming_both(kube: KubeCluster, na
     assert get(kube, "configmap/from-b", namespace) is None, "nothing of B was applied"
 
     # a parent written before identities existed records none: accepted, and from then on it records B
-    kube.kubectl("annotate", "configmap/shared-name", "-n", namespace, f"{IDENTITY}-")
+    kube.kubectl("annotate", "configmap/shared-name", "-n", namespace, f"{SOURCE_IDENTITY}-")
     r = gs(kube, "sync", "--repo", str(repo_b), "-n", namespace, "--name", "shared-name", "-o", "json")
     assert r.returncode == 0, r.stdout + r.stderr
     parent = get(kube, "configmap/shared-name", namespace)
-    assert parent is not None and parent["metadata"]["annotations"][IDENTITY] == str(repo_b.resolve())
+    assert parent is not None and parent["metadata"]["annotations"][SOURCE_IDENTITY] == str(repo_b.resolve())
 
 
 def _legacy_state(kube: KubeCluster, repo: str, ns: str, cwd: Path, *, prune: bool) -> str:
@@ -189,7 +190,9 @@ def _legacy_state(kube: KubeCluster, repo: str, ns: str, cwd: Path, *, prune: bo
         cwd=cwd,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    kube.kubectl("annotate", f"configmap/{legacy}", "-n", ns, f"{IDENTITY}-", f"{SOURCE}={repo}//apps", "--overwrite")
+    kube.kubectl(
+        "annotate", f"configmap/{legacy}", "-n", ns, f"{SOURCE_IDENTITY}-", f"{SOURCE}={repo}//apps", "--overwrite"
+    )
     return legacy
 
 
@@ -225,7 +228,7 @@ def test_an_inventory_of_the_old_naming_is_taken_over_with_prune(
     assert kept is not None and PART_OF not in kept["metadata"].get("labels", {})
     assert get(kube, f"configmap/{legacy}", namespace) is None, "the old parent is gone"
     parent = get(kube, f"configmap/{name}", namespace)
-    assert parent and parent["metadata"]["annotations"][IDENTITY] == doc(r)["inventory"]["sourceIdentity"]
+    assert parent and parent["metadata"]["annotations"][SOURCE_IDENTITY] == doc(r)["inventory"]["sourceIdentity"]
 
     r = gs(kube, "diff", "--repo", ".", "--path", "apps", "--prune", "-n", namespace, "-o", "json", cwd=work.path)
     assert r.returncode == 0 and set(actions(r).values()) == {"unchanged"}, r.stdout + r.stderr

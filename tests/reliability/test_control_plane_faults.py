@@ -16,15 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.integration.daemon_support import Daemon, GitRepo, deployment, kubectl_edit_env, wait_until
+from tests.integration.daemon_support import Daemon, GitRepo, deployment, wait_until
 from tests.reliability.faults import PrivateCluster
 from tests.reliability.proxy import CuttingProxy
 from tests.reliability.workload import (
     PART_OF,
     audit_deletes,
     audit_writes,
+    cm_version,
     configmap_files,
     count_configmaps,
+    drift_configmap,
     finish,
     inventory,
     kubectl,
@@ -63,11 +65,6 @@ def _daemon(cluster: PrivateCluster, repo: GitRepo, ns: str, log: Path, *extra: 
 def _replicas(env: dict[str, str], ns: str, name: str = "web") -> int:
     r = kubectl(env, "get", "deployment", name, "-n", ns, "-o", "jsonpath={.spec.replicas}", check=False)
     return int(r.stdout) if r.returncode == 0 and r.stdout.strip() else -1
-
-
-def _cm_version(env: dict[str, str], ns: str, name: str) -> str:
-    r = kubectl(env, "get", "configmap", name, "-n", ns, "-o", "jsonpath={.data.version}", check=False)
-    return r.stdout if r.returncode == 0 else ""
 
 
 def _metric_sum(d: Daemon, name: str) -> float:
@@ -245,18 +242,10 @@ def test_watch_connections_cut_by_proxy(private_cluster: PrivateCluster, reliabi
                 assert proxy.cut_all() >= 2, "no live connections to cut (the watches should be open)"
                 # Drift at once, while the watches are down or relisting: only a relist can show it.
                 kubectl(env, "scale", "deployment/web", f"--replicas={5 + i}", "-n", ns)
-                r = kubectl(
-                    kubectl_edit_env(env, "s/version: v1$/version: drifted/"),
-                    "edit",
-                    "configmap/cm-003",
-                    "-n",
-                    ns,
-                    check=False,
-                )
-                assert r.returncode == 0, r.stderr
+                drift_configmap(env, ns, "cm-003")
                 took = wait_until(
                     f"drift corrected after cut {i + 1}",
-                    lambda: _replicas(env, ns) == 2 and _cm_version(env, ns, "cm-003") == "v1",
+                    lambda: _replicas(env, ns) == 2 and cm_version(env, ns, "cm-003") == "v1",
                     60,
                     0.1,
                 )
@@ -308,17 +297,14 @@ def test_etcd_restarted_under_daemon(private_cluster: PrivateCluster, reliabilit
         back = time.monotonic()
         assert d.get("/healthz")[0] == 200
         commit_took = wait_until(
-            "the commit made during the outage applied", lambda: _cm_version(env, ns, "cm-005") == "v2", 120, 0.2
+            "the commit made during the outage applied", lambda: cm_version(env, ns, "cm-005") == "v2", 120, 0.2
         )
         t0 = time.monotonic()
         kubectl(env, "scale", "deployment/web", "--replicas=7", "-n", ns)
-        r = kubectl(
-            kubectl_edit_env(env, "s/version: v1$/version: drifted/"), "edit", "configmap/cm-010", "-n", ns, check=False
-        )
-        assert r.returncode == 0, r.stderr
+        drift_configmap(env, ns, "cm-010")
         wait_until(
             "drift after the restart corrected",
-            lambda: _replicas(env, ns) == 2 and _cm_version(env, ns, "cm-010") == "v1",
+            lambda: _replicas(env, ns) == 2 and cm_version(env, ns, "cm-010") == "v1",
             60,
             0.05,
         )

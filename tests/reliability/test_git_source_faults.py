@@ -8,7 +8,6 @@ serves. Rows go to RELIABILITY.md through the `reliability` recorder.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,8 +15,8 @@ from typing import TYPE_CHECKING
 import git
 import pytest
 
-from tests.integration.daemon_support import ACTOR, Daemon, kubectl_edit_env, wait_until
-from tests.reliability.workload import configmap, live_objects, no_traceback, run_sync
+from tests.integration.daemon_support import ACTOR, Daemon, wait_until
+from tests.reliability.workload import cm_version, configmap, drift_configmap, live_objects, no_traceback, run_sync
 
 if TYPE_CHECKING:
     from tests.conftest import KubeCluster
@@ -210,8 +209,10 @@ def test_git_faults_under_daemon(kube: KubeCluster, namespace: str, reliability:
             assert d.metric("gitops_sync_source_healthy") == 0
             assert d.get("/healthz")[0] == 200
             # The last good state is still enforced: drift is corrected while the source is broken.
-            _edit(kube, ns, "c-1")
-            wait_until("drift corrected while the source is broken", lambda: _version(kube, ns, "c-1") == "v1", 20, 0.1)
+            drift_configmap(env, ns, "c-1")
+            wait_until(
+                "drift corrected while the source is broken", lambda: cm_version(env, ns, "c-1") == "v1", 20, 0.1
+            )
             time.sleep(2)  # a few more polls of the broken source
             assert _uids(kube, ns) == good, f"{what}: something was deleted or replaced"
             return str(d.status()["daemon"]["source"]["error"]), took
@@ -268,7 +269,7 @@ def test_git_faults_under_daemon(kube: KubeCluster, namespace: str, reliability:
         rewritten = remote.rewrite(a, {"c-0.json": configmap("c-0", "v2")}, "A rewritten: c-0 v2")
         remote.push(force=True)
         t_rew = healthy_again(rewritten)
-        wait_until("the rewritten commit enforced", lambda: _version(kube, ns, "c-0") == "v2", 20, 0.1)
+        wait_until("the rewritten commit enforced", lambda: cm_version(env, ns, "c-0") == "v2", 20, 0.1)
         now = _uids(kube, ns)
         assert all(now[n] == good[n] for n in good if n != "c-5")
         assert d.stop() == 0
@@ -291,20 +292,3 @@ def test_git_faults_under_daemon(kube: KubeCluster, namespace: str, reliability:
         checked="only what the new tip lacks was pruned; the other objects kept their uid",
         figures=f"applied {t_back:.1f} s and {t_rew:.1f} s after the push (1 s polling)",
     )
-
-
-def _edit(kube: KubeCluster, ns: str, name: str) -> None:
-    res = subprocess.run(
-        ["kubectl", "edit", f"configmap/{name}", "-n", ns],
-        env=kubectl_edit_env(kube.env, "s/version: v1$/version: drifted/"),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=30,
-    )
-    assert res.returncode == 0, res.stderr
-
-
-def _version(kube: KubeCluster, ns: str, name: str) -> str:
-    r = kube.kubectl("get", "configmap", name, "-n", ns, "-o", "jsonpath={.data.version}", check=False)
-    return r.stdout if r.returncode == 0 else ""

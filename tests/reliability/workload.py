@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.integration.daemon_support import REPO_ROOT
+from tests.integration.daemon_support import REPO_ROOT, kubectl_edit_env
 
 PART_OF = "applyset.kubernetes.io/part-of"
 GROUP_KINDS = "applyset.kubernetes.io/contains-group-kinds"
@@ -146,6 +146,20 @@ def kubectl(
     if check and r.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args[:4])} failed ({r.returncode}): {r.stderr}")
     return r
+
+
+def cm_version(env: dict[str, str], ns: str, name: str) -> str:
+    """The ConfigMap's data.version ("" when it is missing or the API server does not answer)."""
+    r = kubectl(env, "get", "configmap", name, "-n", ns, "-o", "jsonpath={.data.version}", check=False)
+    return r.stdout if r.returncode == 0 else ""
+
+
+def drift_configmap(env: dict[str, str], ns: str, name: str) -> None:
+    """`kubectl edit` (scripted) of data.version v1 -> drifted: drift by another field manager."""
+    r = kubectl(
+        kubectl_edit_env(env, "s/version: v1$/version: drifted/"), "edit", f"configmap/{name}", "-n", ns, check=False
+    )
+    assert r.returncode == 0, r.stderr
 
 
 @dataclass(frozen=True)

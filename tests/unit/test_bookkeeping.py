@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gitops_sync.apply.inventory import ADOPTED, PART_OF
+from gitops_sync.conventions import ADOPTED, PART_OF
 from gitops_sync.plan import ownership, planner
 from gitops_sync.plan.changeset import Action
 from gitops_sync.plan.masking import MASK, VALUES_DIFFER

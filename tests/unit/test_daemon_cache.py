@@ -12,9 +12,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import ResourceInfo
 from gitops_sync.daemon.cache import EventType, WatchCache
-from gitops_sync.errors import ApiError, ClusterError
+from gitops_sync.errors import ClusterError, ForbiddenError
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import ObjectKey
 
@@ -29,10 +30,14 @@ def line(etype: str, obj: dict[str, Any]) -> bytes:
     return json.dumps({"type": etype, "object": obj}).encode()
 
 
-class ScriptedApi:
-    """LIST answers from `lists` (by path), watches from `watches` (one script per watch call)."""
+class ScriptedApi(Client):
+    """LIST answers from `lists` (by path), watches from `watches` (one script per watch call).
 
-    def __init__(self) -> None:
+    A Client with no connection: `request` and `stream_lines` are scripted, the rest (`list_collection`)
+    is the real code running on top of them.
+    """
+
+    def __init__(self) -> None:  # no super().__init__: nothing to connect to
         self.lists: dict[str, list[Any]] = {}
         self.watches: queue.Queue[list[Any]] = queue.Queue()
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
@@ -168,9 +173,9 @@ def test_broken_connection_backs_off_and_relists_and_live_of_falls_back_while_un
 
 def test_forbidden_cluster_wide_falls_back_to_one_loop_per_namespace() -> None:
     api = ScriptedApi()
-    api.lists["/api/v1/configmaps"] = [ApiError(403, "Forbidden", "cannot list configmaps at the cluster scope")]
+    api.lists["/api/v1/configmaps"] = [ForbiddenError(403, "Forbidden", "cannot list configmaps at the cluster scope")]
     api.lists["/api/v1/namespaces/ns/configmaps"] = [{"metadata": {"resourceVersion": "7"}, "items": [cm("a", 5)]}]
-    api.lists["/api/v1/namespaces/other/configmaps"] = [ApiError(403, "Forbidden", "no access to other")]
+    api.lists["/api/v1/namespaces/other/configmaps"] = [ForbiddenError(403, "Forbidden", "no access to other")]
     api.watches.put(["hang"])
     cache, _events, _restarts = make(api)
     try:

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from gitops_sync.apply.manager import ResourceManager
+from gitops_sync.conventions import INTENT_HASH
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action
 from gitops_sync.plan.diff import diff_intent
@@ -24,7 +25,7 @@ from tests.unit.test_planner import StaticDiscovery, cm
 def _reference_hash(manifest: dict[str, Any]) -> str:
     """The original implementation (deep copy, drop the annotation, canonical JSON)."""
     body = copy.deepcopy(manifest)
-    ((body.get("metadata") or {}).get("annotations") or {}).pop(planner.INTENT_HASH, None)
+    ((body.get("metadata") or {}).get("annotations") or {}).pop(INTENT_HASH, None)
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
@@ -32,9 +33,9 @@ def _reference_hash(manifest: dict[str, Any]) -> str:
 def test_intent_hash_is_the_same_as_before_and_ignores_its_own_annotation() -> None:
     plain = cm("a", LEVEL="info")
     with_hash = copy.deepcopy(plain)
-    with_hash["metadata"]["annotations"] = {planner.INTENT_HASH: "old", "team": "x"}
+    with_hash["metadata"]["annotations"] = {INTENT_HASH: "old", "team": "x"}
     only_hash = copy.deepcopy(plain)
-    only_hash["metadata"]["annotations"] = {planner.INTENT_HASH: "old"}
+    only_hash["metadata"]["annotations"] = {INTENT_HASH: "old"}
     for m in (plain, with_hash, only_hash, {"kind": "X"}, {"metadata": None}, {"metadata": {"annotations": None}}):
         before = copy.deepcopy(m)
         assert planner.intent_hash(m) == _reference_hash(m)

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from gitops_sync.apply.inventory import ADOPTED, PART_OF, applyset_id
+from gitops_sync.apply.inventory import applyset_id
 from gitops_sync.apply.ordering import prune_order, stage_of, stages
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
+from gitops_sync.conventions import ADOPTED, PART_OF
 from gitops_sync.errors import RenderError
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange

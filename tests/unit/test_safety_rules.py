@@ -7,9 +7,10 @@ import json
 from io import StringIO
 
 from gitops_sync.apply import cascade, inventory
-from gitops_sync.apply.inventory import ADOPT, ADOPTED, PART_OF
+from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import ResourceInfo
-from gitops_sync.errors import ApiError
+from gitops_sync.conventions import ADOPT, ADOPTED, INTENT_HASH, PART_OF
+from gitops_sync.errors import error_for_status
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, SharedWith
 from gitops_sync.report import exit_code_diff, exit_code_sync, write
@@ -61,12 +62,12 @@ def test_adoption_annotation_in_git_opts_in() -> None:
 def test_mark_adopted_changes_the_intent_hash() -> None:
     (t,) = planner.resolve(objs(cm("a", k="v")), StaticDiscovery(), "ns")
     planner.finalize(t, None, OURS)
-    before = t.manifest["metadata"]["annotations"][planner.INTENT_HASH]
+    before = t.manifest["metadata"]["annotations"][INTENT_HASH]
     planner.mark_adopted(t)
     ann = t.manifest["metadata"]["annotations"]
     assert ann[ADOPTED] == "true"
-    assert ann[planner.INTENT_HASH] != before
-    assert ann[planner.INTENT_HASH] == planner.intent_hash(t.manifest)
+    assert ann[INTENT_HASH] != before
+    assert ann[INTENT_HASH] == planner.intent_hash(t.manifest)
 
 
 def _shared_changeset() -> ChangeSet:
@@ -129,16 +130,19 @@ def test_unserved_kinds_are_the_recorded_ones_discovery_lacks() -> None:
     assert inventory.unserved_kinds(StaticDiscovery(), inv) == {"Widget.example.com"}
 
 
-class _ListClient:
-    """Answers namespace LISTs from a table; a path mapped to an int answers that HTTP error."""
+class _ListClient(Client):
+    """Answers namespace LISTs from a table; a path mapped to an int answers that HTTP error.
 
-    def __init__(self, answers: dict[str, list[dict[str, object]] | int]) -> None:
+    A Client with no connection: `request` is scripted, `list_collection` is the real code on top of it.
+    """
+
+    def __init__(self, answers: dict[str, list[dict[str, object]] | int]) -> None:  # nothing to connect to
         self.answers = answers
 
     def request(self, method: str, path: str, **_: object) -> dict[str, object]:
         answer = self.answers.get(path, [])
         if isinstance(answer, int):
-            raise ApiError(answer, "Forbidden", f"{method} {path}")
+            raise error_for_status(answer, "Forbidden", f"{method} {path}")
         return {"items": [{"metadata": m} for m in answer], "metadata": {}}
 
 
@@ -171,10 +175,10 @@ def test_namespace_holdings_ignore_defaults_owned_objects_events_and_a_services_
         }
     )
     deleted = {ObjectKey("", "Service", "team", "web"), ObjectKey("", "ConfigMap", "team", "mine")}
-    held = cascade.namespace_holdings(client, d, "team", deleted)  # type: ignore[arg-type]
+    held = cascade.namespace_holdings(client, d, "team", deleted)
     assert held.foreign == [ObjectKey("", "Endpoints", "team", "manual"), ObjectKey("", "Pod", "team", "bare")]
     assert not held.unchecked
 
     client.answers[f"{ns}/pods"] = 403
-    held = cascade.namespace_holdings(client, d, "team", deleted)  # type: ignore[arg-type]
+    held = cascade.namespace_holdings(client, d, "team", deleted)
     assert held.unchecked == ["Pod"] and bool(held), "a kind that cannot be listed blocks: contents unknown"

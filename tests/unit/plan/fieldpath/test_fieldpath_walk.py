@@ -1,3 +1,8 @@
+"""walk.py: leaves of an object, get/resolve/remove along printed paths.
+
+The second half checks that get's allocation-free first route answers exactly as the general search does.
+"""
+
 from __future__ import annotations
 
 import copy
@@ -5,112 +10,10 @@ from typing import Any
 
 import pytest
 
-from gitops_sync.plan.fieldpath import (
-    MISSING,
-    SET,
-    Field,
-    Index,
-    Key,
-    Path,
-    Value,
-    format_path,
-    get,
-    go_unquote,
-    item_key,
-    leaf_paths,
-    leaves,
-    list_keys,
-    parse,
-    remove,
-    resolve,
-)
-
-# Paths exactly as the API server prints them (structured-merge-diff Path.String()).
-SERVER_PATHS = [
-    ".spec.replicas",
-    ".metadata.labels.app",
-    ".metadata.labels.app.kubernetes.io/name",
-    ".metadata.annotations.kubectl.kubernetes.io/last-applied-configuration",
-    '.spec.template.spec.containers[name="api"].image',
-    '.spec.template.spec.containers[name="api"].env[name="LOG_LEVEL"].value',
-    '.spec.template.spec.containers[name="api"].ports[containerPort=8080,protocol="TCP"].name',
-    '.spec.ports[port=80,protocol="TCP"].targetPort',
-    '.metadata.finalizers[="kubernetes.io/pvc-protection"]',
-    ".spec.template.spec.containers[0].args[1]",
-    '.metadata.ownerReferences[uid="6f1c2a9e-1b2c-4d5e-8f90-123456789abc"]',
-    '.spec.topologySpreadConstraints[topologyKey="zone",whenUnsatisfiable="DoNotSchedule"]',
-    ".spec.x[=42]",
-    ".spec.x[=1.5]",
-    ".spec.x[=true]",
-    ".spec.x[=null]",
-    '.data.a[="say \\"hi\\"\\n"]',
-    '.spec.k[a=-3,b="é"]',
-    "",
-]
-
-
-@pytest.mark.parametrize("text", SERVER_PATHS)
-def test_parse_format_round_trip(text: str) -> None:
-    path = parse(text)
-    assert path.format() == text
-    assert str(path) == text
-    assert format_path(tuple(path)) == text
-    assert Path.parse(text) == path
-
-
-@pytest.mark.parametrize(
-    ("text", "elements"),
-    [
-        (".spec.replicas", [Field("spec"), Field("replicas")]),
-        ('.a[name="api"].b', [Field("a"), Key.of({"name": "api"}), Field("b")]),
-        ('.p[protocol="TCP",port=80]', [Field("p"), Key.of({"port": 80, "protocol": "TCP"})]),
-        ('.f[="x"]', [Field("f"), Value.of("x")]),
-        (".f[=7]", [Field("f"), Value.of(7)]),
-        (".args[12]", [Field("args"), Index(12)]),
-        ('.k[a="x\\ty",b=false,c=null,d=2.5]', [Field("k"), Key.of({"a": "x\ty", "b": False, "c": None, "d": 2.5})]),
-    ],
-)
-def test_parse_elements(text: str, elements: list[Any]) -> None:
-    assert list(parse(text)) == elements
-
-
-def test_unsorted_key_fields_are_canonicalised() -> None:
-    # The server sorts key fields by name; a hand-written path in another order means the same item.
-    assert parse('.p[protocol="TCP",port=80]').format() == '.p[port=80,protocol="TCP"]'
-
-
-def test_key_values_json_exact() -> None:
-    assert Key.of({"port": 80}) == Key.of({"port": 80.0})  # integral floats are the same JSON number
-    assert Key.of({"port": 80}) != Key.of({"port": "80"})  # intOrString: different items
-    assert Key.of({"a": True}) != Key.of({"a": 1})
-    assert Key.of({"port": 80, "protocol": "TCP"}).fields == {"port": 80, "protocol": "TCP"}
-    assert Value.of("x").value == "x"
-
-
-@pytest.mark.parametrize(
-    ("quoted", "text"),
-    [('"plain"', "plain"), ('"a\\"b"', 'a"b'), ('"\\x01\\u00e9\\U0001f600"', "\x01é😀"), ('"\\101"', "A")],
-)
-def test_go_unquote(quoted: str, text: str) -> None:
-    assert go_unquote(quoted) == text
-
-
-@pytest.mark.parametrize("bad", ["spec", ".a[", '.a[name="x"', ".a[name=]x", ".a[=bogus]", '.a["x"]', '.a[="\\q"]'])
-def test_parse_rejects_malformed(bad: str) -> None:
-    with pytest.raises(ValueError, match="invalid field path"):
-        parse(bad)
-
-
-def test_path_helpers() -> None:
-    path = parse('.spec.containers[name="api"].image')
-    assert path.parent.format() == '.spec.containers[name="api"]'
-    assert [p.format() for p in path.prefixes()] == ['.spec.containers[name="api"]', ".spec.containers", ".spec"]
-    assert path.startswith(parse(".spec.containers"))
-    assert not path.startswith(parse(".spec.initContainers"))
-    assert path.child(Field("x")).format() == '.spec.containers[name="api"].image.x'
-    assert repr(parse(".a")) == "Path('.a')"
-    assert isinstance(path.parent, Path)
-
+from gitops_sync.plan.fieldpath import walk
+from gitops_sync.plan.fieldpath.element import Field, Index, Key, Path, Value
+from gitops_sync.plan.fieldpath.notation import parse
+from gitops_sync.plan.fieldpath.walk import MISSING, get, leaf_paths, leaves, remove, resolve
 
 DEPLOY: dict[str, Any] = {
     "apiVersion": "apps/v1",
@@ -252,52 +155,6 @@ def test_remove_keeps_everything_else() -> None:
     assert out == expected
 
 
-@pytest.mark.parametrize(
-    ("path", "items", "kind", "keys"),
-    [
-        (".spec.template.spec.containers", [{"name": "a"}], "Deployment", ("name",)),
-        (".spec.initContainers", [{"name": "a"}], "Pod", ("name",)),
-        ('.spec.containers[name="a"].env', [{"name": "X"}], "Pod", ("name",)),
-        (".spec.volumes", [{"name": "v"}], "Pod", ("name",)),
-        ('.spec.containers[name="a"].volumeMounts', [{"mountPath": "/d", "name": "v"}], "Pod", ("mountPath",)),
-        ('.spec.containers[name="a"].ports', [{"containerPort": 80}], "Pod", ("containerPort", "protocol")),
-        (".spec.ports", [{"port": 80}], "Service", ("port", "protocol")),
-        (".spec.ports", [{"port": 80}], None, ("port", "protocol")),
-        (".spec.ports", [{"port": 80}], "Other", None),
-        (".spec.imagePullSecrets", [{"name": "reg"}], "Pod", ("name",)),
-        (".spec.tolerations", [{"key": "k", "operator": "Exists"}], "Pod", None),
-        ('.spec.containers[name="a"].envFrom', [{"configMapRef": {"name": "c"}}], "Pod", None),
-        (".metadata.finalizers", ["a", "b"], "Pod", SET),
-        (".metadata.finalizers", ["a", "a"], "Pod", None),
-        (".spec.finalizers", ["kubernetes"], "Namespace", None),
-        (".metadata.ownerReferences", [{"uid": "u", "name": "x"}], "Pod", ("uid",)),
-        (".status.conditions", [{"type": "Ready"}], "Pod", ("type",)),
-        (".spec.hostAliases", [{"ip": "1.2.3.4"}], "Pod", ("ip",)),
-        (
-            ".spec.topologySpreadConstraints",
-            [{"topologyKey": "z", "whenUnsatisfiable": "DoNotSchedule"}],
-            "Pod",
-            ("topologyKey", "whenUnsatisfiable"),
-        ),
-        (".spec.rules", [{"name": "a"}, {"name": "b"}], "Custom", ("name",)),
-        (".spec.rules", [{"name": "a"}, {"name": "a"}], "Custom", None),  # not unique: atomic
-        (".spec.rules", [{"name": "a"}, {"host": "b"}], "Custom", None),
-        (".spec.containers", [{"image": "no-name"}], "Pod", None),  # key missing: atomic
-        (".spec.args", ["a"], "Pod", None),
-        (".spec.hosts", ["a", "b"], "Custom", None),
-    ],
-)
-def test_list_keys(path: str, items: list[Any], kind: str | None, keys: Any) -> None:
-    assert list_keys(parse(path), items, kind) == keys
-
-
-def test_item_key_defaults_protocol() -> None:
-    assert (
-        item_key({"containerPort": 80}, ("containerPort", "protocol")).format() == '[containerPort=80,protocol="TCP"]'
-    )
-    assert item_key({"port": 53, "protocol": "UDP"}, ("port", "protocol")).format() == '[port=53,protocol="UDP"]'
-
-
 def test_leaf_paths_of_a_deployment() -> None:
     assert leaf_paths(DEPLOY) == [
         ".apiVersion",
@@ -344,3 +201,79 @@ def test_leaves_values_and_special_leaves() -> None:
 
 def test_leaves_of_a_kindless_fragment() -> None:
     assert leaf_paths({"spec": {"ports": [{"port": 1}]}}) == ['.spec.ports[port=1,protocol="TCP"].port']
+
+
+# --- get: the direct route agrees with the search ---
+
+OBJ: dict[str, Any] = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {
+        "name": "web",
+        "labels": {"app.kubernetes.io/name": "web", "app": {"kubernetes": "nested"}, "null": None},
+        "finalizers": ["a", "b"],
+    },
+    "spec": {
+        "replicas": 0,
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": "x:1",
+                        "ports": [{"containerPort": 80}, {"containerPort": 81, "protocol": "UDP"}],
+                        "args": ["--a", "--b"],
+                        "env": [{"name": "A", "value": "1"}, {"name": "B", "value": None}],
+                    },
+                    {"name": "side", "image": "y:2"},
+                ],
+            }
+        },
+    },
+}
+
+
+def _reference(obj: Any, path: Path) -> Any:
+    steps = walk._find(obj, path, 0)
+    return MISSING if steps is None else walk._follow(obj, steps)
+
+
+def test_every_leaf_and_every_prefix_of_a_deployment() -> None:
+    paths = [p for p, _ in leaves(OBJ)]
+    assert len(paths) > 15
+    for p in paths:
+        for n in range(len(p) + 1):
+            prefix = Path(p[:n])
+            assert get(OBJ, prefix) == _reference(OBJ, prefix), prefix
+
+
+def test_misses_dotted_keys_indexes_and_values_agree_with_the_search() -> None:
+    cases = [
+        parse(".metadata.labels.app.kubernetes.io/name"),  # dot-split key: found only by the search
+        Path((Field("metadata"), Field("labels"), Field("app"), Field("kubernetes"))),  # the nested map wins
+        Path((Field("metadata"), Field("labels"), Field("null"))),  # a null value is a value, not MISSING
+        Path((Field("metadata"), Field("finalizers"), Value.of("b"))),
+        Path((Field("metadata"), Field("finalizers"), Value.of("c"))),
+        Path((Field("spec"), Field("template"), Field("spec"), Field("containers"), Index(1), Field("image"))),
+        Path((Field("spec"), Field("template"), Field("spec"), Field("containers"), Index(5))),
+        Path((Field("spec"), Field("template"), Field("spec"), Field("containers"), Key.of({"name": "nope"}))),
+        Path(
+            (
+                Field("spec"),
+                Field("template"),
+                Field("spec"),
+                Field("containers"),
+                Key.of({"name": "app"}),
+                Field("ports"),
+                Key.of({"containerPort": 80, "protocol": "TCP"}),
+            )
+        ),  # protocol defaulted
+        Path((Field("spec"), Field("replicas"), Field("deeper"))),
+        Path((Field("kind"), Index(0))),
+    ]
+    for p in cases:
+        assert get(OBJ, p) == _reference(OBJ, p), p
+    assert get(OBJ, cases[0]) == "web"
+    assert get(OBJ, cases[1]) == "nested"
+    assert get(OBJ, cases[2]) is None
+    assert get(OBJ, cases[8]) == {"containerPort": 80}

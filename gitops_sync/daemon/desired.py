@@ -1,0 +1,113 @@
+"""The desired-state side of one source: fetch and render, its identity, and the last good render.
+
+A `SourceReconciler` (reconciler.py) asks `DesiredSource.load` for a fresh render and keeps acting on
+`state` (the last good one) until a new render is both successful and stable; passes compare the live
+objects against `state.targets`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+
+import structlog
+
+from gitops_sync.engine import SourceOptions, load
+from gitops_sync.errors import SourceError
+from gitops_sync.plan.masking import Redactor
+from gitops_sync.plan.planner import Target
+from gitops_sync.resource import DesiredObject, ObjectKey
+from gitops_sync.source import Checkout, SourceIdentity, fetch, identify
+from gitops_sync.source.checkout import is_remote
+
+log = structlog.get_logger("gitops_sync.daemon")
+
+
+@dataclass
+class DesiredState:
+    """The last good desired state: what every pass compares against."""
+
+    checkout: Checkout
+    targets: list[Target]
+    digest: str
+    by_key: dict[ObjectKey, Target]
+    paths: dict[ObjectKey, list[str]]
+
+
+class DesiredSource:
+    """Fetch + render of one repository path, and the quiet-period check of a live work tree."""
+
+    def __init__(self, opts: SourceOptions, debounce: float) -> None:
+        self.opts = opts
+        self.debounce = debounce
+        self.state: DesiredState | None = None
+        self.checked = 0.0  # wall time of the last load attempt
+        # A local work tree is read while people write to it: a render is acted on (applied, pruned) only
+        # once a second read, `debounce` later, gives the same digest. (digest, first seen) until then.
+        self._candidate: tuple[str, float] | None = None
+        self.live_tree = not is_remote(opts.repo) and (opts.revision or "HEAD").strip() == "HEAD"
+
+    @functools.cached_property
+    def identity(self) -> SourceIdentity:
+        """What `fetch` derives for every pass (see gitops_sync.source.identity), once, before any fetch."""
+        return identify(self.opts.repo, self.opts.path)
+
+    def load(self) -> tuple[Checkout, list[DesiredObject]]:
+        """Fetch and render (raises what `engine.load` raises)."""
+        self.checked = time.time()
+        return load(self.opts)
+
+    def unchanged(self, digest: str) -> bool:
+        """True when this render is the state already held (and forget any pending candidate)."""
+        if self.state is not None and self.state.digest == digest:
+            self._candidate = None
+            return True
+        return False
+
+    def wait_before_acting(self, digest: str) -> float:
+        """0 when a new render may be acted on, else seconds until it should be read again.
+
+        A file caught half-written renders fewer objects (or fewer fields); acting on it would prune or
+        strip what the finished file still has. A commit of a remote (or a pinned --revision) is
+        immutable and needs no second look.
+        """
+        if not self.live_tree:
+            return 0.0
+        now, quiet = time.monotonic(), max(self.debounce, 0.05)
+        if self._candidate is not None and self._candidate[0] == digest:
+            waited = now - self._candidate[1]
+            if waited >= quiet:
+                self._candidate = None
+                return 0.0
+            return quiet - waited
+        self._candidate = (digest, now)
+        log.info("source changed; reading it again after the quiet period before acting on it",
+                 digest=digest[:12], seconds=quiet)
+        return quiet
+
+    def failed_revision(self, exc: BaseException) -> str:
+        """The commit a failed load was at: known when the fetch worked and the render failed."""
+        if isinstance(exc, SourceError):
+            return ""
+        with contextlib.suppress(Exception):
+            return fetch(self.opts.repo, self.opts.revision, self.opts.path, cache_dir=self.opts.cache_dir).revision
+        return ""
+
+    def redactor(self) -> Redactor:
+        """The Secret values of the last good state: a broken commit most likely keeps most of them."""
+        return Redactor(t.manifest for t in self.state.targets) if self.state else Redactor()
+
+
+def digest(revision: str, objects: list[DesiredObject]) -> str:
+    """Identity of a desired state: the revision and every rendered manifest (a dirty tree changes it)."""
+    h = hashlib.sha256(revision.encode())
+    for text in sorted(json.dumps(o.manifest, sort_keys=True, default=str) for o in objects):
+        h.update(text.encode())
+    return h.hexdigest()
+
+
+__all__ = ["DesiredSource", "DesiredState", "digest"]

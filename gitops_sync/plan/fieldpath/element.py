@@ -1,0 +1,140 @@
+"""Path elements and the `Path` made of them, as structured-merge-diff's `PathElement` and `Path`.
+
+Four kinds of step: `.name` (a field or map key), `[k=v,...]` (an associative-list item by its key
+fields), `[=v]` (a set element), `[n]` (an atomic-list position). Each prints itself in the server's
+notation (`format`); `notation.py` reads that notation back, `fieldsv1.py` decodes managedFields into
+these elements, and `walk.py` follows them through objects. Key and set values are held as canonical
+JSON so elements hash and compare exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from gitops_sync.plan.fieldpath.goformat import to_string
+
+__all__ = ["Field", "Index", "Key", "Path", "PathElement", "Value", "canonical_json"]
+
+
+def canonical_json(value: Any) -> str:
+    """One spelling per JSON value, so key fields and set values compare and hash as strings.
+
+    Integral floats collapse to ints: YAML `80` and a decoded `80.0` name the same list item.
+    """
+    return json.dumps(_integral(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_integral(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """`.name`: a struct field or a map key."""
+
+    name: str
+
+    def format(self) -> str:
+        return "." + self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """`[k=v,...]`: the item of an associative list whose key fields have these values.
+
+    Values are held as canonical JSON (hashable, exact); fields are sorted by name as the server sorts.
+    """
+
+    items: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, fields: Mapping[str, Any]) -> Key:
+        return cls(tuple(sorted((name, canonical_json(v)) for name, v in fields.items())))
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return {name: json.loads(v) for name, v in self.items}
+
+    def format(self) -> str:
+        return "[" + ",".join(f"{name}={to_string(json.loads(v))}" for name, v in self.items) + "]"
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """`[=v]`: the element of a set (a list with `listType=set`)."""
+
+    json: str
+
+    @classmethod
+    def of(cls, value: Any) -> Value:
+        return cls(canonical_json(value))
+
+    @property
+    def value(self) -> Any:
+        return json.loads(self.json)
+
+    def format(self) -> str:
+        return f"[={to_string(self.value)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """`[n]`: a position in an atomic list."""
+
+    index: int
+
+    def format(self) -> str:
+        return f"[{self.index}]"
+
+
+PathElement: TypeAlias = Field | Key | Value | Index
+
+
+class Path(tuple[PathElement, ...]):
+    """A parsed field path; `str()`/`format()` give the server's notation back."""
+
+    __slots__ = ()
+
+    def __new__(cls, elements: Iterable[PathElement] = ()) -> Path:
+        return super().__new__(cls, elements)
+
+    @classmethod
+    def parse(cls, text: str) -> Path:
+        # Imported here: the reader builds Paths, so notation.py imports this module.
+        from gitops_sync.plan.fieldpath.notation import parse
+
+        return parse(text)
+
+    def format(self) -> str:
+        return "".join(e.format() for e in self)
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def __repr__(self) -> str:
+        return f"Path({self.format()!r})"
+
+    def child(self, *elements: PathElement) -> Path:
+        return Path((*self, *elements))
+
+    @property
+    def parent(self) -> Path:
+        return Path(self[:-1])
+
+    def prefixes(self) -> Iterator[Path]:
+        """Strict ancestors, nearest first (root excluded)."""
+        for n in range(len(self) - 1, 0, -1):
+            yield Path(self[:n])
+
+    def startswith(self, other: Sequence[PathElement]) -> bool:
+        return len(other) <= len(self) and tuple(self[: len(other)]) == tuple(other)

@@ -1,0 +1,123 @@
+"""A scripted API server at the HTTP seam, for unit tests of code that talks through `Client`.
+
+`fake_client(api)` is a real `Client` (kubeconfig loading, query encoding, error mapping, pagination all
+run) whose urllib3 pool is a `FakeApi`: it answers each request from a script and records it. Only pure
+decisions are tested this way (which requests are sent, in which order, what is done with the answers);
+what the API server itself defines (defaulting, managedFields, conflicts) is tested on the real cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from gitops_sync.cluster.client import Client
+
+_KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: fake, cluster: {server: "https://fake.invalid:6443", insecure-skip-tls-verify: true}}]
+users: [{name: fake, user: {token: not-a-secret}}]
+contexts: [{name: fake, context: {cluster: fake, user: fake}}]
+current-context: fake
+"""
+
+
+@dataclass
+class Call:
+    """One request as the fake received it: JSON body decoded, query as a flat dict."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any
+    headers: dict[str, str]
+
+
+@dataclass
+class Response:
+    """What urllib3 would return with `preload_content=True`: enough for `Client.request_status`."""
+
+    status: int
+    data: bytes
+
+
+# An answer: a JSON document (200), (status, document), or a function of the call giving either.
+Answer = Any
+Handler = Callable[[Call], Answer]
+
+
+def status_body(code: int, reason: str, message: str = "") -> dict[str, Any]:
+    """A `Status` object as the API server sends with an error."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message or reason,
+    }
+
+
+@dataclass
+class FakeApi:
+    """Answers by (method, path): a list of answers is used in order and its last one repeats.
+
+    A path with no script answers `default` (404 NotFound unless set), so reading an unknown object finds
+    nothing. Every request is recorded in `calls`, in order (thread-safe).
+    """
+
+    default: Answer = field(default_factory=lambda: (404, status_body(404, "NotFound", "not found")))
+    routes: dict[tuple[str, str], list[Answer]] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on(self, method: str, path: str, *answers: Answer) -> FakeApi:
+        self.routes[(method, path)] = list(answers)
+        return self
+
+    def request(self, method: str, url: str, body: bytes | None = None, headers: Any = None, **_: Any) -> Response:
+        parts = urlsplit(url)
+        call = Call(
+            method, parts.path, dict(parse_qsl(parts.query)), json.loads(body) if body else None, dict(headers or {})
+        )
+        with self._lock:
+            self.calls.append(call)
+            script = self.routes.get((method, parts.path))
+            answer = (script.pop(0) if len(script) > 1 else script[0]) if script else self.default
+        if callable(answer):
+            answer = answer(call)
+        status, doc = answer if isinstance(answer, tuple) else (200, answer)
+        return Response(status, b"" if doc is None else json.dumps(doc).encode())
+
+    def sent(self, method: str | None = None) -> list[Call]:
+        """The calls so far, optionally of one method only."""
+        with self._lock:
+            return [c for c in self.calls if method is None or c.method == method]
+
+    def writes(self) -> list[Call]:
+        """Calls that are neither reads nor dry runs."""
+        return [c for c in self.sent() if c.method != "GET" and not _dry(c)]
+
+
+def _dry(call: Call) -> bool:
+    return bool(call.query.get("dryRun")) or (isinstance(call.body, dict) and bool(call.body.get("dryRun")))
+
+
+def fake_client(api: FakeApi, **kwargs: Any) -> Client:
+    """A real Client whose HTTP goes to `api` (nothing leaves the process)."""
+    fd, path = tempfile.mkstemp(suffix=".kubeconfig")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(_KUBECONFIG)
+        client = Client(path, **kwargs)
+    finally:
+        os.unlink(path)
+    client._api.rest_client.pool_manager = api
+    return client
