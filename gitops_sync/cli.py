@@ -14,14 +14,14 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TextIO, TypeVar
 
 import click
 import structlog
 from rich.console import Console
 from rich.progress import Progress, TaskID
 
-from gitops_sync import __version__, report
+from gitops_sync import __version__, report, web
 from gitops_sync.cluster.client import Client
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, inventory_of, load, source_label
@@ -29,11 +29,10 @@ from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, GitOpsError
 from gitops_sync.options import (
     DURATION,
     ClusterArgs,
-    chosen_log_level,
+    LogChoices,
     cluster_options,
-    forget_choices,
+    log_choices,
     log_options,
-    setup_logging,
     source_options,
 )
 from gitops_sync.plan.changeset import ChangeSet
@@ -53,16 +52,28 @@ _ENV_EPILOG = (
 )
 
 
+# report's formats, and html: the web page's templates (web/) as one self-contained file
+OUTPUTS = (*report.FORMATS, "html")
+
+
+def _write(cs: ChangeSet, output: str, out: TextIO, **kwargs: Any) -> None:
+    if output == "html":
+        out.write(web.diff_html(cs.to_dict()))  # every object: a reader scrolls or searches
+    else:
+        report.write(cs, output, out, **kwargs)
+
+
 def _output_options(fn: F) -> F:
     fn = click.option("-v", "--verbose", is_flag=True, help="Also list unchanged objects.")(fn)
     return click.option(
         "-o",
         "--output",
-        type=click.Choice(report.FORMATS),
+        type=click.Choice(OUTPUTS),
         default="table",
         show_default=True,
         help="Report on stdout: table (for people; colour and width follow the terminal), json (for jq; "
-        "also on failure, with `errors` filled) or markdown (pull-request comments).",
+        "also on failure, with `errors` filled), markdown (pull-request comments) or html (one self-contained "
+        "page for a CI artifact: no script, nothing fetched).",
     )(fn)
 
 
@@ -126,6 +137,7 @@ class _Attempt:
     rendered: bool = False  # the Secret values are known (registered with `redact`)
     redact: Redactor = field(default_factory=Redactor)
     inventory: tuple[str, str, str] = ("", "", "")  # name, namespace, source identity, once known
+    logs: LogChoices = field(default_factory=LogChoices)
 
     def mask(self, text: str, *, ours: bool) -> str:
         """`ours`: a message we wrote (already masked by design); else any quoted literal is masked too
@@ -176,13 +188,6 @@ class _Commands(click.Group):
             return command
         return super().get_command(ctx, cmd_name)
 
-    def make_context(
-        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
-    ) -> click.Context:
-        if parent is None:
-            forget_choices()
-        return super().make_context(info_name, args, parent, **extra)
-
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -197,8 +202,8 @@ class _Commands(click.Group):
             attempt = _current(ctx)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             what = type(exc).__name__ + (f": {first}" if first else "")
-            hint = "" if _debug() else " (--log-level debug prints the traceback)"
-            if _debug():
+            hint = "" if _debug(ctx) else " (--log-level debug prints the traceback)"
+            if _debug(ctx):
                 click.echo(_masked_traceback(attempt, exc), err=True, nl=False)
             _fail(attempt, f"gitops-sync {attempt.command} failed unexpectedly: {attempt.mask(what, ours=False)}{hint}")
 
@@ -221,13 +226,13 @@ def _current(ctx: click.Context) -> _Attempt:
 def _fail(attempt: _Attempt, message: str) -> NoReturn:
     """One line on stderr; with -o json/markdown also the error document on stdout, so `jq` reads it."""
     click.echo(f"error: {message}", err=True)
-    if attempt.output in ("json", "markdown"):
-        report.write(attempt.failed(message), attempt.output, sys.stdout)
+    if attempt.output in ("json", "markdown", "html"):
+        _write(attempt.failed(message), attempt.output, sys.stdout)
     sys.exit(2)
 
 
-def _debug() -> bool:
-    return chosen_log_level() == "debug"
+def _debug(ctx: click.Context) -> bool:
+    return log_choices(ctx).level == "debug"
 
 
 @click.group(
@@ -237,8 +242,9 @@ def _debug() -> bool:
 )
 @click.version_option(__version__, prog_name="gitops-sync")
 @log_options
-def main() -> None:
+def main(logs: LogChoices) -> None:
     """Keep a Kubernetes cluster equal to a Git repository through server-side apply."""
+    # `logs`: the group's --log-* flags, already kept by log_options for the command to build on.
 
 
 def _load(attempt: _Attempt, source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
@@ -253,7 +259,7 @@ def _load(attempt: _Attempt, source: SourceOptions) -> tuple[Checkout, list[Desi
 def _run_pass(
     attempt: _Attempt, src: SourceOptions, opts: PassOptions, cluster: ClusterArgs, budget: _Budget, *, apply: bool
 ) -> ChangeSet:
-    setup_logging()
+    attempt.logs.configure()
     if budget.deadline is not None:
         src = replace(src, timeout=min(src.timeout, budget.deadline))
     checkout, objects = _load(attempt, src)
@@ -303,7 +309,7 @@ def _progress(*, enabled: bool, applying: int, waiting: int) -> Iterator[tuple[_
 
 
 def _write_report(cs: ChangeSet, output: str, verbose: bool) -> None:
-    report.write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
+    _write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
 
 
 @main.command(epilog=_ENV_EPILOG)
@@ -334,6 +340,7 @@ def _write_report(cs: ChangeSet, output: str, verbose: bool) -> None:
     help="How long --wait waits: 90s, 5m, 1h30m or plain seconds.",
 )
 def sync(
+    logs: LogChoices,
     source: SourceOptions,
     cluster: ClusterArgs,
     budget: _Budget,
@@ -350,7 +357,7 @@ def sync(
     timeout: float,
 ) -> None:
     """Apply the repository to the cluster (one pass, for CI). Exit 0 clean, 1 conflicts left, 2 error."""
-    attempt = _attempt("sync", output=output, source=source, dry_run=dry_run)
+    attempt = _attempt("sync", logs=logs, output=output, source=source, dry_run=dry_run)
     opts = PassOptions(
         namespace=namespace,
         prune=prune,
@@ -376,6 +383,7 @@ def sync(
 @click.option("--prune", is_flag=True, help="Also list objects that --prune would delete.")
 @_safety_options
 def diff(
+    logs: LogChoices,
     source: SourceOptions,
     cluster: ClusterArgs,
     budget: _Budget,
@@ -387,7 +395,7 @@ def diff(
     prune_cascade: bool,
 ) -> None:
     """Drift and field-ownership report; changes nothing. Exit 0 in sync, 1 differences/conflicts, 2 error."""
-    attempt = _attempt("diff", output=output, source=source, dry_run=True)
+    attempt = _attempt("diff", logs=logs, output=output, source=source, dry_run=True)
     opts = PassOptions(
         namespace=namespace,
         prune=prune,
@@ -405,10 +413,10 @@ def diff(
 @log_options
 @source_options
 @click.option("--show-secrets", is_flag=True, help="Print Secret values (masked as *** by default).")
-def render(source: SourceOptions, namespace: str, show_secrets: bool) -> None:
+def render(logs: LogChoices, source: SourceOptions, namespace: str, show_secrets: bool) -> None:
     """Print the desired objects as multi-document YAML (no cluster needed)."""
-    attempt = _attempt("render", source=source)
-    setup_logging()
+    attempt = _attempt("render", logs=logs, source=source)
+    attempt.logs.configure()
     checkout, objects = _load(attempt, source)
     manifests = [o.manifest if show_secrets else mask_secret(o.manifest) for o in objects]
     click.echo(f"# revision: {checkout.revision or '(plain directory)'}")

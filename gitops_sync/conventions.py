@@ -26,6 +26,7 @@ __all__ = [
     "ID_LABEL",
     "INTENT_HASH",
     "LAST_APPLIED",
+    "MASK",
     "NAMESPACES",
     "PART_OF",
     "REVISION",
@@ -36,6 +37,9 @@ __all__ = [
     "TOOLING",
     "ConflictPolicy",
 ]
+
+# What stands in for a Secret value everywhere it could be shown: plain, no hash or length (see plan/masking).
+MASK: Final = "***"
 
 # ---- field managers ------------------------------------------------------------------------------
 # The server-side apply field manager every source applies under unless `--field-manager` says otherwise.

@@ -104,6 +104,7 @@ class Engine:
 
     def resolve(self, objects: Sequence[DesiredObject], opts: PassOptions) -> list[Target]:
         """Needs discovery, so it is the first cluster access; keep the result for every pass of a revision."""
+        self.discovery.ensure_loaded()  # the two discovery requests, here rather than inside a planner lookup
         return planner.resolve(objects, self.discovery, opts.namespace)
 
     def run(

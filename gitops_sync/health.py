@@ -128,19 +128,37 @@ def _deployment(obj: Manifest) -> Health:
     return _current(f"{ready}/{spec} replicas ready")
 
 
+# The status counts that must reach the desired number, in the order a rollout fills them.
+_REPLICASET_COUNTS = (
+    ("fullyLabeledReplicas", "labelled"),
+    ("availableReplicas", "available"),
+    ("readyReplicas", "ready"),
+)
+_DAEMONSET_COUNTS = (
+    ("currentNumberScheduled", "scheduled"),
+    ("updatedNumberScheduled", "updated"),
+    ("numberAvailable", "available"),
+    ("numberReady", "ready"),
+)
+
+
+def _first_short(obj: Manifest, want: int, noun: str, counts: tuple[tuple[str, str], ...]) -> Health | None:
+    """In progress at the first status count below `want` (`2/3 replicas available`); None when none is."""
+    for field, what in counts:
+        have = _int(obj, f"status.{field}", 0)
+        if want > have:
+            return _progress(f"{have}/{want} {noun} {what}")
+    return None
+
+
 def _replicaset(obj: Manifest) -> Health:
     failure = _condition(obj, "ReplicaFailure")
     if failure is not None and failure.get("status") == "True":
         return _progress(_why(failure, "replica failure, check the Pods"))
     spec = _int(obj, "spec.replicas", 1)
-    for field, what in (
-        ("fullyLabeledReplicas", "labelled"),
-        ("availableReplicas", "available"),
-        ("readyReplicas", "ready"),
-    ):
-        have = _int(obj, f"status.{field}", 0)
-        if spec > have:
-            return _progress(f"{have}/{spec} replicas {what}")
+    short = _first_short(obj, spec, "replicas", _REPLICASET_COUNTS)
+    if short is not None:
+        return short
     replicas = _int(obj, "status.replicas", 0)
     if replicas > spec:
         return _progress(f"{replicas - spec} extra replicas pending termination")
@@ -181,16 +199,8 @@ def _daemonset(obj: Manifest) -> Health:
     desired = _int(obj, "status.desiredNumberScheduled", -1)
     if desired == -1:
         return _progress("status.desiredNumberScheduled not set yet")
-    for field, what in (
-        ("currentNumberScheduled", "scheduled"),
-        ("updatedNumberScheduled", "updated"),
-        ("numberAvailable", "available"),
-        ("numberReady", "ready"),
-    ):
-        have = _int(obj, f"status.{field}", 0)
-        if desired > have:
-            return _progress(f"{have}/{desired} Pods {what}")
-    return _current(f"{desired}/{desired} Pods ready")
+    short = _first_short(obj, desired, "Pods", _DAEMONSET_COUNTS)
+    return short if short is not None else _current(f"{desired}/{desired} Pods ready")
 
 
 def _job(obj: Manifest) -> Health:

@@ -162,48 +162,54 @@ def cluster_options(fn: F) -> F:
 
 # --log-format/--log-level are accepted on the group and on every command; the command decides the
 # default level (warning for one-shot commands whose output is the report, info for the daemon).
-_chosen: dict[str, str] = {}
+_LOG_CHOICES: Final = "gitops_sync.log_choices"
 
 
-def _remember(_ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    if value is not None and param.name:
-        _chosen[param.name] = value
+@dataclass(frozen=True)
+class LogChoices:
+    """The --log-format/--log-level given on one command line (None: not given)."""
+
+    format: str | None = None
+    level: str | None = None
+
+    def configure(self, default_level: str = "warning") -> None:
+        """Set up logging as chosen; `default_level` where no level was given."""
+        logsetup.configure(self.format or "auto", self.level or default_level)
+
+
+def log_choices(ctx: click.Context) -> LogChoices:
+    """The --log-* choices of the command line `ctx` belongs to so far (the group's, then the command's):
+    kept in `ctx.meta`, which the group and its command share and a new command line starts empty."""
+    found = ctx.meta.get(_LOG_CHOICES)
+    return found if isinstance(found, LogChoices) else LogChoices()
 
 
 def log_options(fn: F) -> F:
+    """--log-format --log-level -> `logs=` (a LogChoices; a command's own flags over the group's)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        ctx = click.get_current_context()
+        earlier = log_choices(ctx)
+        fmt, level = kw.pop("log_format"), kw.pop("log_level")
+        ctx.meta[_LOG_CHOICES] = logs = LogChoices(fmt or earlier.format, level or earlier.level)
+        return fn(*args, logs=logs, **kw)
+
     options = [
         click.option(
             "--log-format",
             type=click.Choice(["auto", "json", "console"]),
             default=None,
-            expose_value=False,
-            callback=_remember,
             help="Logs on stderr: JSON unless stderr is a terminal (auto).",
         ),
         click.option(
             "--log-level",
             type=click.Choice(["debug", "info", "warning", "error"]),
             default=None,
-            expose_value=False,
-            callback=_remember,
             help="Log level (default: warning; info for `run`).",
         ),
     ]
-    return _apply(fn, options)  # type: ignore[no-any-return]
-
-
-def setup_logging(default_level: str = "warning") -> None:
-    logsetup.configure(_chosen.get("log_format", "auto"), _chosen.get("log_level", default_level))
-
-
-def forget_choices() -> None:
-    """A new command line starts with no --log-* choice (several invocations share a process in tests)."""
-    _chosen.clear()
-
-
-def chosen_log_level() -> str | None:
-    """The --log-level given on the command line, if any."""
-    return _chosen.get("log_level")
+    return _apply(wrapper, options)  # type: ignore[no-any-return]
 
 
 # --- durations ------------------------------------------------------------------------------------

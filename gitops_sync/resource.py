@@ -6,6 +6,7 @@ decode and hide fields the API server added after the client was generated.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,25 @@ class ObjectKey:
     def __str__(self) -> str:
         where = f"{self.namespace}/" if self.namespace else ""
         return f"{self.group_kind}/{where}{self.name}"
+
+
+def is_secret(key_or_obj: ObjectKey | Mapping[str, Any] | str) -> bool:
+    """A core-group Secret (a `Secret` kind of some other API group is not one): its values are masked.
+
+    Takes an object's key, the object itself, or a bare kind (assumed core)."""
+    if isinstance(key_or_obj, ObjectKey):
+        return key_or_obj.kind == "Secret" and not key_or_obj.group
+    if isinstance(key_or_obj, Mapping):
+        group, _ = split_api_version(str(key_or_obj.get("apiVersion", "")))
+        return key_or_obj.get("kind") == "Secret" and not group
+    return key_or_obj == "Secret"
+
+
+def resource_version(obj: Any) -> str:
+    """`metadata.resourceVersion` as a string; "" for an object without one (or no object)."""
+    if not isinstance(obj, dict):
+        return ""
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
 @dataclass

@@ -42,7 +42,13 @@ class ResourceInfo:
 
 
 class Discovery:
-    """A snapshot of the server's resources; CRDs about to be applied can be added before they exist."""
+    """A snapshot of the server's resources; CRDs about to be applied can be added before they exist.
+
+    The snapshot is fetched by `refresh()` (two requests with aggregated discovery), and by `ensure_loaded()`
+    when none was taken yet. The engine calls `ensure_loaded()` before planning; every lookup below also
+    calls it, so a lookup on a Discovery nobody loaded does network I/O once — load it first where that
+    matters (the planner is meant to be free of I/O).
+    """
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -52,6 +58,7 @@ class Discovery:
         self._loaded = False
 
     def refresh(self) -> None:
+        """Fetch the server's resources now (GET /api and /apis), replacing the snapshot."""
         by_gvk: dict[tuple[str, str, str], ResourceInfo] = {}
         preferred: dict[tuple[str, str], ResourceInfo] = {}
         for path in ("/api", "/apis"):
@@ -69,30 +76,32 @@ class Discovery:
         with self._lock:
             self._by_gvk, self._preferred, self._loaded = by_gvk, preferred, True
 
-    def _ensure(self) -> None:
+    def ensure_loaded(self) -> None:
+        """`refresh()` unless a snapshot was taken already: the first cluster access of a pass."""
         if not self._loaded:
             self.refresh()
 
     def lookup(self, api_version: str, kind: str) -> ResourceInfo | None:
-        self._ensure()
+        """Where `kind` of `api_version` is served, None when it is not (fetches once if never loaded)."""
+        self.ensure_loaded()
         group, version = split_api_version(api_version)
         return self._by_gvk.get((group, version, kind))
 
     def preferred(self, group: str, kind: str) -> ResourceInfo | None:
         """The version to list a group-kind with (prune works on group-kinds, not versions)."""
-        self._ensure()
+        self.ensure_loaded()
         return self._preferred.get((group, kind))
 
     def namespaced_listable(self) -> list[ResourceInfo]:
         """One version of every namespaced kind that can be listed: what a namespace can hold."""
-        self._ensure()
+        self.ensure_loaded()
         with self._lock:
             infos = list(self._preferred.values())
         return sorted((i for i in infos if i.namespaced and "list" in i.verbs), key=lambda i: (i.group, i.kind))
 
     def add_crd(self, crd: Manifest) -> list[ResourceInfo]:
         """Register the kinds a CRD in the desired set will serve, so its CRs can be planned."""
-        self._ensure()
+        self.ensure_loaded()
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}
         added = []

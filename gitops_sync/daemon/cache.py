@@ -32,7 +32,7 @@ from gitops_sync.cluster.discovery import ResourceInfo
 from gitops_sync.daemon.queue import Backoff
 from gitops_sync.errors import ClusterError, ForbiddenError, GoneError, error_for_status
 from gitops_sync.plan.planner import Target
-from gitops_sync.resource import Manifest, ObjectKey
+from gitops_sync.resource import Manifest, ObjectKey, resource_version
 
 log = structlog.get_logger(__name__)
 
@@ -185,7 +185,7 @@ class _Unit:
                     method="WATCH",
                     path=self.collection,
                 )
-            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            rv = resource_version(obj)
             if etype == "BOOKMARK":
                 self.rv = rv or self.rv
                 continue
@@ -295,7 +295,7 @@ class WatchCache:
                 before = old.get(key)
                 if before is None:
                     changes.append((EventType.ADDED, key, obj))
-                elif before is _KEEP or _rv(before) != _rv(obj):
+                elif before is _KEEP or resource_version(before) != resource_version(obj):
                     changes.append((EventType.MODIFIED, key, obj))
             for key in old.keys() - items.keys():
                 if key in self._interest:
@@ -410,5 +410,3 @@ class WatchCache:
             return iter(list(self._units))
 
 
-def _rv(obj: Any) -> str:
-    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "") if isinstance(obj, dict) else ""

@@ -19,7 +19,7 @@ from gitops_sync.daemon.loop import Daemon, DaemonOptions
 from gitops_sync.daemon.triggers import WEBHOOK_SECRET_ENV, load_webhook_secret
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.errors import GitOpsError
-from gitops_sync.options import DURATION, ClusterArgs, cluster_options, log_options, setup_logging, source_options
+from gitops_sync.options import DURATION, ClusterArgs, LogChoices, cluster_options, log_options, source_options
 
 log = structlog.get_logger("gitops_sync.daemon")
 
@@ -86,7 +86,7 @@ _CONFLICT_HELP = (
               "once, or keep correcting it to Git's value.")
 @click.option("--shutdown-grace", default=10.0, type=click.FloatRange(0), help="Seconds SIGTERM waits for "
               "the pass in flight before abandoning it.")
-def run(source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: bool, prune: bool,
+def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: bool, prune: bool,
         allow_empty: bool, on_conflict: str, adopt_shared: bool, prune_cascade: bool,
         interval: float, resync: float, debounce: float, http_addr: str,
         http_auth: str, webhook_secret_file: Path | None, leader_elect: bool, leader_elect_namespace: str | None,
@@ -99,7 +99,7 @@ def run(source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: 
     recomputes desired vs live from the watch cache. Drift and field fights are reported in the log,
     as Kubernetes Events, on /status and /metrics. SIGTERM finishes the pass, releases the Lease, exits 0.
     """
-    setup_logging("info")  # a daemon's log is its report
+    logs.configure("info")  # a daemon's log is its report
     try:
         policy = ConflictPolicy(on_conflict)
         leader = LeaderConfig(lease_duration, renew_deadline, retry_period)

@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from gitops_sync.cluster.client import Client
+from gitops_sync.formatting import rfc3339
 
 log = structlog.get_logger(__name__)
 
@@ -64,7 +65,7 @@ class Condition:
             doc: dict[str, Any] = {"ok": self._ok, "error": self._error}
             if with_revision:
                 doc["revision"] = self._revision
-            doc["since"] = iso_time(self._since) if self._since else ""
+            doc["since"] = rfc3339(self._since) if self._since else ""
             return doc
 
 
@@ -119,8 +120,3 @@ class ClusterProbe:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-
-
-def iso_time(epoch: float) -> str:
-    """RFC 3339 UTC to the second, as /status shows times."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))

@@ -20,6 +20,7 @@ import structlog
 
 from gitops_sync.cluster.client import MERGE_PATCH, Client
 from gitops_sync.errors import ClusterError, ForbiddenError, NotFoundError
+from gitops_sync.formatting import rfc3339
 from gitops_sync.resource import ObjectKey
 
 log = structlog.get_logger(__name__)
@@ -124,7 +125,7 @@ class EventRecorder:
 
     def _send(self, spec: EventSpec) -> None:
         now = time.time()
-        stamp = _rfc3339(now)
+        stamp = rfc3339(now)
         series_key = (spec.key, spec.reason, spec.series)
         message = spec.message[:_MAX_MESSAGE]
         ns = self._namespace(spec)
@@ -171,7 +172,3 @@ class EventRecorder:
         if len(self._series) > 10_000:  # bounded: forget the oldest series
             for k, _ in sorted(self._series.items(), key=lambda kv: kv[1].last_sent)[:1000]:
                 del self._series[k]
-
-
-def _rfc3339(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))

@@ -18,20 +18,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitops_sync.conventions import HISTORY_SKIP_PREFIXES
+from gitops_sync.conventions import HISTORY_SKIP_PREFIXES, MASK
+from gitops_sync.formatting import rfc3339, truncate
 from gitops_sync.plan import fieldpath, ownership
-from gitops_sync.resource import Manifest, ObjectKey
-
-MASK = "***"
+from gitops_sync.resource import Manifest, ObjectKey, is_secret, resource_version
 
 
 def tracked_paths(desired: Manifest) -> list[str]:
     """The fields of a desired object whose history is kept: what Git sets, minus bookkeeping."""
     return [p for p in fieldpath.leaf_paths(desired) if not p.startswith(HISTORY_SKIP_PREFIXES)]
-
-
-def is_secret(key: ObjectKey) -> bool:
-    return key.kind == "Secret" and not key.group
 
 
 def object_dict(key: ObjectKey) -> dict[str, str]:
@@ -65,7 +60,7 @@ class FieldRecord:
             "operation": self.operation,
             "subresource": self.subresource,
             "time": self.time,
-            "observed": _iso(self.observed),
+            "observed": rfc3339(self.observed, 3),
             "resourceVersion": self.resource_version,
             "owners": list(self.owners),
         }
@@ -106,11 +101,11 @@ class Fight:
             "changes": self.changes,
             "values": [
                 {"manager": r.manager, "operation": r.operation, "subresource": r.subresource,
-                 "value": r.value, "time": r.time, "observed": _iso(r.observed)}
+                 "value": r.value, "time": r.time, "observed": rfc3339(r.observed, 3)}
                 for r in self.records
             ],
-            "first": _iso(self.records[0].observed),
-            "last": _iso(self.records[-1].observed),
+            "first": rfc3339(self.records[0].observed, 3),
+            "last": rfc3339(self.records[-1].observed, 3),
         }
 
 
@@ -149,8 +144,7 @@ class OwnershipHistory:
     def observe(self, key: ObjectKey, paths: Iterable[str], live: Manifest) -> list[Fight]:
         """Record the fields of `live` that changed value since last seen; return fights this extends."""
         now = self._clock()
-        meta = live.get("metadata") or {}
-        rv = str(meta.get("resourceVersion") or "")
+        rv = resource_version(live)
         found: list[Fight] = []
         with self._lock:
             hist = self._objects.setdefault(key, _ObjectHistory())
@@ -256,14 +250,10 @@ def _record(live: Manifest, path: str, value: Any, now: float, rv: str) -> Field
     )
 
 
-def _iso(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch % 1 * 1000):03d}Z"
-
-
 def _clock(epoch: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(epoch))
 
 
 def _short(value: Any, limit: int = 40) -> str:
     text = value if isinstance(value, str) else repr(value) if not isinstance(value, Mapping | list) else str(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return truncate(text, limit)

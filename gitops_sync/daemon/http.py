@@ -1,10 +1,10 @@
-"""The daemon's HTTP endpoints: probes, metrics, status and the Git webhook.
+"""The daemon's HTTP endpoints: probes, metrics, status, the web page (web/) and the Git webhook.
 
 Served by waitress: one event loop thread reads and writes every connection and hands only complete
 requests to a fixed pool of worker threads, so a slow client, a trickled header or hundreds of idle
 connections cost a socket each, never a thread. `Limits` bounds connections, header and body size,
 idle time and the time a request may take to arrive. Each request asks the daemon through `Endpoints`
-(cheap reads of in-memory state); /status, /metrics and any other path first pass the optional
+(cheap reads of in-memory state); /status, /metrics, the page and any other path first pass the optional
 `Authorizer` (auth.py: TokenReview + SubjectAccessReview). Probes stay open for the kubelet, and the
 webhook is authenticated by its HMAC (triggers.py).
 """
@@ -35,6 +35,8 @@ from gitops_sync.daemon.auth import Authorizer, Decision
 from gitops_sync.daemon.metrics import CONTENT_TYPE
 from gitops_sync.daemon.triggers import WebhookResult
 from gitops_sync.errors import GitOpsError
+from gitops_sync.web import HEADERS as PAGE_HEADERS
+from gitops_sync.web import TOKEN_COOKIE, is_page, login_page, page, token_from_cookie
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +67,8 @@ class Endpoints:
     metrics: Callable[[], bytes]
     status: Callable[..., dict[str, Any]]  # status(full_history=False)
     webhook: Callable[[dict[str, str], bytes], WebhookResult]
+    # history(group, kind, namespace, name): path -> records of every field Git sets on one object (web page)
+    history: Callable[[str, str, str, str], dict[str, list[dict[str, Any]]]] | None = None
 
 
 class ListenError(GitOpsError):
@@ -128,6 +132,7 @@ class _Reply:
 _REASONS = {
     200: "OK",
     202: "Accepted",
+    303: "See Other",
     400: "Bad Request",
     401: "Unauthorized",
     403: "Forbidden",
@@ -201,18 +206,57 @@ class _App:
     def _read(self, method: str, path: str, environ: dict[str, Any]) -> _Reply:
         ep = self.endpoints
         reading = method in ("GET", "HEAD")
-        if self.auth is not None:
-            decision = self.auth(path, environ.get("HTTP_AUTHORIZATION"))
+        if path == "/login":
+            return self._login(method, environ)
+        if self.auth is not None and not path.startswith("/static/"):  # the page's own CSS and JS: no data
+            header = environ.get("HTTP_AUTHORIZATION")
+            if header is None and is_page(path):  # a browser sends the token it was given at /login
+                token = token_from_cookie(str(environ.get("HTTP_COOKIE") or ""))
+                header = f"Bearer {token}" if token else None
+            # every path of the page is one URL for RBAC: `/` (what it shows is what /status has)
+            decision = self.auth("/" if is_page(path) else path, header)
             if decision.status != 200:
+                if is_page(path) and decision.status in (401, 403) and reading:
+                    body = login_page(decision.reason, decision.status)
+                    headers = [*_refused(decision).headers, *PAGE_HEADERS]
+                    return _Reply(decision.status, body, "text/html; charset=utf-8", headers)
                 return _refused(decision)
+        if is_page(path):
+            if not reading:
+                return _GET_ONLY
+            answer = page(path, str(environ.get("QUERY_STRING") or ""), ep.status, ep.history)
+            return _Reply(answer.status, answer.body, answer.content_type, list(PAGE_HEADERS))
         if path not in ("/metrics", "/status"):
-            return _text(404, "not found: /healthz /readyz /metrics /status, POST /hooks/git")
+            return _text(404, "not found: / (web page) /healthz /readyz /metrics /status, POST /hooks/git")
         if not reading:
             return _GET_ONLY
         if path == "/metrics":
             return _Reply(200, ep.metrics(), CONTENT_TYPE)
         query = parse_qs(str(environ.get("QUERY_STRING") or ""))
         return _json(200, ep.status(full_history=True) if query.get("history") == ["all"] else ep.status())
+
+    def _login(self, method: str, environ: dict[str, Any]) -> _Reply:
+        """The page's sign-in: a form for a token (GET); POST checks it as a request to `/` would be and
+        keeps it in an HttpOnly, SameSite=Strict cookie, so a browser can send it (it cannot add a header)."""
+        if self.auth is None:
+            return _Reply(303, b"", headers=[("Location", "/")])
+        if method in ("GET", "HEAD"):
+            return _Reply(200, login_page(), "text/html; charset=utf-8", list(PAGE_HEADERS))
+        if method != "POST":
+            return _text(405, "GET or POST only", [("Allow", "GET, POST")])
+        length = str(environ.get("CONTENT_LENGTH") or "")
+        if not length.isdigit() or int(length) > 64 * 1024:
+            return _text(400, "a form with a token is expected")
+        form = parse_qs(environ["wsgi.input"].read(int(length)).decode(errors="replace"))
+        token = (form.get("token") or [""])[0].strip()
+        decision = self.auth("/", f"Bearer {token}")
+        if decision.status != 200 or not token_from_cookie(f"{TOKEN_COOKIE}={token}"):
+            status = decision.status if decision.status != 200 else 400
+            body = login_page(decision.reason if decision.status != 200 else "not a token", status)
+            return _Reply(status, body, "text/html; charset=utf-8", list(PAGE_HEADERS))
+        secure = "; Secure" if environ.get("wsgi.url_scheme") == "https" else ""
+        cookie = f"{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}"
+        return _Reply(303, b"", headers=[("Location", "/"), ("Set-Cookie", cookie)])
 
     def _webhook(self, environ: dict[str, Any]) -> _Reply:
         length = str(environ.get("CONTENT_LENGTH") or "")

@@ -24,7 +24,8 @@ import structlog
 
 from gitops_sync.cluster.client import Client
 from gitops_sync.errors import ClusterError, ConflictError, NotFoundError
-from gitops_sync.resource import Manifest
+from gitops_sync.formatting import rfc3339
+from gitops_sync.resource import Manifest, resource_version
 
 log = structlog.get_logger(__name__)
 
@@ -176,7 +177,7 @@ class LeaderElector:
         return self._leading
 
     def _try_acquire_or_renew(self, now: float) -> bool:
-        wall = _micro_time(self._wall())
+        wall = rfc3339(self._wall(), 6)
         old = self.store.get()
         if old is None:
             record = self._record(wall, acquire=wall, transitions=0)
@@ -188,7 +189,7 @@ class LeaderElector:
         spec = old.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
         duration = int(spec.get("leaseDurationSeconds") or self.config.lease_duration)
-        observed = (holder, str(spec.get("renewTime") or ""), _rv(old), duration)
+        observed = (holder, str(spec.get("renewTime") or ""), resource_version(old), duration)
         if observed != self._observed:
             self._observed, self._observed_at = observed, now
         self._holder = holder
@@ -226,7 +227,7 @@ class LeaderElector:
         spec = lease.get("spec") or {}
         self._holder = str(spec.get("holderIdentity") or "")
         self.transitions = int(spec.get("leaseTransitions") or 0)
-        self._observed = (self._holder, str(spec.get("renewTime") or ""), _rv(lease),
+        self._observed = (self._holder, str(spec.get("renewTime") or ""), resource_version(lease),
                           int(spec.get("leaseDurationSeconds") or self.config.lease_duration))
         self._observed_at = now
 
@@ -259,7 +260,7 @@ class LeaderElector:
             old = self.store.get()
             if old is None or (old.get("spec") or {}).get("holderIdentity") != self.identity:
                 return False
-            wall = _micro_time(self._wall())
+            wall = rfc3339(self._wall(), 6)
             spec = {**(old.get("spec") or {}), "holderIdentity": "", "leaseDurationSeconds": 1,
                     "renewTime": wall, "acquireTime": wall}
             self.store.update({**old, "spec": spec})
@@ -270,10 +271,3 @@ class LeaderElector:
         return True
 
 
-def _rv(obj: Manifest) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
-
-
-def _micro_time(epoch: float) -> str:
-    """metav1.MicroTime: RFC 3339 with microseconds, UTC."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch % 1 * 1_000_000):06d}Z"

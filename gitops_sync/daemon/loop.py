@@ -156,7 +156,7 @@ class Daemon:
         auth = KubernetesAuth(self.auth_client).check if opts.http_auth == "kubernetes" else None
         self.http = HttpServer(opts.http_addr, Endpoints(
             healthy=self.healthy, ready=self.ready, metrics=self._metrics, status=self.status,
-            webhook=self._webhook,
+            webhook=self._webhook, history=self._field_history,
         ), auth=auth)
         self.supervisor = Supervisor(on_restart=lambda name: self.metrics.thread_restarts.labels(name).inc())
         self.cluster_condition = Condition("cluster")
@@ -386,6 +386,11 @@ class Daemon:
             log.warning("webhook refused", reason=result.reason, provider=result.provider or None)
         return result
 
+    def _field_history(self, group: str, kind: str, namespace: str, name: str) -> dict[str, list[dict[str, Any]]]:
+        """Every field Git sets on one object, with its recorded values and owners (the web page's object view)."""
+        fields = self.history.fields(ObjectKey(group, kind, namespace, name))
+        return {path: [r.to_dict() for r in records] for path, records in fields.items()}
+
     def status(self, *, full_history: bool = False) -> dict[str, Any]:
         """The `diff -o json` document of the latest state of every object, plus history and fights.
 
@@ -399,6 +404,7 @@ class Daemon:
         doc["daemon"] = {
             "mode": self._mode,
             "identity": self.opts.identity,
+            "fieldManager": self.opts.field_manager,
             "leader": self.leader.is_leader if self.leader else True,
             "leaseHolder": self.leader.holder if self.leader else self.opts.identity,
             "lease": self.leader.store.where if self.leader else "",

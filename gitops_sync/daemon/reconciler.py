@@ -20,7 +20,7 @@ import structlog
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.cache import EventType, WatchCache
-from gitops_sync.daemon.conditions import ClusterProbe, Condition, iso_time
+from gitops_sync.daemon.conditions import ClusterProbe, Condition
 from gitops_sync.daemon.desired import DesiredSource, DesiredState, digest
 from gitops_sync.daemon.events import NORMAL, WARNING, EventRecorder, EventSpec
 from gitops_sync.daemon.history import OwnershipHistory, tracked_paths
@@ -29,6 +29,7 @@ from gitops_sync.daemon.reporter import FULL, SOURCE, KeyQueue, QueueKey, Report
 from gitops_sync.daemon.yields import Yields
 from gitops_sync.engine import Engine, PassOptions, SourceOptions
 from gitops_sync.errors import ApiError, ClusterError, GitOpsError
+from gitops_sync.formatting import rfc3339
 from gitops_sync.plan.autoscaler import Autoscaler, find_autoscaler, scaled_by_controller_manager
 from gitops_sync.plan.changeset import ChangeSet, Entry
 from gitops_sync.plan.masking import Redactor
@@ -312,7 +313,7 @@ class SourceReconciler:
         self._absorb(src, cs, only is None, retry_objects=not retry_in, retry_in=retry_in)
         with self.state:
             self.last_pass = {"kind": kind, "result": result, "objects": len(cs.entries),
-                              "finished": iso_time(time.time()), "durationSeconds": round(took, 4),
+                              "finished": rfc3339(time.time()), "durationSeconds": round(took, 4),
                               "summary": cs.summary()}
         level = log.info if (only is None or cs.has_changes or cs.has_errors) else log.debug
         level("pass", kind=kind, revision=cs.revision, seconds=round(took, 3),
@@ -382,7 +383,7 @@ class SourceReconciler:
                   attempt=self.queue.failures(retry[0]), **self._log_name())
         with self.state:
             self.last_pass = {"kind": kind, "result": "error", "error": error,
-                              "finished": iso_time(time.time()), "durationSeconds": round(took, 4)}
+                              "finished": rfc3339(time.time()), "durationSeconds": round(took, 4)}
             if only is None:
                 self.pass_errors = [error]
         if self.on_passed is not None:
@@ -506,7 +507,7 @@ class SourceReconciler:
         return {
             "repo": mask_url(self.spec.source.repo),
             "revision": src.checkout.revision if src else "",
-            "lastChecked": iso_time(self.desired.checked) if self.desired.checked else "",
+            "lastChecked": rfc3339(self.desired.checked) if self.desired.checked else "",
             "error": source["error"],
             "errorRevision": source["revision"] if source["error"] else "",
         }

@@ -15,15 +15,17 @@ from typing import Any, Protocol
 
 import structlog
 
+from gitops_sync.conventions import MASK
 from gitops_sync.daemon.events import NORMAL, WARNING, EventRecorder, EventSpec
-from gitops_sync.daemon.history import Fight, is_secret
+from gitops_sync.daemon.history import Fight
 from gitops_sync.daemon.metrics import Metrics
 from gitops_sync.daemon.supervisor import describe_crash
 from gitops_sync.daemon.yields import Yield
 from gitops_sync.errors import GitOpsError
+from gitops_sync.formatting import truncate
 from gitops_sync.plan.changeset import Action, Entry, FieldChange
 from gitops_sync.plan.masking import Redactor, mask_literals
-from gitops_sync.resource import Manifest, ObjectKey
+from gitops_sync.resource import Manifest, ObjectKey, is_secret, resource_version
 from gitops_sync.source import mask_url, short_revision
 
 log = structlog.get_logger("gitops_sync.daemon")
@@ -149,11 +151,12 @@ class Reporter:
             self.reported.pop(key, None)  # corrected: the next drift of the same field is news again
 
     def event(self, e: Entry, reason: str, etype: str, message: str) -> None:
-        meta = (self.live(e.key) or {}).get("metadata") or {}
+        live = self.live(e.key)
+        meta = (live or {}).get("metadata") or {}
         self.events.record(EventSpec(
             key=e.key, api_version=e.api_version, reason=reason, message=message, type=etype,
             series=",".join(sorted(c.path for c in e.drift + e.conflicts)),
-            uid=str(meta.get("uid") or ""), resource_version=str(meta.get("resourceVersion") or ""),
+            uid=str(meta.get("uid") or ""), resource_version=resource_version(live),
         ))
 
     def fight(self, fight: Fight, live: Manifest) -> None:
@@ -165,7 +168,7 @@ class Reporter:
         self.events.record(EventSpec(
             key=fight.key, api_version=str(live.get("apiVersion", "")), reason="FieldFight",
             message=fight.message(), type=WARNING, series=fight.path, uid=str(meta.get("uid") or ""),
-            resource_version=str(meta.get("resourceVersion") or ""),
+            resource_version=resource_version(live),
         ))
 
     def yielded(self, y: Yield, live: Manifest) -> None:
@@ -221,9 +224,8 @@ def fingerprint(obj: Manifest | None) -> str:
 
 def _value(key: ObjectKey, value: Any) -> str:
     if is_secret(key):
-        return "***"
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 60 else text[:59] + "…"
+        return MASK
+    return truncate(json.dumps(value, default=str), 60)
 
 
 def describe(key: ObjectKey, fields: list[FieldChange], limit: int = 5) -> str:

@@ -19,8 +19,8 @@ from typing import Any
 
 import structlog
 
-from gitops_sync.daemon.conditions import iso_time
 from gitops_sync.daemon.queue import Backoff
+from gitops_sync.formatting import rfc3339
 
 log = structlog.get_logger(__name__)
 
@@ -67,7 +67,7 @@ class Component:
             "state": "running" if self.running else ("dead" if self.given_up or not self.restart else "restarting"),
             "restarts": self.restarts,
             "lastError": self.last_error,
-            "lastErrorAt": iso_time(self.last_error_at) if self.last_error_at else "",
+            "lastErrorAt": rfc3339(self.last_error_at) if self.last_error_at else "",
         }
 
 

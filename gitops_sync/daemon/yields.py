@@ -22,12 +22,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gitops_sync.daemon.history import FieldRecord, Fight, is_secret, object_dict
+from gitops_sync.daemon.history import FieldRecord, Fight, object_dict
+from gitops_sync.formatting import rfc3339, truncate
 from gitops_sync.plan import actors, fieldpath, ownership
 from gitops_sync.plan.autoscaler import ADVICE, Autoscaler, is_autoscaler
 from gitops_sync.plan.changeset import Yielded
 from gitops_sync.plan.planner import Target
-from gitops_sync.resource import Manifest, ObjectKey
+from gitops_sync.resource import Manifest, ObjectKey, is_secret
 
 FIGHT = "fight"
 AUTOSCALER = "autoscaler"
@@ -93,7 +94,7 @@ class Yield:
             subresource=self.subresource,
             actor=self.actor,
             reason=self.reason,
-            since=_iso(self.since),
+            since=rfc3339(self.since),
             advice=self.advice(),
             autoscaler=self.autoscaler.to_dict() if self.autoscaler else None,
             changes=[
@@ -103,7 +104,7 @@ class Yield:
                     "subresource": r.subresource,
                     "value": MASK if secret and r.value is not None else r.value,
                     "time": r.time,
-                    "observed": _iso(r.observed),
+                    "observed": rfc3339(r.observed, 3),
                 }
                 for r in self.records
             ],
@@ -334,10 +335,5 @@ def takes(records: Sequence[FieldRecord], manager: str) -> int:
     return count
 
 
-def _iso(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
 def _short(value: Any, limit: int = 40) -> str:
-    text = repr(value) if not isinstance(value, str) else value
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return truncate(value if isinstance(value, str) else repr(value), limit)

@@ -18,28 +18,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Final
 
-from gitops_sync.conventions import LAST_APPLIED
+from gitops_sync.conventions import LAST_APPLIED, MASK
 from gitops_sync.plan.diff import FieldDiff
 from gitops_sync.plan.fieldpath import MISSING, Field, parse
-from gitops_sync.resource import Manifest, ObjectKey, split_api_version
+from gitops_sync.resource import Manifest, ObjectKey, is_secret
 
 __all__ = ["MASK", "VALUES_DIFFER", "Redactor", "is_secret", "mask_diff", "mask_literals", "mask_secret"]
 
-MASK: Final = "***"
 # The live side of a masked Secret value that differs from Git: `***` against `***` reads as "equal".
 VALUES_DIFFER: Final = "*** (values differ)"
 _VALUE_MAPS: Final = ("data", "stringData")
 _LAST_APPLIED_PATH: Final = f".metadata.annotations.{LAST_APPLIED}"
-
-
-def is_secret(key_or_kind: ObjectKey | Manifest | str) -> bool:
-    """A core-group Secret (a `Secret` kind of some other API group is not one)."""
-    if isinstance(key_or_kind, ObjectKey):
-        return key_or_kind.kind == "Secret" and not key_or_kind.group
-    if isinstance(key_or_kind, Mapping):
-        group, _ = split_api_version(str(key_or_kind.get("apiVersion", "")))
-        return key_or_kind.get("kind") == "Secret" and not group
-    return key_or_kind == "Secret"
 
 
 def _mask_value(value: Any) -> Any:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import base64
 import copy
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from gitops_sync.conventions import SERVER_ANNOTATIONS, SERVER_METADATA
 from gitops_sync.errors import RenderError
 from gitops_sync.plan.fieldpath import MISSING, Field, Path, PathElement, parse
-from gitops_sync.resource import Manifest, ObjectKey
+from gitops_sync.resource import Manifest, ObjectKey, is_secret
 
 __all__ = [
     "equivalent",
@@ -69,7 +69,7 @@ def prepare_desired(obj: Manifest) -> Manifest:
         for name in ("labels", "annotations"):
             if name in meta and not meta[name]:
                 del meta[name]
-    if _is_core_secret(out) and "stringData" in out:
+    if is_secret(out) and "stringData" in out:
         string_data = out.pop("stringData") or {}
         data = dict(out.get("data") or {})
         for name, value in string_data.items():
@@ -81,10 +81,6 @@ def prepare_desired(obj: Manifest) -> Manifest:
             data[name] = base64.b64encode(value.encode()).decode("ascii")
         out["data"] = data
     return out
-
-
-def _is_core_secret(obj: Mapping[str, Any]) -> bool:
-    return obj.get("kind") == "Secret" and obj.get("apiVersion") == "v1"
 
 
 # --- quantities ------------------------------------------------------------------------------------

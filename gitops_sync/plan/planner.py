@@ -20,7 +20,7 @@ from gitops_sync.plan import diff as _diff
 from gitops_sync.plan.changeset import Action, CoOwner, Entry, FieldChange, SharedWith
 from gitops_sync.plan.masking import MASK, VALUES_DIFFER, mask_diff
 from gitops_sync.plan.normalize import prepare_desired
-from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
+from gitops_sync.resource import DesiredObject, Manifest, ObjectKey, is_secret
 
 
 @dataclass
@@ -351,7 +351,7 @@ def _plain(value: Any) -> Any:
 
 
 def _masked(key: ObjectKey, changes: list[FieldChange]) -> list[FieldChange]:
-    if key.kind != "Secret" or key.group:
+    if not is_secret(key):
         return changes
     diffs = [_diff.FieldDiff(c.path, c.desired, c.live) for c in changes]
     for c, d in zip(changes, mask_diff(key.kind, diffs), strict=True):

@@ -20,7 +20,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gitops_sync.conventions import MASK
 from gitops_sync.errors import RenderError
+from gitops_sync.formatting import last_lines
 
 _HOW_TO_GET = {
     "kubectl": "install kubectl (it bundles kustomize) and put it on PATH",
@@ -30,7 +32,6 @@ _STDERR_KEEP = 64 * 1024  # the tail of stderr kept for the message
 # In a line that talks about secrets, literals or env files, whatever follows `=` may be a value.
 _SENSITIVE_LINE = re.compile(r"secret|literal|env|password|token|key", re.IGNORECASE)
 _ASSIGNED = re.compile(r"=[^\s,;:'\"\])}]+")
-MASK = "***"
 
 
 @dataclass(frozen=True)
@@ -145,5 +146,4 @@ def redact(text: str, secrets: Collection[str]) -> str:
 
 
 def _tail(text: str, lines: int = 10, chars: int = 2000) -> str:
-    kept = [ln.rstrip() for ln in text.strip().splitlines() if ln.strip()]
-    return "\n".join(kept[-lines:])[-chars:]
+    return "\n".join(last_lines(text.strip(), lines))[-chars:]

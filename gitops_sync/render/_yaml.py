@@ -311,27 +311,27 @@ def _check_nodes(root: Node, budget: NodeBudget, source: str, number: int, file_
     return sizes[id(root)]
 
 
-def _check_unique_keys_here(node: MappingNode) -> None:
-    """Duplicate keys while constructing (what _check_unique_keys reports, for documents not walked)."""
+def _duplicate_key(node: MappingNode) -> ScalarNode | None:
+    """The first key that repeats an earlier one of the same mapping (`<<` merge keys may repeat)."""
     seen: set[str] = set()
     for key_node, _ in node.value:
         if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
             continue
         if key_node.value in seen:
-            raise ConstructorError(None, None, f"duplicate key {key_node.value!r}", key_node.start_mark)
+            return key_node
         seen.add(key_node.value)
+    return None
+
+
+def _check_unique_keys_here(node: MappingNode) -> None:
+    """Duplicate keys while constructing (what _check_unique_keys reports, for documents not walked)."""
+    if (dup := _duplicate_key(node)) is not None:
+        raise ConstructorError(None, None, f"duplicate key {dup.value!r}", dup.start_mark)
 
 
 def _check_unique_keys(node: MappingNode, source: str, root: Node) -> None:
-    seen: set[str] = set()
-    for key_node, _ in node.value:
-        if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        if key_node.value in seen:
-            raise RenderError(
-                f"invalid YAML: duplicate key {key_node.value!r}", file=_at(source, key_node), obj=_node_label(root)
-            )
-        seen.add(key_node.value)
+    if (dup := _duplicate_key(node)) is not None:
+        raise RenderError(f"invalid YAML: duplicate key {dup.value!r}", file=_at(source, dup), obj=_node_label(root))
 
 
 def _plain(value: Any) -> Any:

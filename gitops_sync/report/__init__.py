@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gitops_sync.formatting import truncate
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.source import short_revision
 
@@ -73,8 +74,7 @@ def short(value: Any, limit: int | None = _TERMINAL_VALUE_LIMIT) -> str:
     """A value as one line of text; cut to `limit` characters (None: never)."""
     if value is None:
         return "(absent)"
-    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
-    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+    return truncate(value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True), limit)
 
 
 def who(c: FieldChange) -> str:

@@ -30,6 +30,7 @@ import structlog
 from git.exc import GitCommandError, GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
 
 from gitops_sync.errors import SourceError
+from gitops_sync.formatting import last_lines
 from gitops_sync.source.identity import SourceIdentity, identify
 
 log = structlog.get_logger(__name__)
@@ -483,7 +484,10 @@ def _tail(text: object, lines: int = 5, key_lines: int = 6) -> str:
     if body.startswith("stderr:"):
         body = body.removeprefix("stderr:").strip()
         body = body[1:-1] if len(body) > 1 and body[0] == body[-1] == "'" else body
-    kept = [ln.strip() for ln in body.splitlines() if ln.strip()]
-    key = [i for i, ln in enumerate(kept) if ln.lower().startswith(("fatal:", "error:")) or ".lock" in ln]
-    chosen = sorted(set(key[:key_lines]) | set(range(max(0, len(kept) - lines), len(kept))))
-    return mask_url(" | ".join(kept[i] for i in chosen))
+    chosen = last_lines(body, lines, keep=_names_cause, keep_most=key_lines)
+    return mask_url(" | ".join(ln.strip() for ln in chosen))
+
+
+def _names_cause(line: str) -> bool:
+    line = line.strip()
+    return line.lower().startswith(("fatal:", "error:")) or ".lock" in line

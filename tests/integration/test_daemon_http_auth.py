@@ -90,7 +90,8 @@ def test_status_and_metrics_need_a_token_allowed_by_rbac(kube: KubeCluster, name
             }
             code, body = fetch(d.port, "/status", stranger)
             assert f"system:serviceaccount:{namespace}:stranger" in body.decode() and "/status" in body.decode()
-            assert fetch(d.port, "/", scraper)[0] == 403  # the reader role names /metrics and /status only
+            assert fetch(d.port, "/", scraper)[0] == 200  # the reader role names /metrics, /status and / (the page)
+            assert fetch(d.port, "/other", scraper)[0] == 403  # and nothing else
             assert scraper not in d.log_path.read_text() and stranger not in d.log_path.read_text()
 
             # RBAC granted later takes effect once the denial's 10 s cache entry expires

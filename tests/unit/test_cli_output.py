@@ -147,7 +147,7 @@ def test_help_names_the_environment_and_describes_output() -> None:
         text = invoke(*args, "--help").stdout
         assert "GITOPS_SYNC_REPO" in text and "_GITOPS_SYNC_COMPLETE" in text, args
     diff_help = invoke("diff", "--help").stdout
-    assert "-o, --output [table|json|markdown]" in diff_help and "jq" in diff_help
+    assert "-o, --output [table|json|markdown|html]" in diff_help and "jq" in diff_help
 
 
 def test_timeout_takes_durations(repo: Path, tmp_path: Path) -> None:
@@ -236,6 +236,6 @@ def test_apply_and_wait_progress_share_one_live_display() -> None:
 def test_shell_completion_as_the_readme_documents_it() -> None:
     env = {"_GITOPS_SYNC_COMPLETE": "bash_complete", "COMP_WORDS": "gitops-sync diff -o ", "COMP_CWORD": "3"}
     r = CliRunner().invoke(cli.main, [], env=env, prog_name="gitops-sync")
-    assert r.exit_code == 0 and r.stdout.split() == ["plain,table", "plain,json", "plain,markdown"]
+    assert r.exit_code == 0 and r.stdout.split() == ["plain,table", "plain,json", "plain,markdown", "plain,html"]
     source = CliRunner().invoke(cli.main, [], env={"_GITOPS_SYNC_COMPLETE": "bash_source"}, prog_name="gitops-sync")
     assert "_gitops_sync_completion()" in source.stdout

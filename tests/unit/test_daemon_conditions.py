@@ -17,7 +17,8 @@ from gitops_sync.daemon.conditions import ClusterProbe, Condition
 
 class _Api(BaseHTTPRequestHandler):
     mode = "ok"  # ok | hang | 500 | 403
-    protocol_version = "HTTP/1.1"
+    release = threading.Event()  # ends a hang (set at teardown, so no handler thread outlives the test)
+    protocol_version = "HTTP/1.0"  # one request per connection: no idle keep-alive handler at teardown
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -25,7 +26,7 @@ class _Api(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         mode = type(self).mode
         if mode == "hang":
-            time.sleep(3)
+            type(self).release.wait(3)
         code, body = {"ok": (200, b"ok"), "hang": (200, b"ok"), "500": (500, b"[-]etcd failed"), "403": (403, b"{}")}[
             mode
         ]
@@ -37,10 +38,11 @@ class _Api(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[tuple[Client, type[_Api]]]:
-    handler = type("Api", (_Api,), {"mode": "ok"})
+    handler = type("Api", (_Api,), {"mode": "ok", "release": threading.Event()})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.daemon_threads = False  # server_close() joins the handler threads: nothing left for the next test
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
@@ -51,9 +53,11 @@ def api(tmp_path: Path) -> Iterator[tuple[Client, type[_Api]]]:
     try:
         yield client, handler
     finally:
+        handler.release.set()
         client.close()
         server.shutdown()
         server.server_close()
+        serving.join(2)
 
 
 def test_probe_tells_ok_hung_not_ready_and_answering_apart(api: tuple[Client, type[_Api]]) -> None:

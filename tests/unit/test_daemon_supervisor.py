@@ -69,6 +69,7 @@ def test_a_crash_loop_is_given_up_after_a_few_quick_failures_and_fails_healthz()
     assert sup.dead()[0].startswith("watch: RuntimeError at ")
     time.sleep(0.2)
     assert len(calls) == MAX_QUICK_FAILURES, "no restart after giving up"
+    assert sup.join("watch", 2)
 
 
 def test_a_watched_thread_is_revived_or_reported_dead() -> None:
@@ -91,6 +92,7 @@ def test_a_watched_thread_is_revived_or_reported_dead() -> None:
     alive["events"] = False
     wait_until("the dead recorder on /healthz", lambda: sup.dead() == ["events: Event recorder stopped"], 5)
     sup.stop()
+    wait_until("the checker thread ended", lambda: not any(t.name == "supervisor" for t in threading.enumerate()), 2)
 
 
 def test_describe_crash_names_type_and_place_only() -> None:

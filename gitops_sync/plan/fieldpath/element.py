@@ -125,7 +125,8 @@ class Path(tuple[PathElement, ...]):
         return f"Path({self.format()!r})"
 
     def child(self, *elements: PathElement) -> Path:
-        return Path((*self, *elements))
+        # tuple.__new__ directly: one Python frame less per leaf of every object walked (walk.py).
+        return tuple.__new__(Path, (*self, *elements))
 
     @property
     def parent(self) -> Path:

@@ -40,6 +40,15 @@ Missing: TypeAlias = Literal[_Missing.MISSING]
 
 Step: TypeAlias = str | int
 
+# Never Mappings: the ABC check (`isinstance(x, Mapping)`, a Python-level call) is skipped for these.
+_PLAIN: Final = frozenset({str, int, float, bool, type(None), list})
+
+
+def _is_map(node: Any) -> bool:
+    """`isinstance(node, Mapping)`, answered without the ABC machinery for JSON's own types."""
+    cls = type(node)
+    return cls is dict or (cls not in _PLAIN and isinstance(node, Mapping))
+
 
 def _as_path(path: Path | str) -> Path:
     return parse(path) if isinstance(path, str) else path
@@ -101,7 +110,7 @@ def _get_direct(node: Any, elements: Sequence[PathElement]) -> Any:
     every object is looked up this way when planning, so the common case must not allocate."""
     for element in elements:
         if isinstance(element, Field):
-            if not isinstance(node, Mapping) or element.name not in node:
+            if not _is_map(node) or element.name not in node:
                 return MISSING
             node = node[element.name]
             continue
@@ -171,27 +180,30 @@ def leaves(obj: Mapping[str, Any]) -> Iterator[tuple[Path, Any]]:
     associative-list item are leaves of that item (the server tracks them as `f:name` too).
     """
     kind = obj.get("kind") if isinstance(obj.get("kind"), str) else None
-    yield from _walk(obj, Path(), kind)
+    out: list[tuple[Path, Any]] = []
+    _walk(obj, Path(), kind, out)
+    yield from out
 
 
-def _walk(node: Any, path: Path, kind: str | None) -> Iterator[tuple[Path, Any]]:
-    if isinstance(node, Mapping):
+def _walk(node: Any, path: Path, kind: str | None, out: list[tuple[Path, Any]]) -> None:
+    """Appends to `out` rather than yielding: a generator per level costs every leaf one resume per level."""
+    if _is_map(node):
         if not node and path:
-            yield path, node
+            out.append((path, node))
         for name, value in node.items():
-            yield from _walk(value, path.child(Field(str(name))), kind)
+            _walk(value, path.child(Field(str(name))), kind, out)
         return
     if isinstance(node, list) and node:
         keys = list_keys(path, node, kind)
         if keys == SET:
             for item in node:
-                yield path.child(Value.of(item)), item
+                out.append((path.child(Value.of(item)), item))
             return
         if isinstance(keys, tuple):
             for item in node:
-                yield from _walk(item, path.child(item_key(item, keys)), kind)
+                _walk(item, path.child(item_key(item, keys)), kind, out)
             return
-    yield path, node
+    out.append((path, node))
 
 
 def leaf_paths(obj: Mapping[str, Any]) -> list[str]:

@@ -6,6 +6,8 @@ The second half checks that get's allocation-free first route answers exactly as
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -201,6 +203,28 @@ def test_leaves_values_and_special_leaves() -> None:
 
 def test_leaves_of_a_kindless_fragment() -> None:
     assert leaf_paths({"spec": {"ports": [{"port": 1}]}}) == ['.spec.ports[port=1,protocol="TCP"].port']
+
+
+def _frozen(value: Any) -> Any:
+    """The same data with every map a read-only Mapping that is not a dict."""
+    if isinstance(value, dict):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [_frozen(v) for v in value]
+    return value
+
+
+def test_any_mapping_is_walked_as_a_map_not_only_dict() -> None:
+    frozen = _frozen(DEPLOY)
+    assert not isinstance(frozen, dict) and isinstance(frozen, Mapping)
+    assert leaf_paths(frozen) == leaf_paths(DEPLOY)
+    for path, value in leaves(frozen):
+        assert get(frozen, path) == value
+        assert get(DEPLOY, path) == value
+    assert get(frozen, ".metadata.labels.app.kubernetes.io/name") == "minha-api"
+    assert get(frozen, '.spec.template.spec.containers[name="api"].env[name="B"].value') == "2"
+    assert get(frozen, ".spec.replicas.deeper") is MISSING
+    assert [p.format() for p, _ in leaves(_frozen({"spec": {"selector": {}}}))] == [".spec.selector"]
 
 
 # --- get: the direct route agrees with the search ---

@@ -1,0 +1,287 @@
+"""Apply (or dry-run) the desired objects, stage by stage: every write a server-side apply.
+
+`Applier.apply_all` takes the targets and their live state (`live.fetch_live` or the daemon's watch
+cache) and returns one `Entry` per object for the change set (`plan.changeset`), which the report and
+the daemon's status read. An object provably unchanged costs no request; the rest get a server-side
+apply under our field manager, or with `dry_run` the same request with `dryRun=All`, so what `diff`
+promises is what `sync` does. Conflicts are settled by the `ConflictPolicy`; objects created with
+client-side `kubectl apply` are taken over first (`takeover`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import structlog
+
+from gitops_sync.apply import ordering, takeover
+from gitops_sync.apply.live import LiveMap
+from gitops_sync.apply.pool import each
+from gitops_sync.apply.wait import wait_crds_established
+from gitops_sync.cluster.client import APPLY_PATCH, Client
+from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
+from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, ClusterError, ConflictError
+from gitops_sync.plan import ownership
+from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.plan.planner import (
+    Target,
+    explain,
+    has_client_side_apply,
+    is_bookkeeping_conflict,
+    is_unchanged,
+    mark_adopted,
+    without_conflicts,
+)
+from gitops_sync.resource import Manifest
+
+log = structlog.get_logger(__name__)
+
+OnEntry = Callable[[Entry], None]
+
+# The message prefix of an object no request was sent for: it is exactly as it was before the pass.
+NOT_ATTEMPTED = "not attempted: "
+
+
+class Applier:
+    """One apply step: the client, our field manager and how many requests may be in flight."""
+
+    def __init__(self, client: Client, *, field_manager: str = FIELD_MANAGER, concurrency: int = 8) -> None:
+        self.client = client
+        self.field_manager = field_manager
+        self.concurrency = max(1, concurrency)
+
+    def apply_all(
+        self,
+        targets: Sequence[Target],
+        live: LiveMap,
+        *,
+        policy: ConflictPolicy = ConflictPolicy.REPORT,
+        dry_run: bool = False,
+        on_entry: OnEntry | None = None,
+        wait_crds: float = 60.0,
+    ) -> list[Entry]:
+        """Plan (dry_run) or apply every target, stage by stage; never raises for one object's error."""
+        entries: list[Entry] = []
+        new_namespaces = {t.key.name for t in targets if t.key.kind == "Namespace" and live.get(t.key) is None}
+        new_crds = {
+            _crd_group_kind(t.manifest)
+            for t in targets
+            if t.key.kind == "CustomResourceDefinition" and live.get(t.key) is None
+        }
+        for index, stage in enumerate(ordering.stages(targets, lambda t: t.key)):
+            if not stage:
+                continue
+
+            def one(t: Target) -> Entry:
+                pending = _pending_reason(t, new_namespaces, new_crds) if dry_run else ""
+                return self._apply_one(t, live.get(t.key), policy=policy, dry_run=dry_run, pending=pending)
+
+            # The fast path sends nothing: pure CPU, done here rather than on the pool, where thousands of
+            # tiny tasks only fight over the GIL. The pool gets the objects that need a request.
+            quick = [self._if_unchanged(t, live.get(t.key), dry_run=dry_run) for t in stage]
+            if on_entry:
+                for e in quick:
+                    if e is not None:
+                        on_entry(e)
+            todo = [t for t, e in zip(stage, quick, strict=True) if e is None]
+            sent = iter(each(one, todo, concurrency=self.concurrency, on_done=on_entry))
+            entries.extend(e if e is not None else next(sent) for e in quick)
+            if index == 0 and not dry_run:
+                wait_crds_established(
+                    self.client, [t for t in stage if t.key.kind == "CustomResourceDefinition"], wait_crds
+                )
+        return entries
+
+    def _if_unchanged(self, t: Target, live: Manifest | None, *, dry_run: bool) -> Entry | None:
+        """The entry of an object provably unchanged (see `is_unchanged`), without a request; else None."""
+        if is_unchanged(t, live):
+            log.debug(
+                "decided",
+                object=str(t.key),
+                action="unchanged",
+                why="live carries this intent hash and every field Git sets holds its value: no request",
+            )
+            return explain(t, live, live, self.field_manager, dry_run=dry_run)
+        return None
+
+    def _apply_one(
+        self, t: Target, live: Manifest | None, *, policy: ConflictPolicy, dry_run: bool, pending: str = ""
+    ) -> Entry:
+        """An object the fast path could not settle: ask the server (dry run or apply)."""
+        entry = self._ask_server(t, live, policy=policy, dry_run=dry_run, pending=pending)
+        log.debug(
+            "decided",
+            object=str(t.key),
+            action=entry.action.value,
+            why=entry.message,
+            drift=[c.path for c in entry.drift],
+            conflicts=[f"{c.path} ({c.manager})" for c in entry.conflicts],
+        )
+        return entry
+
+    def _ask_server(
+        self, t: Target, live: Manifest | None, *, policy: ConflictPolicy, dry_run: bool, pending: str
+    ) -> Entry:
+        try:
+            if pending:
+                entry = explain(t, None, None, self.field_manager, dry_run=True)
+                entry.message = f"would create ({pending})"
+                return entry
+            if dry_run:
+                return self._dry_run(t, live)
+            return self._apply(t, live, policy)
+        except ApiUnavailableError as exc:  # never sent: the object is as it was
+            log.debug("apply not attempted", object=str(t.key), error=str(exc))
+            return not_attempted_entry(t, exc)
+        except ApiTimeoutError as exc:
+            if dry_run:
+                return Entry(t.key, t.info.api_version, Action.ERROR, message=str(exc), origin=t.origin)
+            return self._after_timeout(t, live, exc)
+        except ClusterError as exc:
+            log.warning("apply failed", object=str(t.key), error=str(exc))
+            return Entry(t.key, t.info.api_version, Action.ERROR, message=str(exc), origin=t.origin)
+
+    def _after_timeout(self, t: Target, live: Manifest | None, exc: ApiTimeoutError) -> Entry:
+        """An apply sent but unanswered may have landed: re-read, and report it applied if our intent is live."""
+        try:
+            now = self.client.get_or_none(t.path)
+        except ClusterError as again:
+            message = f"outcome unknown: {exc} (re-read failed: {again})"
+        else:
+            if is_unchanged(t, now):  # this very intent hash, every field we set holds its value
+                entry = explain(t, live, now, self.field_manager, dry_run=False)
+                entry.message = (entry.message + "; " if entry.message else "") + (
+                    "the request timed out, a re-read shows it applied"
+                )
+                return entry
+            message = f"outcome unknown: {exc} (a re-read does not show this intent applied)"
+        log.warning("apply failed", object=str(t.key), error=message)
+        return Entry(t.key, t.info.api_version, Action.ERROR, message=message, origin=t.origin)
+
+    def _try_ssa(
+        self, t: Target, body: Manifest, live: Manifest | None, *, dry_run: bool
+    ) -> tuple[Manifest | None, list[ownership.Conflict]]:
+        """A non-forced apply; a field-manager 409 comes back as its conflicts rather than an exception.
+
+        Conflicts over our bookkeeping alone are not conflicts: the apply is repeated with force."""
+        result, conflicts, _status = self._try_ssa_status(t, body, live, dry_run=dry_run)
+        return result, conflicts
+
+    def _try_ssa_status(
+        self, t: Target, body: Manifest, live: Manifest | None, *, dry_run: bool
+    ) -> tuple[Manifest | None, list[ownership.Conflict], int]:
+        """`_try_ssa` plus the HTTP status of the apply that went through (0 when it conflicted)."""
+        try:
+            status, result = self._ssa_status(t, body, force=False, dry_run=dry_run)
+            return result, [], status
+        except ConflictError as exc:
+            conflicts = ownership.parse_conflicts(exc.body, live=live)
+            if not conflicts:
+                raise  # a resourceVersion precondition, not a field fight
+            real = [c for c in conflicts if not is_bookkeeping_conflict(c)]
+            if real:
+                return None, real, 0
+        # Only our own bookkeeping was contested (written under another --field-manager): ours to take.
+        status, result = self._ssa_status(t, body, force=True, dry_run=dry_run)
+        return result, [], status
+
+    def _dry_run(self, t: Target, live: Manifest | None) -> Entry:
+        """What `_apply` would do, without doing it; including the client-side-apply takeover, which a dry
+        run cannot perform: its fields are not conflicts (they will be ours) and those Git dropped go."""
+        taking_over = has_client_side_apply(live)
+        result, conflicts = self._try_ssa(t, t.manifest, live, dry_run=True)
+        if conflicts:  # what the object would become if Git won, for the field-level report
+            result = self._ssa(t, t.manifest, force=True, dry_run=True)
+            if taking_over:
+                conflicts = takeover.remaining_conflicts(conflicts)
+        if taking_over and result is not None:
+            result = takeover.preview(self.client, t, result, self.field_manager)
+        entry = explain(t, live, result, self.field_manager, conflicts=conflicts, dry_run=True)
+        if taking_over:
+            entry.message = _join(entry.message, f"would take over {takeover.TAKEOVER}")
+        return entry
+
+    def _apply(self, t: Target, live: Manifest | None, policy: ConflictPolicy) -> Entry:
+        upgraded = live is not None and takeover.upgrade(self.client, t, live, self.field_manager)
+        entry, created = self._apply_policy(t, live, policy)
+        if live is None and not created:
+            entry = self._adopt_after_stale_read(t, policy)
+        if upgraded:
+            entry.message = _join(entry.message, f"took over {takeover.TAKEOVER}")
+        return entry
+
+    def _adopt_after_stale_read(self, t: Target, policy: ConflictPolicy) -> Entry:
+        """The plan read the object as absent, yet our apply did not create it (HTTP 200, not 201).
+
+        A lagging watch cache or a refused read: the object existed before us, so it must carry the
+        adopted marker (prune releases it, never deletes it). The same body plus the marker is applied
+        again; the fact comes from the API server's answer, not from the read.
+        """
+        log.warning("object existed although read as absent; marking it adopted", object=str(t.key))
+        current = self.client.get_or_none(t.path)
+        mark_adopted(t)
+        entry, _created = self._apply_policy(t, current, policy)
+        note = "existed before gitops-sync applied it (read as absent: stale cache or refused read); marked adopted"
+        entry.message = f"{entry.message}; {note}" if entry.message else note
+        return entry
+
+    def _apply_policy(self, t: Target, live: Manifest | None, policy: ConflictPolicy) -> tuple[Entry, bool]:
+        """Apply under `policy`; also whether one of its requests created the object (HTTP 201)."""
+        if policy is ConflictPolicy.FORCE:
+            status, forced = self._ssa_status(t, t.manifest, force=True, dry_run=False)
+            return explain(t, live, forced, self.field_manager, dry_run=False), status == 201
+        result, conflicts, status = self._try_ssa_status(t, t.manifest, live, dry_run=False)
+        if not conflicts:
+            return explain(t, live, result, self.field_manager, dry_run=False), status == 201
+        if policy is ConflictPolicy.SKIP:
+            entry = explain(t, live, None, self.field_manager, conflicts=conflicts, dry_run=False)
+            entry.message = f"skipped: {len(conflicts)} conflicting field(s); nothing applied to this object"
+            return entry, False
+        # REPORT: apply all but the contested fields; a field contested meanwhile is dropped on one retry.
+        result, more, status = self._try_ssa_status(t, without_conflicts(t.manifest, conflicts), live, dry_run=False)
+        if more:
+            conflicts += more
+            status, result = self._ssa_status(t, without_conflicts(t.manifest, conflicts), force=False, dry_run=False)
+        entry = explain(t, live, result, self.field_manager, conflicts=conflicts, dry_run=False)
+        entry.message = (
+            f"applied all but {len(conflicts)} conflicting field(s), left to their owner "
+            "(use --on-conflict force to take them)"
+        )
+        return entry, status == 201
+
+    def _ssa(self, t: Target, body: Manifest, *, force: bool, dry_run: bool) -> Manifest:
+        return self._ssa_status(t, body, force=force, dry_run=dry_run)[1]
+
+    def _ssa_status(self, t: Target, body: Manifest, *, force: bool, dry_run: bool) -> tuple[int, Manifest]:
+        """One server-side apply; the status tells a create (201) from an update (200)."""
+        status, result = self.client.request_status(
+            "PATCH",
+            t.path,
+            query={"fieldManager": self.field_manager, "force": force, "dryRun": "All" if dry_run else None},
+            body=body,
+            content_type=APPLY_PATCH,
+        )
+        return status, result
+
+
+def not_attempted_entry(t: Target, exc: Exception) -> Entry:
+    """The entry of an object no request was sent for (API server down, deadline passed): left as it was."""
+    return Entry(t.key, t.info.api_version, Action.ERROR, message=f"{NOT_ATTEMPTED}{exc}", origin=t.origin)
+
+
+def _pending_reason(t: Target, new_namespaces: set[str], new_crds: set[tuple[str, str]]) -> str:
+    """Why a dry-run cannot ask the server yet: its namespace or CRD is created in the same pass."""
+    if t.key.namespace and t.key.namespace in new_namespaces:
+        return f"namespace {t.key.namespace} is created first"
+    if (t.key.group, t.key.kind) in new_crds:
+        return "its CustomResourceDefinition is created first"
+    return ""
+
+
+def _crd_group_kind(crd: Manifest) -> tuple[str, str]:
+    spec = crd.get("spec") or {}
+    return str(spec.get("group", "")), str((spec.get("names") or {}).get("kind", ""))
+
+
+def _join(message: str, more: str) -> str:
+    return f"{message}; {more}" if message else more
