@@ -36,3 +36,11 @@ def describe(manager: str, operation: str = "", subresource: str = "", *, ours: 
     if manager == "helm":
         return "Helm (server-side apply)" if operation == "Apply" else "Helm"
     return manager
+
+
+def record(manager: str, operation: str = "", subresource: str = "") -> str:
+    """`kubectl (Update, subresource scale)`: the managedFields entry as written, before it is put in words."""
+    if not manager:
+        return "(nobody)"
+    extra = ", ".join(x for x in (operation, f"subresource {subresource}" if subresource else "") if x)
+    return f"{manager} ({extra})" if extra else manager

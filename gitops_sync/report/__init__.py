@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gitops_sync.formatting import truncate
+from gitops_sync.plan import actors
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.source import short_revision
 
@@ -81,8 +82,7 @@ def who(c: FieldChange) -> str:
     """`kubectl (Update, subresource scale): kubectl scale` — the record, then the actor in words."""
     if not c.manager:
         return "(nobody)"
-    extra = ", ".join(x for x in (c.operation, f"subresource {c.subresource}" if c.subresource else "") if x)
-    text = f"{c.manager} ({extra})" if extra else c.manager
+    text = actors.record(c.manager, c.operation, c.subresource)
     return f"{text}: {c.actor}" if c.actor and c.actor != c.manager else text
 
 

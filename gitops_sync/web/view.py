@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from gitops_sync.formatting import truncate
 from gitops_sync.plan import actors
 
 MASK = "***"
@@ -34,16 +35,10 @@ def text(value: Any, limit: int | None = VALUE_LIMIT) -> str:
     """A value as text: strings as they are, everything else as JSON; None is `(absent)`."""
     if value is None:
         return "(absent)"
-    out = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
-    return out if limit is None or len(out) <= limit else out[: limit - 1] + "…"
+    return truncate(value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True), limit)
 
 
-def who(manager: str, operation: str = "", subresource: str = "") -> str:
-    """`kubectl (Update, subresource scale)`: the managedFields record, without the words."""
-    if not manager:
-        return "(nobody)"
-    extra = ", ".join(x for x in (operation, f"subresource {subresource}" if subresource else "") if x)
-    return f"{manager} ({extra})" if extra else manager
+who = actors.record  # `kubectl (Update, subresource scale)`: the managedFields record, without the words
 
 
 def actor_of(manager: str, operation: str = "", subresource: str = "", *, ours: str = "") -> str:

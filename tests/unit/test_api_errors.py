@@ -17,7 +17,7 @@ from gitops_sync.errors import (
     TooManyRequestsError,
     UnauthorizedError,
 )
-from tests.unit.fake_api import FakeApi, fake_client, status_body
+from tests.unit.fakes import FakeApi, fake_client, status_body
 
 PATH = "/api/v1/namespaces/ns/configmaps/a"
 

@@ -9,7 +9,7 @@ from gitops_sync.conventions import ADOPTED, PART_OF
 from gitops_sync.plan import ownership, planner
 from gitops_sync.plan.changeset import Action
 from gitops_sync.plan.masking import MASK, VALUES_DIFFER
-from tests.unit.test_planner import StaticDiscovery, cm, objs
+from tests.unit.fakes import StaticDiscovery, cm, objs
 
 
 def target(manifest: dict[str, Any], live: dict[str, Any] | None) -> planner.Target:

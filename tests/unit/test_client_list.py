@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gitops_sync.errors import GoneError
-from tests.unit.fake_api import FakeApi, fake_client, status_body
+from tests.unit.fakes import FakeApi, fake_client, status_body
 
 PATH = "/api/v1/namespaces/ns/configmaps"
 

@@ -19,7 +19,7 @@ from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action
 from gitops_sync.plan.diff import diff_intent
 from gitops_sync.resource import DesiredObject
-from tests.unit.test_planner import StaticDiscovery, cm
+from tests.unit.fakes import StaticDiscovery, cm
 
 
 def _reference_hash(manifest: dict[str, Any]) -> str:

@@ -3,46 +3,20 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import pytest
 
 from gitops_sync.apply.inventory import applyset_id
 from gitops_sync.apply.ordering import prune_order, stage_of, stages
-from gitops_sync.cluster.discovery import Discovery, ResourceInfo
+from gitops_sync.cluster.discovery import ResourceInfo
 from gitops_sync.conventions import ADOPTED, PART_OF
 from gitops_sync.errors import RenderError
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.report import exit_code_diff, exit_code_sync, markdown
-from gitops_sync.resource import DesiredObject, ObjectKey
+from gitops_sync.resource import ObjectKey
 from gitops_sync.source.identity import legacy_inventory_name
-
-
-class StaticDiscovery(Discovery):
-    """Discovery preloaded with a few built-in kinds (the real one reads /api and /apis)."""
-
-    def __init__(self) -> None:
-        super().__init__(client=None)  # type: ignore[arg-type]
-        kinds = [
-            ResourceInfo("", "v1", "ConfigMap", "configmaps", True),
-            ResourceInfo("", "v1", "Namespace", "namespaces", False),
-            ResourceInfo("apps", "v1", "Deployment", "deployments", True),
-        ]
-        self._by_gvk = {(i.group, i.version, i.kind): i for i in kinds}
-        self._preferred = {(i.group, i.kind): i for i in kinds}
-        self._loaded = True
-
-
-def cm(name: str, ns: str | None = None, **data: str) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name}
-    if ns:
-        meta["namespace"] = ns
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
-
-
-def objs(*manifests: dict[str, Any]) -> list[DesiredObject]:
-    return [DesiredObject(m, origin=f"f{i}.yaml#0") for i, m in enumerate(manifests)]
+from tests.unit.fakes import StaticDiscovery, cm, objs
 
 
 def test_resolve_defaults_namespace_and_rejects_duplicates_after_defaulting() -> None:

@@ -15,7 +15,7 @@ from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, SharedWith
 from gitops_sync.report import exit_code_diff, exit_code_sync, write
 from gitops_sync.resource import ObjectKey
-from tests.unit.test_planner import StaticDiscovery, cm, objs
+from tests.unit.fakes import StaticDiscovery, cm, objs
 
 OURS = "applyset-ours-v1"
 THEIRS = "applyset-theirs-v1"

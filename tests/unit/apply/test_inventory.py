@@ -1,7 +1,7 @@
 """ApplySet inventory decisions that need no API server: whose parent it is, when it is written, where
 prune looks for members, who owns a foreign id.
 
-The API server is a script at the HTTP seam (tests/unit/fake_api.py); the inventory on a real cluster
+The API server is a script at the HTTP seam (tests/unit/fakes.py); the inventory on a real cluster
 (kubectl reading it, prune, takeovers) is tested in tests/integration/test_sync.py and
 test_source_identity.py.
 """
@@ -29,8 +29,7 @@ from gitops_sync.conventions import (
 )
 from gitops_sync.errors import ClusterError, ConflictError, SourceMismatchError
 from gitops_sync.resource import ObjectKey
-from tests.unit.fake_api import FakeApi, fake_client, status_body
-from tests.unit.test_planner import StaticDiscovery
+from tests.unit.fakes import FakeApi, StaticDiscovery, fake_client, status_body
 
 PARENT = "/api/v1/namespaces/gitops/configmaps/inv"
 ID = applyset_id("inv", "gitops")

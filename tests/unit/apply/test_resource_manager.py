@@ -1,7 +1,7 @@
 """ResourceManager decisions that need no API server: which requests it sends, in which order, with what.
 
 The real planner resolves and finalizes the targets; the API server is a script at the HTTP seam
-(tests/unit/fake_api.py). What the server itself decides (defaulting, managedFields, conflicts, deletes)
+(tests/unit/fakes.py). What the server itself decides (defaulting, managedFields, conflicts, deletes)
 is tested on the real cluster: tests/integration/test_sync.py, test_safety.py, test_newcomer.py.
 """
 
@@ -17,8 +17,7 @@ from gitops_sync.health import Status
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action
 from gitops_sync.resource import ObjectKey
-from tests.unit.fake_api import Call, FakeApi, fake_client, status_body
-from tests.unit.test_planner import StaticDiscovery, cm, objs
+from tests.unit.fakes import Call, FakeApi, StaticDiscovery, cm, fake_client, objs, status_body
 
 APPLYSET = "applyset-x-v1"
 

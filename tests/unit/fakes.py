@@ -1,9 +1,10 @@
-"""A scripted API server at the HTTP seam, for unit tests of code that talks through `Client`.
+"""The unit tests' shared fakes: a scripted API server at the HTTP seam, a preloaded discovery, manifests.
 
 `fake_client(api)` is a real `Client` (kubeconfig loading, query encoding, error mapping, pagination all
 run) whose urllib3 pool is a `FakeApi`: it answers each request from a script and records it. Only pure
 decisions are tested this way (which requests are sent, in which order, what is done with the answers);
 what the API server itself defines (defaulting, managedFields, conflicts) is tested on the real cluster.
+`StaticDiscovery` knows a few built-in kinds without asking; `cm` and `objs` build desired objects.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from gitops_sync.cluster.client import Client
+from gitops_sync.cluster.discovery import Discovery, ResourceInfo
+from gitops_sync.resource import DesiredObject
 
 _KUBECONFIG = """\
 apiVersion: v1
@@ -121,3 +124,29 @@ def fake_client(api: FakeApi, **kwargs: Any) -> Client:
         os.unlink(path)
     client._api.rest_client.pool_manager = api
     return client
+
+
+class StaticDiscovery(Discovery):
+    """Discovery preloaded with a few built-in kinds (the real one reads /api and /apis)."""
+
+    def __init__(self) -> None:
+        super().__init__(client=None)  # type: ignore[arg-type]
+        kinds = [
+            ResourceInfo("", "v1", "ConfigMap", "configmaps", True),
+            ResourceInfo("", "v1", "Namespace", "namespaces", False),
+            ResourceInfo("apps", "v1", "Deployment", "deployments", True),
+        ]
+        self._by_gvk = {(i.group, i.version, i.kind): i for i in kinds}
+        self._preferred = {(i.group, i.kind): i for i in kinds}
+        self._loaded = True
+
+
+def cm(name: str, ns: str | None = None, **data: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if ns:
+        meta["namespace"] = ns
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+def objs(*manifests: dict[str, Any]) -> list[DesiredObject]:
+    return [DesiredObject(m, origin=f"f{i}.yaml#0") for i, m in enumerate(manifests)]
