@@ -2,7 +2,7 @@
 
 PYTHON ?= python3
 
-# ---- local cluster (deploy/local-cluster, issue 2) ---------------------------------------------------
+# ---- local cluster (deploy/local-cluster) ----------------------------------------------------------
 # `eval "$(make -s cluster-up)"` starts it and sets KUBECONFIG and PATH in the calling shell.
 CLUSTER := $(PYTHON) deploy/local-cluster/cluster.py
 
@@ -27,8 +27,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 venv: $(VENV)/.installed  ## the project's virtual env with gitops-sync and its dev tools
 
-lint: venv      ## ruff and mypy (strict) over the package
-	$(VENV)/bin/ruff check gitops_sync tests $(wildcard bench)
+# Every Python file of the repository: the package, its tests, the benchmarks and the cluster launcher.
+PY_SOURCES := gitops_sync tests bench deploy/local-cluster/cluster.py
+lint: venv      ## ruff and mypy (strict) over every Python source (mypy's files: pyproject.toml)
+	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/mypy
 
 unit: venv      ## the fast tests only (no cluster)
@@ -46,7 +48,7 @@ demo: venv      ## start the local cluster (unless KUBECONFIG is set), sync exam
 	bash scripts/demo.sh
 # ---- end python -----------------------------------------------------------------------------------
 
-# ---- bench: gitops-sync vs kubectl on the local control plane (bench/, issue 5) ----------------------
+# ---- bench: gitops-sync vs kubectl on the local control plane (bench/) -------------------------------
 # `make bench` runs the full suite (N = 100, 1,000, 5,000, medians of 3; ~30 min) against a cluster of its
 # own and rewrites BENCHMARKS.md; `make bench-quick` is the CI-sized run (N = 100, one repeat, no file).
 # BENCH_ARGS passes options through, e.g. `make bench BENCH_ARGS="--sizes 1000 --repeats 1"`.

@@ -1,1 +1,1 @@
-"""Benchmarks of gitops-sync against kubectl on the local control plane (issue 5). Entry point: bench/run.py."""
+"""Benchmarks of gitops-sync against kubectl on the local control plane. Entry point: bench/run.py."""

@@ -1,4 +1,4 @@
-"""gitops-sync vs kubectl on the local control plane: `make bench` (issue 5).
+"""gitops-sync vs kubectl on the local control plane: `make bench`.
 
     .venv/bin/python bench/run.py                      # N = 100, 1,000, 5,000; medians of 3; BENCHMARKS.md
     .venv/bin/python bench/run.py --quick              # CI: N = 100, one run, smaller daemon cases, no file

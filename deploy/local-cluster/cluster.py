@@ -141,10 +141,18 @@ def go_env() -> dict[str, str]:
     return env
 
 
+def go_needed() -> str:
+    """The Go version go.mod asks for (its `go` line): the one place that decides it."""
+    for line in (HERE / "go.mod").read_text().splitlines():
+        if line.startswith("go "):
+            return line.split()[1]
+    return "?"
+
+
 def build_stamp(flags: str) -> str:
     go = shutil.which("go")
     if not go:
-        raise ClusterError("component go build: `go` is not on PATH (Go 1.24 or newer is needed)")
+        raise ClusterError(f"component go build: `go` is not on PATH (Go {go_needed()} or newer is needed)")
     goversion = subprocess.run([go, "version"], capture_output=True, text=True, check=False).stdout.strip()
     h = hashlib.sha256()
     for part in ((HERE / "go.mod").read_bytes(), (HERE / "go.sum").read_bytes(), flags.encode(), goversion.encode()):

@@ -1,4 +1,4 @@
-"""What a newcomer trips over, against the real local control plane (issue 15, and the report part of 9).
+"""What a newcomer trips over, against the real local control plane.
 
 diff agrees with sync on a client-side-apply takeover; a piped table is never cut; report cells are plain
 text (a `[/]` value syncs and prints); our bookkeeping is never drift or a conflict; a Secret conflict says

@@ -1,4 +1,4 @@
-"""Source identity on the real control plane: one inventory per source, never one for two (issues 8 and 15).
+"""Source identity on the real control plane: one inventory per source, never one for two.
 
 Two teams whose repositories are both called `deploy` keep each other's objects; a clone and its remote
 URL, `.` and `./` are one inventory; a parent of another source is refused; inventories of the old naming

@@ -1,6 +1,6 @@
 """Bad inputs for the renderer through the real command line: malformed manifests, YAML bombs, kustomizations
-that reach out of the repository or echo a secretGenerator literal (issue 9), an empty report file in the
-repository (issue 15). Each must end in exit 2 with one message naming file, document and object, no
+that reach out of the repository or echo a secretGenerator literal, an empty report file in the
+repository. Each must end in exit 2 with one message naming file, document and object, no
 traceback and no Secret value anywhere in the output. Rows go to RELIABILITY.md.
 """
 
@@ -259,7 +259,7 @@ def test_remote_base_allowed_by_the_flag_reaches_kustomize_and_fails_there(
 def test_empty_report_file_in_the_repository_is_skipped(
     kube: KubeCluster, namespace: str, tmp_path: Path, reliability: Recorder
 ) -> None:
-    """Issue 15: `diff -o json > report.json` inside the repository: the shell creates report.json empty
+    """`diff -o json > report.json` inside the repository: the shell creates report.json empty
     before gitops-sync reads the repository."""
     repo = tmp_path / "repo"
     repo.mkdir()

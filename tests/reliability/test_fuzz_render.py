@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the YAML/JSON loader and the renderer (issue 9), with Hypothesis.
+"""Property-based fuzzing of the YAML/JSON loader and the renderer, with Hypothesis.
 
 Properties: whatever the text or the manifest's shape, loading and rendering either succeed or raise a
 RenderError (never another exception, never a hang), no message ever contains a Secret value, and what

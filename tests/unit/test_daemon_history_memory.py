@@ -1,4 +1,4 @@
-"""The ownership history's compact storage (issue 5: daemon RSS at 10,000 objects) keeps its behaviour."""
+"""The ownership history's compact storage (for the daemon's RSS at 10,000 objects) keeps its behaviour."""
 
 from __future__ import annotations
 

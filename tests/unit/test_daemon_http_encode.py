@@ -1,4 +1,4 @@
-"""/status and the other JSON answers are encoded a slice at a time (issue 5): same bytes as json.dumps."""
+"""/status and the other JSON answers are encoded a slice at a time: same bytes as json.dumps."""
 
 from __future__ import annotations
 

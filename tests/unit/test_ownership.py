@@ -16,7 +16,7 @@ from gitops_sync.plan.ownership import (
     parse_conflicts,
 )
 
-# The scenario of issue 3, as the API server records it: `helm install` (Helm 3, Update), our
+# Helm and kubectl sharing a Deployment, as the API server records it: `helm install` (Helm 3, Update), our
 # apply, `kubectl scale` (Update through the scale subresource), the controller writing status,
 # and a `kubectl patch` adding a finalizer.
 LIVE: dict[str, Any] = {

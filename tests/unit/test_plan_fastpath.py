@@ -1,4 +1,4 @@
-"""The no-request fast path stays exact after the performance work of issue 5 (bench/).
+"""The no-request fast path stays exact after the performance work (bench/).
 
 - intent hashes are unchanged (a different hash would make every object in every cluster "changed" once);
 - objects settled by the fast path and objects sent to the server come back in stage order, and only the

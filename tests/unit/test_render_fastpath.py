@@ -1,4 +1,4 @@
-"""YAML files without anchors or tags skip the node-count walk and the copy (issue 5): same results, same errors."""
+"""YAML files without anchors or tags skip the node-count walk and the copy: same results, same errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Render crash safety and bounds (issue 9) and empty files / --helm-values (issue 15).
+"""Render crash safety and bounds, and empty files / --helm-values.
 
 Every bad input must become a RenderError naming file, document and object, and no message may contain
 a Secret's value, whatever PyYAML's constructor would have said about it.
@@ -226,7 +226,7 @@ def test_json_files_count_against_the_budget(tmp_path: Path) -> None:
 
 
 def test_two_hundred_alias_documents_fail_fast(tmp_path: Path) -> None:
-    """The issue's case: 200 documents each just under the old per-document bound took 50 s and 2.2 GB."""
+    """200 documents each just under the old per-document bound took 50 s and 2.2 GB."""
     big = BOMB_DOC.replace("  d: [", "  e: &e{i} [").replace("*c{i}]\n", "*c{i}]\n  f: [*e{i}, *e{i}, *e{i}]\n")
     write(tmp_path, {f"f{i:03}.yaml": big.format(i=i) for i in range(200)})
     started = time.perf_counter()
@@ -242,7 +242,7 @@ def test_load_yaml_charges_the_shared_budget() -> None:
     assert budget.used == 3 + 5
 
 
-# --- zero-byte and comment-only files (issue 15) ------------------------------------------------------
+# --- zero-byte and comment-only files ------------------------------------------------------------------
 
 
 def test_zero_byte_whitespace_and_comment_only_files_are_skipped(tmp_path: Path) -> None:

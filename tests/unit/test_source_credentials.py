@@ -1,4 +1,4 @@
-"""Source hardening (issue 9): credentials never on git's command line nor in a masked URL; --cache-dir
+"""Source hardening: credentials never on git's command line nor in a masked URL; --cache-dir
 relative or behind a symlink works.
 
 The credential test serves a real repository over loopback HTTP (`git http-backend` behind Basic auth)

@@ -1,7 +1,7 @@
 """gitops_sync.source.identity: one identity per source however it is spelled, never one for two sources.
 
-Every collision of issue 8 (two repositories called `deploy`, `.` vs `./`, two hosts, `deploy`+`apps/web`
-vs `deploy-apps`+`web`, long names cut at 63) and the spellings of issue 15 (a clone vs its remote URL).
+Every collision to tell apart (two repositories called `deploy`, `.` vs `./`, two hosts, `deploy`+`apps/web`
+vs `deploy-apps`+`web`, long names cut at 63) and the spellings of one source (a clone vs its remote URL).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_two_hosts_and_two_orgs_are_two_sources() -> None:
         name("ssh://git@github.com:2222/org-a/deploy"),  # another port can be another server
     }
     assert len(names) == 4
-    # the issue's literal spellings (no scheme, no user: local paths to Git and to us) differ as well
+    # the literal spellings (no scheme, no user: local paths to Git and to us) differ as well
     assert name("github.com/org-a/deploy") != name("gitlab.com:org-b/deploy")
     assert legacy_inventory_name("github.com/org-a/deploy", None) == legacy_inventory_name(
         "gitlab.com:org-b/deploy", None
