@@ -17,15 +17,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, TextIO, TypeVar
 
 import click
-import structlog
-from rich.console import Console
-from rich.progress import Progress, TaskID
 
-from gitops_sync import __version__, report, web
+from gitops_sync import __version__, report
 from gitops_sync.cluster.client import Client
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, inventory_of, load, source_label
 from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, GitOpsError
+from gitops_sync.log import get_logger
 from gitops_sync.options import (
     DURATION,
     ClusterArgs,
@@ -42,7 +40,7 @@ from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 from gitops_sync.source import Checkout, mask_url
 
 F = TypeVar("F", bound=Callable[..., Any])
-log = structlog.get_logger("gitops_sync")
+log = get_logger("gitops_sync")
 
 _ENV_EPILOG = (
     "Environment: GITOPS_SYNC_REPO, GITOPS_SYNC_REVISION, GITOPS_SYNC_PATH, GITOPS_SYNC_NAMESPACE, "
@@ -58,6 +56,8 @@ OUTPUTS = (*report.FORMATS, "html")
 
 def _write(cs: ChangeSet, output: str, out: TextIO, **kwargs: Any) -> None:
     if output == "html":
+        from gitops_sync import web  # jinja2: only for this format
+
         out.write(web.diff_html(cs.to_dict()))  # every object: a reader scrolls or searches
     else:
         report.write(cs, output, out, **kwargs)
@@ -292,6 +292,9 @@ def _progress(*, enabled: bool, applying: int, waiting: int) -> Iterator[tuple[_
     if not enabled:
         yield None, None
         return
+    from rich.console import Console  # a terminal only: never imported for CI or `-o json`
+    from rich.progress import Progress, TaskID
+
     with Progress(transient=True, console=Console(stderr=True)) as bar:
         applied = bar.add_task("applying", total=applying) if applying >= 20 else None
         ready: list[TaskID] = []

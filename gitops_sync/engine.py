@@ -12,8 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import structlog
-
 from gitops_sync import conventions
 from gitops_sync.apply import cascade, inventory
 from gitops_sync.apply.manager import (
@@ -27,6 +25,7 @@ from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
 from gitops_sync.errors import ClusterError
+from gitops_sync.log import get_logger
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, SharedWith
 from gitops_sync.plan.planner import Target
@@ -36,7 +35,7 @@ from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_u
 from gitops_sync.source.checkout import is_remote, knows_commit
 from gitops_sync.source.identity import label_identities, legacy_inventory_name
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass

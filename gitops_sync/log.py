@@ -1,17 +1,57 @@
-"""structlog set-up: human-readable on a terminal, JSON lines otherwise (containers, CI)."""
+"""structlog set-up: human-readable on a terminal, JSON lines otherwise (containers, CI).
+
+Modules take their logger from `get_logger` here, never from structlog directly: structlog imports rich
+(~0.1 s) for pretty tracebacks whenever rich is installed, and a one-shot `render` or `diff -o json`
+must not pay for that (our log lines never print a traceback through rich). Log lines go to stderr.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from types import ModuleType
+from typing import Any
 
-import structlog
+
+def structlog_module() -> ModuleType:
+    """structlog, imported the first time with rich hidden (its console renderer then formats tracebacks
+    as plain text). A process that imported rich already (a table report, the daemon) keeps it."""
+    if "structlog" not in sys.modules and "rich" not in sys.modules:
+        sys.modules["rich"] = None  # type: ignore[assignment]  # makes `import rich` raise ImportError
+        try:
+            import structlog
+        finally:
+            del sys.modules["rich"]
+    import structlog
+
+    return structlog
+
+
+class _LazyLogger:
+    """A structlog logger created on first use: importing a module costs nothing until it logs."""
+
+    __slots__ = ("_logger", "_name")
+
+    def __init__(self, name: str | None) -> None:
+        self._name = name
+        self._logger: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._logger is None:
+            self._logger = structlog_module().get_logger(self._name)
+        return getattr(self._logger, attr)
+
+
+def get_logger(name: str | None = None) -> Any:
+    """The logger of a module (`log = get_logger(__name__)`), bound to the configuration of the moment."""
+    return _LazyLogger(name)
 
 
 def configure(fmt: str = "auto", level: str = "info") -> None:
     """`fmt` is auto|json|console; logs always go to stderr so stdout stays the report."""
+    structlog = structlog_module()
     as_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
-    renderer: structlog.typing.Processor = (
+    renderer = (
         structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
     structlog.configure(

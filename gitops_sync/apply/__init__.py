@@ -2,6 +2,7 @@
 
 Targets come from `plan`; every request goes through `cluster.Client`; each object's outcome is an `Entry`
 handed back to the engine (and to a progress callback), which puts it in the pass's `ChangeSet`.
+`ResourceManager` is a facade over one module per verb: `live`, `apply` (with `takeover`), `prune`, `wait`.
 """
 
 from gitops_sync.apply.inventory import Inventory, applyset_id

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import structlog
-
 from gitops_sync.apply import ordering, takeover
 from gitops_sync.apply.live import LiveMap
 from gitops_sync.apply.pool import each
@@ -21,6 +19,7 @@ from gitops_sync.apply.wait import wait_crds_established
 from gitops_sync.cluster.client import APPLY_PATCH, Client
 from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
 from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, ClusterError, ConflictError
+from gitops_sync.log import get_logger
 from gitops_sync.plan import ownership
 from gitops_sync.plan.changeset import Action, Entry
 from gitops_sync.plan.planner import (
@@ -34,7 +33,7 @@ from gitops_sync.plan.planner import (
 )
 from gitops_sync.resource import Manifest
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 OnEntry = Callable[[Entry], None]
 

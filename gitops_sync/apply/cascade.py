@@ -12,17 +12,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-import structlog
-
 from gitops_sync.apply.inventory import METADATA_ONLY
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
 from gitops_sync.conventions import ADOPTED
 from gitops_sync.errors import ClusterError, NotFoundError
+from gitops_sync.log import get_logger
 from gitops_sync.plan.changeset import Action, Entry
 from gitops_sync.resource import Manifest, ObjectKey
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # What Kubernetes itself puts in every namespace, and Events: none of it is anybody's to lose.
 _DEFAULTS = frozenset({("", "ServiceAccount", "default"), ("", "ConfigMap", "kube-root-ca.crt")})

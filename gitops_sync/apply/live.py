@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-import structlog
-
 from gitops_sync.apply.pool import each
 from gitops_sync.cluster.client import Client
 from gitops_sync.errors import ForbiddenError, UnauthorizedError
+from gitops_sync.log import get_logger
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 LiveMap = dict[ObjectKey, Manifest | None]
 

@@ -11,10 +11,9 @@ called by `apply.Applier`; the pure parts (which fields move) are `plan.planner.
 
 from __future__ import annotations
 
-import structlog
-
 from gitops_sync.cluster.client import JSON_PATCH, Client
 from gitops_sync.errors import ApiError
+from gitops_sync.log import get_logger
 from gitops_sync.plan import ownership
 from gitops_sync.plan.planner import (
     Target,
@@ -25,7 +24,7 @@ from gitops_sync.plan.planner import (
 )
 from gitops_sync.resource import Manifest
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # How an entry's message names the takeover: "took over …" (sync), "would take over …" (diff).
 TAKEOVER = "the fields of kubectl apply (client-side)"

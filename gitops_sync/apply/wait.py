@@ -11,15 +11,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import structlog
-
 from gitops_sync.apply.pool import each
 from gitops_sync.cluster.client import Client
 from gitops_sync.health import Status, assess
+from gitops_sync.log import get_logger
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import ObjectKey
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass

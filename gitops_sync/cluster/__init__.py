@@ -4,7 +4,15 @@ Everything that talks to the cluster goes through `Client`; `Discovery` tells `p
 version serve a kind. Answers go up as dicts; failures as typed `ClusterError`s (gitops_sync.errors).
 """
 
-from gitops_sync.cluster.client import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, Client, RequestStats, object_path
+from gitops_sync.cluster.client import (
+    APPLY_PATCH,
+    JSON_PATCH,
+    MERGE_PATCH,
+    Client,
+    Listing,
+    RequestStats,
+    object_path,
+)
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
 
 __all__ = [
@@ -13,6 +21,7 @@ __all__ = [
     "MERGE_PATCH",
     "Client",
     "Discovery",
+    "Listing",
     "RequestStats",
     "ResourceInfo",
     "object_path",

@@ -18,13 +18,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
-
-import structlog
-import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
 from gitops_sync import __version__
 from gitops_sync.errors import (
@@ -35,8 +30,12 @@ from gitops_sync.errors import (
     NotFoundError,
     error_for_status,
 )
+from gitops_sync.log import get_logger
 
-log = structlog.get_logger(__name__)
+if TYPE_CHECKING:
+    import urllib3
+
+log = get_logger(__name__)
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
@@ -166,6 +165,11 @@ class Client:
         probe_timeout: float = 3.0,
         breaker: Breaker | None = None,
     ) -> None:
+        # Imported here, not at the top: the official client costs ~0.2 s of start-up (its package imports
+        # every API module and pydantic), which `render`, `--version` and importing this module must not pay.
+        from kubernetes import client as k8s_client
+        from kubernetes import config as k8s_config
+
         configuration = k8s_client.Configuration()
         try:
             if kubeconfig is None and not os.environ.get("KUBECONFIG") and _in_cluster():
@@ -210,6 +214,8 @@ class Client:
 
     def probe(self) -> str | None:
         """GET /readyz with a short timeout: None when the server answers (any non-5xx), else why not."""
+        import urllib3
+
         url, headers = self._prepare("GET", "/readyz", None, None, "text/plain")
         try:
             resp = self._api.rest_client.pool_manager.request(
@@ -288,6 +294,8 @@ class Client:
         ApiUnavailableError: not sent (server known down, deadline passed, connection refused).
         ApiTimeoutError: sent, but no complete answer in time, so a write may or may not have happened.
         """
+        import urllib3
+
         self.breaker.check()
         budget = self._budget(timeout)
         url, headers = self._prepare(method, path, query, content_type, accept)
@@ -322,6 +330,8 @@ class Client:
 
     def _transport_error(self, exc: urllib3.exceptions.HTTPError, method: str, budget: float) -> ClusterError:
         """Classify a failed request (sent or not) and let the breaker probe the server."""
+        import urllib3
+
         error: ClusterError
         if self.deadline is not None and time.monotonic() >= self.deadline:  # cut by us, not the server's fault
             return ApiTimeoutError(f"no answer to {method} before the deadline of {self._deadline_s:g}s")
@@ -336,6 +346,8 @@ class Client:
 
     def stream_lines(self, path: str, *, query: _Query | None = None, timeout: float | None = None) -> Iterator[bytes]:
         """A streaming GET (watch): yields one JSON line per event until the server closes."""
+        import urllib3
+
         url, headers = self._prepare("GET", path, query, None, None)
         with self._stats_lock:
             self.stats.reads += 1

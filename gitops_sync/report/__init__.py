@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Final, TextIO
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from gitops_sync.formatting import truncate
 from gitops_sync.plan import actors
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.source import short_revision
+
+if TYPE_CHECKING:  # rich is imported by the table only: `-o json` and markdown never pay for it
+    from rich.console import Console
+    from rich.table import Table
 
 FORMATS = ("table", "json", "markdown")
 
@@ -51,6 +51,8 @@ def write(
     elif fmt == "markdown":
         out.write(markdown(cs, verbose=verbose))
     else:
+        from rich.console import Console
+
         on_terminal = _isatty(out) if terminal is None else terminal
         console = Console(
             file=out,
@@ -103,6 +105,8 @@ def _inventory(cs: ChangeSet) -> str:
 
 def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int | None = None) -> None:
     """Every cell is a `Text`, never markup; columns fold rather than cut what does not fit."""
+    from rich.text import Text
+
     console.print(Text(_headline(cs), style="bold"))
     if cs.inventory:
         console.print(Text(_inventory(cs), style="dim"))
@@ -144,6 +148,8 @@ def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int 
 
 
 def _table(title: str | None, *columns: str) -> Table:
+    from rich.table import Table
+
     t = Table(title=title, show_header=True, header_style="bold", expand=False)
     for col in columns:
         t.add_column(col, overflow="fold")

@@ -26,14 +26,14 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import git
-import structlog
 from git.exc import GitCommandError, GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
 
 from gitops_sync.errors import SourceError
 from gitops_sync.formatting import last_lines
+from gitops_sync.log import get_logger
 from gitops_sync.source.identity import SourceIdentity, identify
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _REMOTE_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://", "git+ssh://", "ssh+git://")
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:(?!//)")  # git@github.com:org/repo.git

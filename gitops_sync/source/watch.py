@@ -13,13 +13,14 @@ from pathlib import Path
 from types import TracebackType
 
 import git
-import structlog
 from git.exc import InvalidGitRepositoryError, NoSuchPathError
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
-_log = structlog.get_logger(__name__)
+from gitops_sync.log import get_logger
+
+_log = get_logger(__name__)
 _GIT_TRIGGERS = ("HEAD", "packed-refs", "ORIG_HEAD")
 
 

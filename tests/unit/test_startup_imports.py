@@ -1,0 +1,86 @@
+"""Start-up: each command imports only what it needs (issue 13). A structural check, not a timing test:
+the modules a command pulls in are read from `sys.modules` of a real `gitops-sync` process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# What a one-shot command must not pay for unless it uses it: the table's and the log renderer's rich, the web
+# page's jinja2, the daemon's server, metrics and file watch, and the official Kubernetes client (pydantic
+# models, ~0.2 s) when no cluster is contacted.
+HEAVY = ("rich", "jinja2", "waitress", "prometheus_client", "watchdog", "gitops_sync.daemon", "gitops_sync.web")
+CLUSTER = ("kubernetes", "pydantic", "urllib3")
+
+_PROBE = """
+import json, sys
+sys.argv = ["gitops-sync", *sys.argv[1:]]
+from gitops_sync.cli import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+with open({out!r}, "w") as f:
+    json.dump({{"code": code, "modules": sorted(sys.modules)}}, f)
+"""
+
+
+def _imported(tmp_path: Path, *args: str) -> tuple[int, set[str]]:
+    """Run the CLI with `args` in a fresh interpreter; its exit code and the top-level packages it imported."""
+    out = tmp_path / "modules.json"
+    subprocess.run(
+        [sys.executable, "-c", _PROBE.format(out=str(out)), *args],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    doc = json.loads(out.read_text())
+    names = set(doc["modules"])
+    return doc["code"], names | {n.split(".")[0] for n in names}
+
+
+def _loaded(names: set[str], wanted: tuple[str, ...]) -> list[str]:
+    return [w for w in wanted if w in names]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    d = tmp_path / "repo"
+    d.mkdir()
+    (d / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: v\n")
+    return d
+
+
+def test_version_imports_no_heavy_module(tmp_path: Path) -> None:
+    code, names = _imported(tmp_path, "--version")
+    assert code == 0
+    assert _loaded(names, HEAVY + CLUSTER) == []
+    assert "structlog" not in names  # nothing is logged
+
+
+def test_render_imports_no_heavy_module(tmp_path: Path, repo: Path) -> None:
+    code, names = _imported(tmp_path, "render", "--repo", str(repo))
+    assert code == 0
+    assert _loaded(names, HEAVY + CLUSTER) == []
+
+
+def test_diff_json_imports_the_client_but_not_rich_jinja_or_the_daemon(tmp_path: Path, repo: Path) -> None:
+    """`diff -o json` needs the cluster client only; a server that refuses the connection ends it (exit 2)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    code, names = _imported(tmp_path, "diff", "--repo", str(repo), "-o", "json", "--kubeconfig", str(kubeconfig))
+    assert code == 2  # connection refused: the command did reach the cluster client
+    assert "kubernetes" in names
+    assert _loaded(names, HEAVY) == []
