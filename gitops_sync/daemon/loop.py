@@ -107,7 +107,7 @@ class DaemonOptions:
         return self.pass_opts.inventory_namespace or self.pass_opts.namespace
 
 
-class _FencedClient(Client):
+class FencedClient(Client):
     """A Client that refuses writes (anything but reads and dry runs) while `may_write()` is false."""
 
     def __init__(self, *args: Any, may_write: Callable[[], bool], **kwargs: Any) -> None:
@@ -120,7 +120,7 @@ class _FencedClient(Client):
         dry = is_dry_run(kwargs.get("query"), kwargs.get("body"))
         if method not in ("GET", "HEAD") and not dry and not self.may_write():
             raise ClusterError(f"not writing {method} {path}: this replica may not write now "
-                               "(detect-only, not the leader, or shutting down)")
+                               "(detect-only, not the leader or shard holder, or shutting down)")
         return super().request_status(method, path, **kwargs)
 
 
@@ -132,7 +132,7 @@ class Daemon:
         self._stopping = False
         self._abandon = False
         pool = max(opts.concurrency * 2, 10)
-        self.client = _FencedClient(opts.kubeconfig, opts.context, pool_size=pool, may_write=self._may_write)
+        self.client = FencedClient(opts.kubeconfig, opts.context, pool_size=pool, may_write=self._may_write)
         self.aux = Client(opts.kubeconfig, opts.context, pool_size=4, timeout=10)
         self.watch_client = Client(opts.kubeconfig, opts.context, pool_size=64)
         self.engine = Engine(self.client, field_manager=opts.field_manager, concurrency=opts.concurrency)
@@ -429,4 +429,4 @@ _describe = describe
 _fingerprint = fingerprint
 
 
-__all__ = ["FULL", "SOURCE", "ConflictPolicy", "Daemon", "DaemonOptions"]
+__all__ = ["FULL", "SOURCE", "ConflictPolicy", "Daemon", "DaemonOptions", "FencedClient"]
