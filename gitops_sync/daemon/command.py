@@ -84,6 +84,14 @@ _CONFLICT_HELP = (
 @click.option("--max-backoff", default="5m", type=DURATION, help="Longest delay before retrying a pass or an "
               "object that keeps failing (the delay doubles from 0.05 s on each failure; a clean pass resets "
               "it). Seconds or 90s, 5m, 1h.")
+@click.option("--fight-threshold", default=3, type=click.IntRange(2), help="Stop correcting a field Git sets "
+              "(leave it to the other manager, report a fight) once another manager has taken it this many times "
+              "within --fight-window.")
+@click.option("--fight-window", default="10m", type=DURATION, help="Window for --fight-threshold; a yielded field "
+              "is corrected again once its other manager has not written it for this long (or Git's value changes).")
+@click.option("--autoscaler-wins/--git-wins-over-autoscaler", default=True, help="Leave a .spec.replicas that a "
+              "HorizontalPodAutoscaler scales (kube-controller-manager through the scale subresource) to the HPA at "
+              "once, or keep correcting it to Git's value.")
 @click.option("--shutdown-grace", default=10.0, type=click.FloatRange(0), help="Seconds SIGTERM waits for "
               "the pass in flight before abandoning it.")
 @click.option("--watch-namespace", default=None, help="Without --repo: reconcile only the GitSyncs of this "
@@ -100,7 +108,8 @@ def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, namespace
         interval: float, resync: float, debounce: float, http_addr: str,
         http_auth: str, webhook_secret_file: Path | None, leader_elect: bool, leader_elect_namespace: str | None,
         leader_elect_identity: str | None, lease_duration: float, renew_deadline: float, retry_period: float,
-        max_backoff: float, shutdown_grace: float, watch_namespace: str | None, shards: int, max_shards: int,
+        max_backoff: float, fight_threshold: int, fight_window: float, autoscaler_wins: bool,
+        shutdown_grace: float, watch_namespace: str | None, shards: int, max_shards: int,
         workers: int) -> None:
     """Keep the cluster equal to the repository for as long as it runs (the daemon).
 
@@ -126,7 +135,8 @@ def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, namespace
         field_manager=cluster.field_manager, concurrency=cluster.concurrency, leader_elect=leader_elect,
         leader_namespace=leader_elect_namespace or _pod_namespace(),
         identity=leader_elect_identity or default_identity(), leader=leader, shutdown_grace=shutdown_grace,
-        max_backoff=max(max_backoff, 0.05), watch_namespace=watch_namespace, shards=shards,
+        max_backoff=max(max_backoff, 0.05), fight_threshold=fight_threshold, fight_window=fight_window,
+        autoscaler_wins=autoscaler_wins, watch_namespace=watch_namespace, shards=shards,
         max_shards=max_shards, workers=workers,
     )
     try:

@@ -84,6 +84,9 @@ class DaemonOptions:
     watch_backoff_cap: float = 8.0
     probe_interval: float = 5.0  # GET /readyz of the API server this often (every second while failing)
     probe_timeout: float = 2.0
+    fight_threshold: int = 3  # another manager taking a field this often within fight_window: yield it
+    fight_window: float = 600.0
+    autoscaler_wins: bool = True  # yield .spec.replicas to an HPA at once (--git-wins-over-autoscaler: no)
     # The fleet controller (run without --repo): fleet.py.
     watch_namespace: str | None = None  # only GitSyncs in this namespace (default: all)
     shards: int = 1  # sources are split into this many shards, one Lease each (with leader_elect)
@@ -166,7 +169,8 @@ class Daemon:
         self.shared = Shared(cache=self.cache, events=self.events, metrics=self.metrics, probe=self.probe,
                              stopping=lambda: self._stopping)
         self.source = SourceReconciler(
-            SourceSpec(opts.source, opts.pass_opts, opts.self_heal, opts.debounce), engine=self.engine,
+            SourceSpec(opts.source, opts.pass_opts, opts.self_heal, opts.debounce, opts.fight_threshold,
+                       opts.fight_window, opts.autoscaler_wins), engine=self.engine,
             queue=self.queue, shared=self.shared, active=self._active, may_write=self._may_write,
             field_manager=opts.field_manager,
         )
