@@ -176,7 +176,13 @@ class _Commands(click.Group):
     """Imports the daemon only for `run`: prometheus, watchdog and the HTTP server cost a one-shot
     `sync` in CI ~0.1 s of start-up for nothing. Every failure of every command ends here: exit 2."""
 
-    _lazy = {"run": ("gitops_sync.daemon.command", "run")}
+    _lazy = {
+        "run": ("gitops_sync.daemon.command", "run"),
+        "get": ("gitops_sync.daemon.fleetctl", "get"),
+        "reconcile": ("gitops_sync.daemon.fleetctl", "reconcile"),
+        "suspend": ("gitops_sync.daemon.fleetctl", "suspend"),
+        "resume": ("gitops_sync.daemon.fleetctl", "resume"),
+    }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self._lazy])

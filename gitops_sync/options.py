@@ -43,11 +43,20 @@ def _apply(fn: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
 def source_options(fn: F) -> F:
     """--repo --revision --path --cache-dir --helm-values --helm-release --kustomize-allow-external -n
     -> `source=`, `namespace=`."""
+    return _source_options(fn, repo_required=True)
+
+
+def daemon_source_options(fn: F) -> F:
+    """As `source_options`, but --repo may be left out: `run` then reconciles GitSync objects (repo "")."""
+    return _source_options(fn, repo_required=False)
+
+
+def _source_options(fn: F, *, repo_required: bool) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kw: Any) -> Any:
         kw["source"] = SourceOptions(
-            repo=kw.pop("repo"),
+            repo=kw.pop("repo") or "",
             revision=kw.pop("revision"),
             path=kw.pop("subpath"),
             cache_dir=kw.pop("cache_dir"),
@@ -63,7 +72,7 @@ def source_options(fn: F) -> F:
     options = [
         click.option(
             "--repo",
-            required=True,
+            required=repo_required,
             envvar="GITOPS_SYNC_REPO",
             help="Git URL or local path (work tree or plain directory).",
         ),

@@ -31,6 +31,7 @@ from gitops_sync.errors import (
     error_for_status,
 )
 from gitops_sync.log import get_logger
+from gitops_sync.resource import resource_version
 
 if TYPE_CHECKING:
     import urllib3
@@ -402,7 +403,7 @@ class Client:
             cont = str(meta.get("continue") or "")
             read += 1
             if not cont or (pages and read >= pages):
-                return Listing(items, str(meta.get("resourceVersion") or ""), more=bool(cont))
+                return Listing(items, resource_version(doc), more=bool(cont))
 
     def get_or_none(self, path: str) -> Any:
         try:

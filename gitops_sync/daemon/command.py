@@ -14,12 +14,20 @@ import structlog
 
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.auth import AUTH_MODES
+from gitops_sync.daemon.fleet import Fleet
 from gitops_sync.daemon.leader import LeaderConfig, default_identity
 from gitops_sync.daemon.loop import Daemon, DaemonOptions
 from gitops_sync.daemon.triggers import WEBHOOK_SECRET_ENV, load_webhook_secret
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.errors import GitOpsError
-from gitops_sync.options import DURATION, ClusterArgs, LogChoices, cluster_options, log_options, source_options
+from gitops_sync.options import (
+    DURATION,
+    ClusterArgs,
+    LogChoices,
+    cluster_options,
+    daemon_source_options,
+    log_options,
+)
 
 log = structlog.get_logger("gitops_sync.daemon")
 
@@ -34,7 +42,7 @@ _CONFLICT_HELP = (
 
 
 @click.command(context_settings={"auto_envvar_prefix": "GITOPS_SYNC", "show_default": True})
-@source_options
+@daemon_source_options
 @cluster_options
 @log_options
 @click.option("--self-heal/--detect-only", default=True,
@@ -76,14 +84,33 @@ _CONFLICT_HELP = (
 @click.option("--max-backoff", default="5m", type=DURATION, help="Longest delay before retrying a pass or an "
               "object that keeps failing (the delay doubles from 0.05 s on each failure; a clean pass resets "
               "it). Seconds or 90s, 5m, 1h.")
+@click.option("--fight-threshold", default=3, type=click.IntRange(2), help="Stop correcting a field Git sets "
+              "(leave it to the other manager, report a fight) once another manager has taken it this many times "
+              "within --fight-window.")
+@click.option("--fight-window", default="10m", type=DURATION, help="Window for --fight-threshold; a yielded field "
+              "is corrected again once its other manager has not written it for this long (or Git's value changes).")
+@click.option("--autoscaler-wins/--git-wins-over-autoscaler", default=True, help="Leave a .spec.replicas that a "
+              "HorizontalPodAutoscaler scales (kube-controller-manager through the scale subresource) to the HPA at "
+              "once, or keep correcting it to Git's value.")
 @click.option("--shutdown-grace", default=10.0, type=click.FloatRange(0), help="Seconds SIGTERM waits for "
               "the pass in flight before abandoning it.")
+@click.option("--watch-namespace", default=None, help="Without --repo: reconcile only the GitSyncs of this "
+              "namespace (default: every namespace).")
+@click.option("--shards", default=1, type=click.IntRange(1, 1024), help="Without --repo, with --leader-elect: "
+              "split the GitSyncs into this many shards, each its own Lease gitops-sync-shard-<i>; every "
+              "replica must use the same number.")
+@click.option("--max-shards", default=0, type=click.IntRange(0), help="Most shards one replica holds "
+              "(0 = all): with 3 replicas and --shards 4, 2 leaves every replica some work and spare capacity.")
+@click.option("--workers", default=4, type=click.IntRange(1, 256), help="Without --repo: GitSyncs reconciled "
+              "at the same time (one pass per GitSync at a time).")
 def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: bool, prune: bool,
         allow_empty: bool, on_conflict: str, adopt_shared: bool, prune_cascade: bool,
         interval: float, resync: float, debounce: float, http_addr: str,
         http_auth: str, webhook_secret_file: Path | None, leader_elect: bool, leader_elect_namespace: str | None,
         leader_elect_identity: str | None, lease_duration: float, renew_deadline: float, retry_period: float,
-        max_backoff: float, shutdown_grace: float) -> None:
+        max_backoff: float, fight_threshold: int, fight_window: float, autoscaler_wins: bool,
+        shutdown_grace: float, watch_namespace: str | None, shards: int, max_shards: int,
+        workers: int) -> None:
     """Keep the cluster equal to the repository for as long as it runs (the daemon).
 
     Level-triggered: watch events, Git polls, file events and webhooks only queue work; every pass
@@ -108,10 +135,12 @@ def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, namespace
         field_manager=cluster.field_manager, concurrency=cluster.concurrency, leader_elect=leader_elect,
         leader_namespace=leader_elect_namespace or _pod_namespace(),
         identity=leader_elect_identity or default_identity(), leader=leader, shutdown_grace=shutdown_grace,
-        max_backoff=max(max_backoff, 0.05),
+        max_backoff=max(max_backoff, 0.05), fight_threshold=fight_threshold, fight_window=fight_window,
+        autoscaler_wins=autoscaler_wins, watch_namespace=watch_namespace, shards=shards,
+        max_shards=max_shards, workers=workers,
     )
     try:
-        daemon = Daemon(opts)
+        daemon: Daemon | Fleet = Daemon(opts) if source.repo else Fleet(opts)
     except (GitOpsError, OSError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

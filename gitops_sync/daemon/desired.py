@@ -85,8 +85,11 @@ class DesiredSource:
                 return 0.0
             return quiet - waited
         self._candidate = (digest, now)
-        log.info("source changed; reading it again after the quiet period before acting on it",
-                 digest=digest[:12], seconds=quiet)
+        log.info(
+            "source changed; reading it again after the quiet period before acting on it",
+            digest=digest[:12],
+            seconds=quiet,
+        )
         return quiet
 
     def failed_revision(self, exc: BaseException) -> str:

@@ -29,6 +29,11 @@ def tracked_paths(desired: Manifest) -> list[str]:
     return [p for p in fieldpath.leaf_paths(desired) if not p.startswith(HISTORY_SKIP_PREFIXES)]
 
 
+def object_dict(key: ObjectKey) -> dict[str, str]:
+    """The object's identity as /status spells it, ahead of field detail (fights, yields)."""
+    return {"kind": key.kind, "group": key.group, "namespace": key.namespace, "name": key.name}
+
+
 @dataclass(frozen=True, slots=True)
 class FieldRecord:
     """One value of a field and who set it; `time` is the writer's managedFields time (server clock)."""
@@ -90,10 +95,7 @@ class Fight:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.key.kind,
-            "group": self.key.group,
-            "namespace": self.key.namespace,
-            "name": self.key.name,
+            **object_dict(self.key),
             "field": self.path,
             "managers": self.managers,
             "changes": self.changes,

@@ -84,6 +84,9 @@ class DaemonOptions:
     watch_backoff_cap: float = 8.0
     probe_interval: float = 5.0  # GET /readyz of the API server this often (every second while failing)
     probe_timeout: float = 2.0
+    fight_threshold: int = 3  # another manager taking a field this often within fight_window: yield it
+    fight_window: float = 600.0
+    autoscaler_wins: bool = True  # yield .spec.replicas to an HPA at once (--git-wins-over-autoscaler: no)
     # The fleet controller (run without --repo): fleet.py.
     watch_namespace: str | None = None  # only GitSyncs in this namespace (default: all)
     shards: int = 1  # sources are split into this many shards, one Lease each (with leader_elect)
@@ -104,7 +107,7 @@ class DaemonOptions:
         return self.pass_opts.inventory_namespace or self.pass_opts.namespace
 
 
-class _FencedClient(Client):
+class FencedClient(Client):
     """A Client that refuses writes (anything but reads and dry runs) while `may_write()` is false."""
 
     def __init__(self, *args: Any, may_write: Callable[[], bool], **kwargs: Any) -> None:
@@ -117,7 +120,7 @@ class _FencedClient(Client):
         dry = is_dry_run(kwargs.get("query"), kwargs.get("body"))
         if method not in ("GET", "HEAD") and not dry and not self.may_write():
             raise ClusterError(f"not writing {method} {path}: this replica may not write now "
-                               "(detect-only, not the leader, or shutting down)")
+                               "(detect-only, not the leader or shard holder, or shutting down)")
         return super().request_status(method, path, **kwargs)
 
 
@@ -129,7 +132,7 @@ class Daemon:
         self._stopping = False
         self._abandon = False
         pool = max(opts.concurrency * 2, 10)
-        self.client = _FencedClient(opts.kubeconfig, opts.context, pool_size=pool, may_write=self._may_write)
+        self.client = FencedClient(opts.kubeconfig, opts.context, pool_size=pool, may_write=self._may_write)
         self.aux = Client(opts.kubeconfig, opts.context, pool_size=4, timeout=10)
         self.watch_client = Client(opts.kubeconfig, opts.context, pool_size=64)
         self.engine = Engine(self.client, field_manager=opts.field_manager, concurrency=opts.concurrency)
@@ -166,7 +169,8 @@ class Daemon:
         self.shared = Shared(cache=self.cache, events=self.events, metrics=self.metrics, probe=self.probe,
                              stopping=lambda: self._stopping)
         self.source = SourceReconciler(
-            SourceSpec(opts.source, opts.pass_opts, opts.self_heal, opts.debounce), engine=self.engine,
+            SourceSpec(opts.source, opts.pass_opts, opts.self_heal, opts.debounce, opts.fight_threshold,
+                       opts.fight_window, opts.autoscaler_wins), engine=self.engine,
             queue=self.queue, shared=self.shared, active=self._active, may_write=self._may_write,
             field_manager=opts.field_manager,
         )
@@ -425,4 +429,4 @@ _describe = describe
 _fingerprint = fingerprint
 
 
-__all__ = ["FULL", "SOURCE", "ConflictPolicy", "Daemon", "DaemonOptions"]
+__all__ = ["FULL", "SOURCE", "ConflictPolicy", "Daemon", "DaemonOptions", "FencedClient"]

@@ -31,6 +31,8 @@ class Metrics:
                                  "with a different value.", registry=r)
         self.fights = Counter("gitops_sync_field_fights", "Field ownership changes that continue a fight "
                               "between managers.", registry=r)
+        self.yields = Counter("gitops_sync_field_yields", "Fields Git sets that the daemon stopped correcting "
+                              "(left to an autoscaler or to a manager that kept taking them).", registry=r)
         self.errors = Counter("gitops_sync_object_errors", "Objects a pass failed to plan or apply.", registry=r)
         self.source_errors = Counter("gitops_sync_source_errors", "Failed fetches or renders of the source.",
                                      registry=r)

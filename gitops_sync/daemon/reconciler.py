@@ -26,9 +26,11 @@ from gitops_sync.daemon.events import NORMAL, WARNING, EventRecorder, EventSpec
 from gitops_sync.daemon.history import OwnershipHistory, tracked_paths
 from gitops_sync.daemon.metrics import Metrics, object_state
 from gitops_sync.daemon.reporter import FULL, SOURCE, KeyQueue, QueueKey, Reporter, fingerprint, masked
+from gitops_sync.daemon.yields import Yields
 from gitops_sync.engine import Engine, PassOptions, SourceOptions
 from gitops_sync.errors import ApiError, ClusterError, GitOpsError
 from gitops_sync.formatting import rfc3339
+from gitops_sync.plan.autoscaler import Autoscaler, find_autoscaler, scaled_by_controller_manager
 from gitops_sync.plan.changeset import ChangeSet, Entry
 from gitops_sync.plan.masking import Redactor
 from gitops_sync.plan.planner import Target
@@ -58,6 +60,9 @@ class SourceSpec:
     pass_opts: PassOptions
     self_heal: bool = True
     debounce: float = 0.2
+    fight_threshold: int = 3  # another manager taking a field this often within fight_window: yield it
+    fight_window: float = 600.0
+    autoscaler_wins: bool = True  # yield .spec.replicas to an HPA at once (--git-wins-over-autoscaler: no)
 
 
 class SourceReconciler:
@@ -76,6 +81,8 @@ class SourceReconciler:
         self.may_write = may_write
         self.desired = DesiredSource(spec.source, spec.debounce)
         self.history = OwnershipHistory()
+        self.yields = Yields(threshold=spec.fight_threshold, window=spec.fight_window,
+                             autoscaler_wins=spec.autoscaler_wins, field_manager=field_manager)
         self.reporter = Reporter(events=shared.events, metrics=shared.metrics, queue=queue,
                                  field_manager=field_manager, forcing=self.forcing,
                                  live=lambda k: shared.cache.get(k)[1])
@@ -181,6 +188,9 @@ class SourceReconciler:
         gone = old_keys - set(new.by_key)
         self.reporter.added = set(new.by_key) - old_keys if old_keys else set()
         self.history.forget(gone)
+        self.yields.forget(gone)
+        for y in self.yields.resume_changed(new.by_key):
+            self.reporter.resumed(y, "Git's value changed", new.by_key[y.key].info.api_version, self.active())
         self.reporter.forget(gone)
         for key in gone:
             self.fingerprints.pop(key, None)
@@ -258,8 +268,11 @@ class SourceReconciler:
         t0 = time.monotonic()
         self.attempted = src.checkout.revision
         try:
-            cs = self.engine.run(src.checkout, src.targets, opts, apply=self.spec.self_heal,
+            targets = self._yielding(src, only)
+            cs = self.engine.run(src.checkout, targets, opts, apply=self.spec.self_heal,
                                  live_of=self._live_of, only=only)
+            for e in cs.entries:
+                e.yielded = [y.to_field() for y in self.yields.of(e.key)]
         except GitOpsError as exc:
             if isinstance(exc, ClusterError):
                 self.cluster_trouble(exc)
@@ -307,6 +320,59 @@ class SourceReconciler:
               **{k: v for k, v in cs.summary().items() if v}, **self._log_name())
         if self.on_passed is not None:
             self.on_passed(self)
+
+    def _yielding(self, src: DesiredState, only: set[ObjectKey] | None) -> list[Target]:
+        """The targets of this pass with yielded fields left out (daemon/yields.py): end the yields that
+        expired or whose HPA is gone, yield to autoscalers seen for the first time, then drop the fields."""
+        for y in self.yields.expired():
+            self.reporter.resumed(y, f"{y.manager} has not written it for {self.spec.fight_window:g} s",
+                                  src.by_key[y.key].info.api_version, self.active())
+        scope = src.targets if only is None else [t for t in src.targets if t.key in only]
+        hpas: dict[str, list[Manifest] | None] = {}
+        autoscaled = self.yields.autoscaled_keys()
+        for t in scope:
+            live = self.cache.get(t.key)[1]
+            if live is None or not self.spec.autoscaler_wins:
+                continue
+            if self.yields.suppressed(t.key):
+                self.yields.settle(t.key, live)
+            scaled = scaled_by_controller_manager(live)
+            if t.key in autoscaled:
+                if only is None:  # a full pass checks the HPA is still there
+                    known, hpa = self._autoscaler_of(t.key, hpas)
+                    if known and hpa is None:
+                        for y in self.yields.autoscaler_gone(t.key):
+                            self.reporter.resumed(y, "no HorizontalPodAutoscaler scales it any more",
+                                                  t.info.api_version, self.active())
+                continue
+            if not scaled:
+                continue
+            _known, hpa = self._autoscaler_of(t.key, hpas)
+            if hpa is None:
+                continue  # no HPA (deleted, or not readable): an old owner entry is not a reason to yield
+            for y in self.yields.for_autoscaler(t, live, hpa):
+                if self.active():
+                    self.reporter.yielded(y, live)
+        if not any(self.yields.has(t.key) for t in scope):
+            return src.targets
+        return [self.yields.body(t, self.cache.get(t.key)[1]) if (only is None or t.key in only) else t
+                for t in src.targets]
+
+    def _autoscaler_of(self, key: ObjectKey, hpas: dict[str, list[Manifest] | None]) -> tuple[bool, Autoscaler | None]:
+        """(known, the HPA scaling `key`): the namespace's HPAs are listed once per pass; a refused or
+        failed list is unknown (never a reason to yield, nor to resume)."""
+        if key.namespace not in hpas:
+            try:
+                path = f"/apis/autoscaling/v2/namespaces/{key.namespace}/horizontalpodautoscalers"
+                doc = self.engine.client.get(path)
+                hpas[key.namespace] = list(doc.get("items") or [])
+            except ClusterError as exc:
+                log.info("cannot list HorizontalPodAutoscalers", namespace=key.namespace, error=str(exc))
+                hpas[key.namespace] = None
+        items = hpas[key.namespace]
+        if items is None:
+            return False, None
+        return True, find_autoscaler(key, items)
 
     def _pass_failed(self, kind: str, only: set[ObjectKey] | None, error: str, took: float) -> None:
         self.metrics.passes.labels(kind, "error").inc()
@@ -375,6 +441,14 @@ class SourceReconciler:
             if fights and self.active():
                 for fight in fights:
                     self.reporter.fight(fight, obj)
+            if self.yields.has(key):
+                self.yields.noted_write(key, self.history.fields(key))
+            for fight in fights:
+                y = self.yields.after_fight(fight, src.by_key.get(key))
+                if y is not None:
+                    self.queue.add_after(key, self.spec.fight_window + 0.1)  # look again when it may expire
+                    if self.active():
+                        self.reporter.yielded(y, obj)
         if etype is EventType.LISTED:
             self.fingerprints[key] = fingerprint(obj)
             return
@@ -424,6 +498,7 @@ class SourceReconciler:
             obj["state"] = object_state(e, applied=self.spec.self_heal, forcing=self.forcing)
         doc["history"] = self.history.to_dict(changed_only=not full_history)
         doc["fights"] = [f.to_dict() for f in self.history.fights()]
+        doc["yields"] = [y.to_dict() for y in self.yields.all()]
         return doc
 
     def source_doc(self) -> dict[str, Any]:

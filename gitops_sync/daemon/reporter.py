@@ -20,6 +20,7 @@ from gitops_sync.daemon.events import NORMAL, WARNING, EventRecorder, EventSpec
 from gitops_sync.daemon.history import Fight
 from gitops_sync.daemon.metrics import Metrics
 from gitops_sync.daemon.supervisor import describe_crash
+from gitops_sync.daemon.yields import Yield
 from gitops_sync.errors import GitOpsError
 from gitops_sync.formatting import truncate
 from gitops_sync.plan.changeset import Action, Entry, FieldChange
@@ -168,6 +169,33 @@ class Reporter:
             key=fight.key, api_version=str(live.get("apiVersion", "")), reason="FieldFight",
             message=fight.message(), type=WARNING, series=fight.path, uid=str(meta.get("uid") or ""),
             resource_version=resource_version(live),
+        ))
+
+    def yielded(self, y: Yield, live: Manifest) -> None:
+        """A field left to another manager: said once, in the log and as a Warning Event."""
+        self.metrics.yields.inc()
+        log.warning("yielding field", object=str(y.key), field=y.path, reason=y.reason, manager=y.manager,
+                    operation=y.operation, subresource=y.subresource,
+                    autoscaler=y.autoscaler.to_dict() if y.autoscaler else None,
+                    **({} if is_secret(y.key) else {"desired": y.desired, "live": y.live}), advice=y.advice())
+        meta = live.get("metadata") or {}
+        self.events.record(EventSpec(
+            key=y.key, api_version=str(live.get("apiVersion", "")), reason="FieldYielded", message=y.message(),
+            type=WARNING, series=y.path, uid=str(meta.get("uid") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        ))
+
+    def resumed(self, y: Yield, why: str, api_version: str, active: bool) -> None:
+        """A yielded field is Git's again: look at the object now; the Event only where passes run."""
+        log.info("resuming field", object=str(y.key), field=y.path, reason=y.reason, manager=y.manager, why=why)
+        self.queue.add(y.key)
+        if not active:
+            return
+        meta = (self.live(y.key) or {}).get("metadata") or {}
+        self.events.record(EventSpec(
+            key=y.key, api_version=api_version, reason="FieldResumed", type=NORMAL, series=y.path,
+            message=f"correcting {y.path} again (was left to {y.actor}): {why}",
+            uid=str(meta.get("uid") or ""), resource_version=str(meta.get("resourceVersion") or ""),
         ))
 
 

@@ -100,6 +100,42 @@ class SharedWith:
 
 
 @dataclass
+class Yielded(FieldChange):
+    """A field Git sets that the daemon stopped correcting: another manager keeps it (see daemon/yields.py).
+
+    `reason` is `autoscaler` (an HPA owns it through the scale subresource) or `fight` (it changed hands
+    too often); `changes` are the fight's values, oldest first.
+    """
+
+    reason: str = ""
+    since: str = ""
+    advice: str = ""
+    autoscaler: dict[str, Any] | None = None
+    changes: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **super().to_dict(),
+            "reason": self.reason,
+            "since": self.since,
+            "advice": self.advice,
+            "autoscaler": self.autoscaler,
+            "changes": self.changes,
+        }
+
+
+@dataclass
+class Ignored(FieldChange):
+    """A field Git sets that an ignore rule leaves to the cluster (plan/ignore.py): never drift."""
+
+    mode: str = ""  # if-owned-by-others | always
+    rule: str = ""  # where the rule came from: --ignore or the rules file
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "mode": self.mode, "rule": self.rule}
+
+
+@dataclass
 class Entry:
     key: ObjectKey
     api_version: str
@@ -111,6 +147,8 @@ class Entry:
     origin: str = ""
     health: str = ""
     shared: SharedWith | None = None  # a `shared` conflict: already a member of another ApplySet
+    yielded: list[Yielded] = field(default_factory=list)  # fields left to another manager (daemon)
+    ignored: list[Ignored] = field(default_factory=list)  # fields ignore rules left to the cluster
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -129,6 +167,10 @@ class Entry:
             out["health"] = self.health
         if self.shared is not None:
             out["shared"] = self.shared.to_dict()
+        if self.yielded:
+            out["yielded"] = [y.to_dict() for y in self.yielded]
+        if self.ignored:
+            out["ignored"] = [i.to_dict() for i in self.ignored]
         return out
 
 

@@ -13,18 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from gitops_sync.conventions import MASK
 from gitops_sync.formatting import truncate
 from gitops_sync.plan import actors
+from gitops_sync.resource import ObjectKey, is_secret
 
-MASK = "***"
 STATES = ("synced", "drifted", "missing", "conflict", "error")
 PAGE_SIZE = 200  # objects per page of a source's list: a 10,000-object source stays a light page
 VALUE_LIMIT = 4000  # characters of one value on a page (an embedded file is cut, with a note)
 CORE = "core"  # the URL segment for the core API group ("")
-
-
-def is_secret(kind: str, group: str) -> bool:
-    return kind == "Secret" and not group
 
 
 def group_of(api_version: str) -> str:
@@ -375,7 +372,7 @@ def object_view(
     if obj is None:
         return None
     row = next(r for r in rows({"objects": [obj], "fights": doc.get("fights")}, source_id))
-    secret = is_secret(kind, group)
+    secret = is_secret(ObjectKey(group, kind, namespace, name))
     ours = str((doc.get("daemon") or {}).get("fieldManager") or "")
 
     def shown(value: Any) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gitops_sync.daemon.history import MASK, OwnershipHistory, is_fight, tracked_paths
+from gitops_sync.conventions import MASK
+from gitops_sync.daemon.history import OwnershipHistory, is_fight, tracked_paths
 from gitops_sync.resource import ObjectKey
 
 KEY = ObjectKey("apps", "Deployment", "ns", "web")

@@ -1,0 +1,787 @@
+"""The fleet controller: `gitops-sync run` without --repo reconciles every GitSync object it can see.
+
+One process, many sources. What they share: one watch cache per managed kind (interest is the union of
+every source's objects), one work queue whose keys are (source, key) with per-key de-dup and backoff, a
+pool of `--workers` threads (one pass per source at a time, so a slow or failing source never blocks
+the others), Events, metrics, HTTP, discovery. What each source owns: a `SourceReconciler`, its Engine
+and its API client (impersonating the GitSync's `serviceAccountName` when set), fenced on its shard.
+
+Sharding: sources map to one of `--shards` shards by a stable hash of namespace/name; each shard is a
+`coordination.k8s.io` Lease (`gitops-sync-shard-<i>`). A replica runs the passes of the shards it holds
+(at most `--max-shards`), and only while it holds a shard may that shard's sources write: when a
+replica dies, another takes its Leases after the lease duration. Status goes to the GitSync's status
+subresource with server-side apply, only when it changed, only from the shard's holder.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import structlog
+
+from gitops_sync.cluster.client import Client
+from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.conventions import ConflictPolicy
+from gitops_sync.daemon import gitsync
+from gitops_sync.daemon.auth import KubernetesAuth
+from gitops_sync.daemon.cache import EventType, WatchCache
+from gitops_sync.daemon.conditions import ClusterProbe, Condition
+from gitops_sync.daemon.events import EventRecorder
+from gitops_sync.daemon.gitsync import GitSync, InvalidSpec
+from gitops_sync.daemon.http import Endpoints, HttpServer
+from gitops_sync.daemon.leader import ApiLeaseStore, LeaderElector
+from gitops_sync.daemon.loop import DaemonOptions, FencedClient
+from gitops_sync.daemon.metrics import Metrics
+from gitops_sync.daemon.queue import Backoff, WorkQueue
+from gitops_sync.daemon.reconciler import Shared, SourceReconciler
+from gitops_sync.daemon.reporter import FULL, SOURCE, QueueKey
+from gitops_sync.daemon.supervisor import Supervisor, describe_crash
+from gitops_sync.daemon.triggers import WebhookResult, verify_webhook
+from gitops_sync.engine import Engine
+from gitops_sync.errors import ApiError, ClusterError
+from gitops_sync.plan.planner import Target
+from gitops_sync.resource import Manifest, ObjectKey
+from gitops_sync.source import mask_url
+
+log = structlog.get_logger("gitops_sync.daemon")
+
+FleetKey = tuple[str, QueueKey]  # (namespace/name of the GitSync, its key)
+SHARD_LEASE_PREFIX = "gitops-sync-shard-"
+
+
+class SourceClient(FencedClient):
+    """A source's API client: writes fenced on its shard, every request as its ServiceAccount when set."""
+
+    def __init__(self, *args: Any, impersonate: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.impersonate = impersonate
+
+    def _prepare(
+        self, method: str, path: str, query: Any, content_type: str | None, accept: str | None
+    ) -> tuple[str, dict[str, str]]:
+        url, headers = super()._prepare(method, path, query, content_type, accept)
+        if self.impersonate:
+            headers["Impersonate-User"] = self.impersonate
+        return url, headers
+
+
+class _Scoped:
+    """One source's view of the shared queue: its keys, wrapped as (source, key)."""
+
+    def __init__(self, queue: WorkQueue[FleetKey], ref: str) -> None:
+        self.q = queue
+        self.ref = ref
+
+    def add(self, key: QueueKey) -> None:
+        self.q.add((self.ref, key))
+
+    def add_after(self, key: QueueKey, delay: float) -> None:
+        self.q.add_after((self.ref, key), delay)
+
+    def add_rate_limited(self, key: QueueKey) -> float:
+        return self.q.add_rate_limited((self.ref, key))
+
+    def forget(self, key: QueueKey) -> None:
+        self.q.forget((self.ref, key))
+
+    def failures(self, key: QueueKey) -> int:
+        return self.q.failures((self.ref, key))
+
+
+@dataclass
+class _Source:
+    gs: GitSync
+    shard: int
+    reconciler: SourceReconciler | None
+    client: SourceClient | None
+    invalid: str = ""
+    written: dict[str, Any] = field(default_factory=dict)  # the status last written (without times)
+    conditions: list[dict[str, Any]] = field(default_factory=list)  # as last written (with times)
+    handled: str = ""  # the reconcile request answered in lastHandledReconcileAt
+    waiting_for: str = ""
+    next_poll: float = 0.0
+
+
+class ShardSet:
+    """One LeaderElector per shard, stepped by one thread; a replica holds at most `limit` shards."""
+
+    def __init__(
+        self, opts: DaemonOptions, client: Client, namespace: str, on_change: Callable[[int, bool], None]
+    ) -> None:
+        self.count = max(opts.shards, 1)
+        self.limit = opts.max_shards or self.count
+        self.elect = opts.leader_elect
+        self.retry = opts.leader.retry_period
+        self.electors: list[LeaderElector] = []
+        self._stop = threading.Event()
+        if self.elect:
+            for i in range(self.count):
+                store = ApiLeaseStore(client, namespace, f"{SHARD_LEASE_PREFIX}{i}")
+                self.electors.append(
+                    LeaderElector(
+                        store,
+                        opts.identity,
+                        opts.leader,
+                        on_started=lambda i=i: on_change(i, True),  # type: ignore[misc]
+                        on_stopped=lambda i=i: on_change(i, False),  # type: ignore[misc]
+                    )
+                )
+
+    def can_write(self, shard: int) -> bool:
+        return not self.elect or self.electors[shard].can_write()
+
+    def held(self) -> list[int]:
+        if not self.elect:
+            return list(range(self.count))
+        return [i for i, e in enumerate(self.electors) if e.is_leader]
+
+    def run(self) -> None:
+        """Renew what is held; try for free shards only while holding fewer than the limit."""
+        while not self._stop.is_set():
+            held = len(self.held())
+            for e in self.electors:
+                if e.is_leader:
+                    e.step()
+                elif held < self.limit and e.step():
+                    held += 1
+            self._stop.wait(self.retry)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def release(self) -> None:
+        for e in self.electors:
+            e.release()
+
+    def status(self) -> list[dict[str, Any]]:
+        if not self.elect:
+            return [{"shard": i, "held": True, "holder": "", "lease": ""} for i in range(self.count)]
+        return [
+            {"shard": i, "held": e.is_leader, "holder": e.holder, "lease": e.store.where}
+            for i, e in enumerate(self.electors)
+        ]
+
+
+class Fleet:
+    """The controller of every GitSync in the cluster (or in `--watch-namespace`)."""
+
+    def __init__(self, opts: DaemonOptions) -> None:
+        self.opts = opts
+        self.metrics = Metrics()
+        self._stop = threading.Event()
+        self._stopping = False
+        self._abandon = False
+        self.client = Client(opts.kubeconfig, opts.context, pool_size=16)
+        self.aux = Client(opts.kubeconfig, opts.context, pool_size=4, timeout=10)
+        self.watch_client = Client(opts.kubeconfig, opts.context, pool_size=64)
+        self.discovery = Discovery(self.client)
+        self.queue: WorkQueue[FleetKey] = WorkQueue(backoff_cap=opts.max_backoff, on_depth=self.metrics.queue_depth.set)
+        self.cache = WatchCache(
+            self.watch_client,
+            on_event=self._on_watch,
+            on_restart=self._on_watch_restart,
+            backoff_cap=opts.watch_backoff_cap,
+        )
+        self.events = EventRecorder(self.aux, instance=opts.identity, on_drop=self.metrics.events_dropped.inc)
+        self.supervisor = Supervisor(on_restart=lambda name: self.metrics.thread_restarts.labels(name).inc())
+        self.cluster_condition = Condition("cluster")
+        self.probe_client = Client(
+            opts.kubeconfig, opts.context, pool_size=1, timeout=opts.probe_timeout, probe_timeout=opts.probe_timeout
+        )
+        self.probe = ClusterProbe(self.probe_client, self.cluster_condition, interval=opts.probe_interval)
+        self.shared = Shared(
+            cache=self.cache,
+            events=self.events,
+            metrics=self.metrics,
+            probe=self.probe,
+            stopping=lambda: self._stopping,
+            gauges=False,
+        )
+        lease_ns = opts.leader_namespace or opts.watch_namespace or "default"
+        self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard)
+        self.auth_client = Client(opts.kubeconfig, opts.context, pool_size=8, timeout=5)
+        auth = KubernetesAuth(self.auth_client).check if opts.http_auth == "kubernetes" else None
+        self.http = HttpServer(
+            opts.http_addr,
+            Endpoints(
+                healthy=self.healthy,
+                ready=self.ready,
+                metrics=self.metrics.exposition,
+                status=self.status,
+                webhook=self._webhook,
+                history=self._field_history,
+            ),
+            auth=auth,
+        )
+        self._lock = threading.RLock()
+        self.sources: dict[str, _Source] = {}
+        self.objects: dict[str, Manifest] = {}  # every GitSync as last seen (dependsOn reads their status)
+        self._wanted_by: dict[ObjectKey, set[str]] = {}
+        self._busy: set[str] = set()
+        self._held: dict[str, set[QueueKey]] = {}
+        self._listed = threading.Event()
+        self.pool = ThreadPoolExecutor(max_workers=max(opts.workers, 1), thread_name_prefix="source")
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self.http.port
+
+    def start(self) -> Fleet:
+        self.http.start()
+        sup = self.supervisor
+        sup.spawn("dispatcher", self._dispatch)
+        sup.spawn("gitsync-watch", self._watch_gitsyncs)
+        sup.spawn("cluster-probe", self.probe.run)
+        sup.spawn("poller", self._poll)
+        if self.shards.elect:
+            sup.spawn("shards", self.shards.run)
+        sup.watch("watches", self.cache.dead, revive=self.cache.revive)
+        sup.watch("events", lambda: "" if self.events.alive() else "Event recorder stopped")
+        log.info(
+            "fleet controller started",
+            namespace=self.opts.watch_namespace or "(all)",
+            shards=self.shards.count,
+            max_shards=self.shards.limit,
+            leader_elect=self.shards.elect,
+            workers=self.opts.workers,
+            identity=self.opts.identity,
+            http=f"port {self.port}",
+        )
+        return self
+
+    def stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self.supervisor.stop()
+        self.shards.stop()
+        self.probe.stop()
+        self.queue.shutdown()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + self.opts.shutdown_grace
+        while self._busy and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._abandon = True
+        if self.cluster_condition.ok:
+            self.shards.release()
+        self.cache.stop()
+        self.events.stop(timeout=3)
+        self.http.stop()
+        with self._lock:
+            clients = [s.client for s in self.sources.values() if s.client is not None]
+        for c in (self.client, self.aux, self.watch_client, self.auth_client, self.probe_client, *clients):
+            c.close()
+        self._stop.set()
+        log.info("stopped")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stop.wait(timeout)
+
+    def _on_shard(self, shard: int, leading: bool) -> None:
+        log.info("shard acquired" if leading else "shard lost", shard=shard, identity=self.opts.identity)
+        if leading:
+            with self._lock:
+                refs = [ref for ref, s in self.sources.items() if s.shard == shard]
+            for ref in refs:
+                self.queue.add((ref, SOURCE))
+                self.queue.add((ref, FULL))
+
+    # -- GitSync objects ----------------------------------------------------------------------
+
+    def _watch_gitsyncs(self) -> None:
+        """List, then watch GitSyncs; relist after a 410 or a broken watch."""
+        path = gitsync.collection_path(self.opts.watch_namespace)
+        backoff = Backoff(0.5, 8.0, jitter=0.2)
+        rv = ""
+        while not self._stopping:
+            try:
+                if not rv:
+                    doc = self.client.request("GET", path, timeout=60)
+                    rv = str((doc.get("metadata") or {}).get("resourceVersion") or "")
+                    self._replace(doc.get("items") or [])
+                    backoff.reset()
+                query: dict[str, str | int | bool | None] = {
+                    "watch": True,
+                    "resourceVersion": rv,
+                    "allowWatchBookmarks": True,
+                    "timeoutSeconds": 300,
+                }
+                for line in self.watch_client.stream_lines(path, query=query, timeout=330):
+                    if self._stopping:
+                        return
+                    event = json.loads(line)
+                    etype, obj = str(event.get("type", "")), event.get("object") or {}
+                    if etype == "ERROR":
+                        rv = ""
+                        break
+                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or "") or rv
+                    if etype != "BOOKMARK":
+                        self._gitsync_event(etype, obj)
+            except ClusterError as exc:
+                if isinstance(exc, ApiError) and exc.status == 404:
+                    log.error("the GitSync CRD is not installed (kubectl apply -f deploy/kubernetes/crd/)")
+                else:
+                    log.warning("GitSync watch failed; relisting", error=mask_url(str(exc)))
+                rv = ""
+                self._stop.wait(backoff.next())
+
+    def _replace(self, items: list[Manifest]) -> None:
+        seen = set()
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            seen.add(f"{meta.get('namespace')}/{meta.get('name')}")
+            self._gitsync_event("ADDED", obj)
+        with self._lock:
+            gone = [ref for ref in self.objects if ref not in seen]
+        for ref in gone:
+            ns, name = ref.split("/", 1)
+            self._gitsync_event("DELETED", {"metadata": {"namespace": ns, "name": name}})
+        self._listed.set()
+
+    def _gitsync_event(self, etype: str, obj: Manifest) -> None:
+        meta = obj.get("metadata") or {}
+        ref = f"{meta.get('namespace')}/{meta.get('name')}"
+        if etype == "DELETED":
+            with self._lock:
+                self.objects.pop(ref, None)
+                old = self.sources.pop(ref, None)
+            if old is not None:
+                # Nothing is pruned: the objects stay, labelled with their ApplySet; say so once.
+                log.info("GitSync deleted: no longer reconciled (its objects are left in place)", gitsync=ref)
+                self._reindex()
+                if old.client is not None:
+                    old.client.close()
+            self._requeue_dependents(ref)
+            return
+        with self._lock:
+            self.objects[ref] = obj
+        self._requeue_dependents(ref)
+        shard = gitsync.shard_of(str(meta.get("namespace")), str(meta.get("name")), self.shards.count)
+        try:
+            gs = gitsync.parse(obj)
+        except InvalidSpec as exc:
+            with self._lock:
+                cur = self.sources.get(ref)
+                if cur is None or cur.invalid != str(exc) or cur.gs.generation != int(meta.get("generation") or 0):
+                    stub = _stub(obj)
+                    self.sources[ref] = _Source(gs=stub, shard=shard, reconciler=None, client=None, invalid=str(exc))
+            log.error("invalid GitSync", gitsync=ref, error=str(exc))
+            self._write_status(ref)
+            return
+        with self._lock:
+            cur = self.sources.get(ref)
+            rebuild = cur is None or cur.invalid or cur.gs.spec_doc != gs.spec_doc or cur.gs.uid != gs.uid
+            if rebuild:
+                src = self._build(gs, shard)
+                if cur is not None:
+                    src.handled = cur.handled
+                    src.conditions = cur.conditions
+                    if cur.client is not None:
+                        cur.client.close()
+                self.sources[ref] = src
+            else:
+                src = cast(_Source, cur)
+                requested = gs.reconcile_requested != src.gs.reconcile_requested
+                suspend_changed = gs.suspend != src.gs.suspend
+                src.gs = gs
+                if not (requested or suspend_changed):
+                    return
+        if rebuild:
+            log.info(
+                "GitSync loaded",
+                gitsync=ref,
+                repo=mask_url(gs.repository),
+                path=gs.path or "",
+                shard=shard,
+                generation=gs.generation,
+                service_account=gs.service_account or None,
+            )
+        self._reindex()
+        if not gs.suspend:
+            self.queue.add((ref, SOURCE))
+            self.queue.add((ref, FULL))
+        else:
+            self._write_status(ref)
+
+    def _build(self, gs: GitSync, shard: int) -> _Source:
+        opts = self.opts
+        holder: dict[str, _Source] = {}
+
+        def may_write() -> bool:
+            s = holder.get("s")
+            return (
+                not self._abandon
+                and s is not None
+                and s.gs.self_heal
+                and not s.gs.suspend
+                and self.shards.can_write(shard)
+            )
+
+        # No Impersonate-Group: for a ServiceAccount user the API server adds its groups itself, and the
+        # controller then needs `impersonate` on serviceaccounts only (never on groups: system:masters).
+        client = SourceClient(
+            opts.kubeconfig,
+            opts.context,
+            pool_size=max(opts.concurrency, 4),
+            may_write=may_write,
+            impersonate=gs.impersonate,
+        )
+        engine = Engine(
+            client, field_manager=opts.field_manager, concurrency=opts.concurrency, discovery=self.discovery
+        )
+        r = SourceReconciler(
+            gs.source_spec(opts.source, debounce=opts.debounce),
+            engine=engine,
+            queue=_Scoped(self.queue, gs.ref),
+            shared=self.shared,
+            active=lambda: self.shards.can_write(shard),
+            may_write=may_write,
+            field_manager=opts.field_manager,
+            subject=(gs.key, gitsync.API_VERSION),
+        )
+        r.on_loaded = lambda _r: self._reindex()
+        src = _Source(gs=gs, shard=shard, reconciler=r, client=client, next_poll=time.monotonic() + gs.interval)
+        holder["s"] = src
+        return src
+
+    def _reindex(self) -> None:
+        """Watch the union of what every source wants; route each object's events to its sources."""
+        wanted: dict[ObjectKey, set[str]] = {}
+        targets: dict[ObjectKey, Target] = {}
+        with self._lock:
+            for ref, s in self.sources.items():
+                state = s.reconciler.current if s.reconciler else None
+                if state is None:
+                    continue
+                for t in state.targets:
+                    wanted.setdefault(t.key, set()).add(ref)
+                    targets.setdefault(t.key, t)
+            self._wanted_by = wanted
+        self.cache.set_interest(list(targets.values()))
+
+    def _requeue_dependents(self, ref: str) -> None:
+        with self._lock:
+            waiting = [
+                r
+                for r, s in self.sources.items()
+                if s.waiting_for and any(f"{ns}/{name}" == ref for ns, name in s.gs.depends_on)
+            ]
+        for r in waiting:
+            self.queue.add((r, FULL))
+
+    def _poll(self) -> None:
+        """Git polls per source at its own interval, and the periodic full resync of every source."""
+        last_resync = time.monotonic()
+        while not self._stop.wait(0.5):
+            now = time.monotonic()
+            resync = self.opts.resync > 0 and now - last_resync >= self.opts.resync
+            if resync:
+                last_resync = now
+            with self._lock:
+                due = []
+                for ref, s in self.sources.items():
+                    if s.reconciler is None or s.gs.suspend:
+                        continue
+                    if s.gs.interval > 0 and now >= s.next_poll:
+                        s.next_poll = now + s.gs.interval
+                        due.append((ref, SOURCE))
+                    if resync:
+                        due.append((ref, FULL))
+            for key in due:
+                self.queue.add(key)
+
+    # -- the work ---------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Hand each source's keys to the pool; a source already running keeps its new keys until it ends."""
+        while not self.queue.is_shutdown:
+            batch = self.queue.get_batch(timeout=0.5)
+            if not batch:
+                continue
+            groups: dict[str, set[QueueKey]] = {}
+            for ref, key in batch:
+                groups.setdefault(ref, set()).add(key)
+            self.queue.done(batch)
+            with self._lock:
+                for ref, keys in groups.items():
+                    if ref in self._busy:
+                        self._held.setdefault(ref, set()).update(keys)
+                        continue
+                    self._busy.add(ref)
+                    try:
+                        self.pool.submit(self._run_source, ref, keys)
+                    except RuntimeError:  # shutting down
+                        self._busy.discard(ref)
+
+    def _run_source(self, ref: str, keys: set[QueueKey]) -> None:
+        try:
+            with self._lock:
+                src = self.sources.get(ref)
+            if src is None or src.reconciler is None or src.gs.suspend or self._stopping:
+                return
+            if not self.shards.can_write(src.shard):
+                return  # another replica holds this shard
+            r = src.reconciler
+            waiting = self._dependencies_waiting(src)
+            if waiting != src.waiting_for:
+                if not waiting:
+                    keys = keys | {SOURCE, FULL}  # what was put off while waiting, at once
+                src.waiting_for = waiting
+                self._write_status(ref)
+            if waiting:  # no pass at all, not even for one object, until every dependency is Ready
+                self.queue.add_after((ref, FULL), 5.0)
+                return
+            r.handle(keys)
+            # A pass, or a failed fetch/render: either may change the status (written only if it did).
+            self._write_status(ref, passed=bool(keys & {SOURCE, FULL}))
+        except Exception as exc:  # keep the worker alive; the keys are retried with backoff
+            log.error("reconcile failed unexpectedly", gitsync=ref, error=describe_crash(exc))
+            for key in keys:
+                self.queue.add_rate_limited((ref, key))
+        finally:
+            with self._lock:
+                self._busy.discard(ref)
+                held = self._held.pop(ref, set())
+            for key in held:
+                self.queue.add((ref, key))
+
+    def _dependencies_waiting(self, src: _Source) -> str:
+        """The first dependency that is not Ready (as its status says), or ""."""
+        with self._lock:
+            for ns, name in src.gs.depends_on:
+                obj = self.objects.get(f"{ns}/{name}")
+                if obj is None or not gitsync.is_ready(obj):
+                    return f"{ns}/{name}"
+        return ""
+
+    def _write_status(self, ref: str, *, passed: bool = False) -> None:
+        """Server-side apply of the status subresource, only when it differs from what was written."""
+        with self._lock:
+            src = self.sources.get(ref)
+        if src is None or self._abandon or not self.shards.can_write(src.shard):
+            return
+        gs = src.gs
+        # A pass that ran after a `gitops-sync reconcile` request answers it.
+        handled = gs.reconcile_requested if passed or src.reconciler is None else src.handled
+        doc = gitsync.status_of(
+            gs, src.reconciler, waiting_for=src.waiting_for, invalid=src.invalid, handled=handled, shard=src.shard
+        )
+        compare = {**doc, "conditions": gitsync.without_times(doc["conditions"])}
+        if compare == src.written:
+            return
+        gitsync.with_transition_times(doc, src.conditions)
+        body = {
+            "apiVersion": gitsync.API_VERSION,
+            "kind": gitsync.KIND,
+            "metadata": {"name": gs.name, "namespace": gs.namespace},
+            "status": doc,
+        }
+        try:
+            self.client.request(
+                "PATCH",
+                gitsync.object_path(gs.namespace, gs.name, "status"),
+                body=body,
+                query={"fieldManager": self.opts.field_manager, "force": True},
+                content_type="application/apply-patch+yaml",
+            )
+        except ClusterError as exc:
+            log.warning("cannot write GitSync status", gitsync=ref, error=mask_url(str(exc)))
+            return
+        src.written, src.conditions, src.handled = compare, doc["conditions"], handled
+
+    # -- watch events -----------------------------------------------------------------------
+
+    def _on_watch(self, etype: EventType, key: ObjectKey | None, obj: Manifest | None) -> None:
+        if etype is EventType.RECOVERED:
+            with self._lock:
+                refs = list(self.sources)
+            for ref in refs:
+                self.queue.add((ref, SOURCE))
+                self.queue.add((ref, FULL))
+            return
+        if key is None:
+            return
+        with self._lock:
+            refs = list(self._wanted_by.get(key, ()))
+            recs = [s.reconciler for r in refs if (s := self.sources.get(r)) and s.reconciler]
+        for r in recs:
+            r.on_watch(etype, key, obj)
+
+    def _on_watch_restart(self, resource: str, reason: str) -> None:
+        self.metrics.watch_restarts.labels(resource, reason).inc()
+        if reason == "error":
+            self.probe.poke()
+
+    # -- HTTP -------------------------------------------------------------------------------
+
+    def healthy(self) -> tuple[bool, str]:
+        if self._stopping:
+            return True, "ok (shutting down)"
+        dead = self.supervisor.dead()
+        return (False, "dead: " + "; ".join(dead)) if dead else (True, "ok")
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready once GitSyncs are listed and the watches synced; one broken source does not unready it."""
+        if self._stopping:
+            return False, "shutting down"
+        if not self.cluster_condition.ok:
+            return False, f"cluster unreachable: {self.cluster_condition.error}"
+        if not self._listed.is_set():
+            return False, "GitSyncs not listed yet"
+        if not self.cache.is_synced():
+            return False, "watch caches not synced yet"
+        return True, "ok"
+
+    def _webhook(self, headers: dict[str, str], body: bytes) -> WebhookResult:
+        result = verify_webhook(headers, body, self.opts.webhook_secret)
+        if result.ok:
+            with self._lock:
+                refs = list(self.sources)
+            for ref in refs:  # which repository moved is not parsed: every source looks (cheap when unchanged)
+                self.queue.add((ref, SOURCE))
+        return result
+
+    def source_list(self) -> list[dict[str, Any]]:
+        """One row per source, for /status and a web page: name, shard, ready, revision, counts, error."""
+        rows = []
+        with self._lock:
+            items = sorted(self.sources.items())
+        for ref, s in items:
+            doc = gitsync.status_of(s.gs, s.reconciler, waiting_for=s.waiting_for, invalid=s.invalid, shard=s.shard)
+            ready: dict[str, Any] = next((c for c in doc["conditions"] if c["type"] == "Ready"), {})
+            rows.append(
+                {
+                    "name": ref,
+                    "shard": s.shard,
+                    "held": self.shards.can_write(s.shard),
+                    "suspended": s.gs.suspend,
+                    "ready": ready.get("status", "Unknown"),
+                    "reason": ready.get("reason", ""),
+                    "message": ready.get("message", ""),
+                    "revision": doc.get("lastAppliedRevision", ""),
+                    "counts": doc.get("counts", {}),
+                    "lastError": doc.get("lastError", ""),
+                }
+            )
+        return rows
+
+    def source_doc(
+        self, ref: str, *, full_history: bool = False, row: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """One source as the single-source daemon's /status document (what the web page reads), with
+        `daemon.gitsync` (its row of `source_list`)."""
+        with self._lock:
+            s = self.sources.get(ref)
+        if s is None:
+            return None
+        if row is None:
+            row = next((r for r in self.source_list() if r["name"] == ref), {})
+        r = s.reconciler
+        if r is None:
+            return {
+                "objects": [],
+                "errors": [s.invalid],
+                "source": s.gs.repository,
+                "inventory": {"name": f"gitsync-{s.gs.name}", "namespace": s.gs.namespace},
+                "daemon": {"mode": "", "ready": False, "readyReason": s.invalid, "gitsync": row},
+            }
+        doc = r.changeset_doc(self.cluster_condition, full_history=full_history)
+        with r.state:
+            last_pass = dict(r.last_pass)
+        doc["daemon"] = {
+            "mode": r.mode,
+            "identity": self.opts.identity,
+            "fieldManager": self.opts.field_manager,
+            "ready": row.get("ready") == "True",
+            "readyReason": row.get("message", ""),
+            "appliedRevision": r.applied[0] if r.applied else "",
+            "source": r.source_doc(),
+            "conditions": {
+                "source": r.condition.to_dict(),
+                "cluster": self.cluster_condition.to_dict(with_revision=False),
+            },
+            "lastPass": last_pass,
+            "gitsync": row,
+        }
+        return doc
+
+    def status(self, *, full_history: bool = False) -> dict[str, Any]:
+        """`fleet`: this replica (shards, queue, watches, a summary row per source); `sources`: one
+        single-source /status document per GitSync, in the order of `fleet.sources`."""
+        ready, why = self.ready()
+        rows = self.source_list()
+        docs = [self.source_doc(row["name"], full_history=full_history, row=row) for row in rows]
+        return {
+            "fleet": {
+                "identity": self.opts.identity,
+                "ready": ready,
+                "readyReason": why,
+                "namespace": self.opts.watch_namespace or "",
+                "shards": self.shards.status(),
+                "queueDepth": len(self.queue),
+                "threads": self.supervisor.status(),
+                "watches": self.cache.status(),
+                "requests": self._requests(),
+                "sources": rows,
+            },
+            "sources": [d for d in docs if d is not None],
+        }
+
+    def _field_history(self, group: str, kind: str, namespace: str, name: str) -> dict[str, list[dict[str, Any]]]:
+        """The ownership history of one object's fields, from the first source that wants it."""
+        key = ObjectKey(group, kind, namespace, name)
+        with self._lock:
+            refs = sorted(self._wanted_by.get(key, ()))
+            recs = [s.reconciler for ref in refs if (s := self.sources.get(ref)) and s.reconciler]
+        for r in recs:
+            fields = r.history.fields(key)
+            if fields:
+                return {path: [rec.to_dict() for rec in records] for path, records in fields.items()}
+        return {}
+
+    def _requests(self) -> dict[str, int]:
+        with self._lock:
+            clients = [self.client, self.aux, self.watch_client] + [
+                s.client for s in self.sources.values() if s.client is not None
+            ]
+        return {
+            "reads": sum(c.stats.reads for c in clients),
+            "writes": sum(c.stats.writes for c in clients),
+            "dryRuns": sum(c.stats.dry_runs for c in clients),
+        }
+
+
+def _stub(obj: Manifest) -> GitSync:
+    """A GitSync that could not be parsed, kept to report why in its status."""
+    meta = obj.get("metadata") or {}
+    ns = str(meta.get("namespace") or "")
+    return GitSync(
+        namespace=ns,
+        name=str(meta.get("name") or ""),
+        generation=int(meta.get("generation") or 0),
+        uid=str(meta.get("uid") or ""),
+        repository="",
+        revision=None,
+        path=None,
+        interval=0.0,
+        prune=False,
+        self_heal=False,
+        policy=ConflictPolicy.REPORT,
+        target_namespace=ns,
+        service_account="",
+        suspend=False,
+        depends_on=(),
+        wait=False,
+        timeout=0.0,
+    )
+
+
+__all__ = ["Fleet", "ShardSet", "SourceClient"]

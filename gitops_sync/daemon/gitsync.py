@@ -1,0 +1,314 @@
+"""The GitSync custom resource: its spec read into a `SourceSpec`, its shard, and its status document.
+
+The fleet controller (fleet.py) reads each GitSync through `parse`, builds a `SourceReconciler` from
+it, and after every pass writes `status_of(...)` to the status subresource. The CLI (fleetctl.py) reads
+the same status back. Pure functions only: no cluster access here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gitops_sync.conventions import ConflictPolicy
+from gitops_sync.daemon.metrics import object_state
+from gitops_sync.daemon.reconciler import SourceReconciler, SourceSpec
+from gitops_sync.engine import PassOptions, SourceOptions
+from gitops_sync.options import parse_duration
+from gitops_sync.plan.changeset import Action
+from gitops_sync.resource import Manifest, ObjectKey
+
+GROUP = "gitops-sync.io"
+VERSION = "v1alpha1"
+KIND = "GitSync"
+PLURAL = "gitsyncs"
+API_VERSION = f"{GROUP}/{VERSION}"
+RECONCILE_ANNOTATION = "gitops-sync.io/reconcile-requested-at"
+CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Drifted", "Conflicted")
+
+
+class InvalidSpec(ValueError):
+    """A GitSync the controller cannot act on; the message names the object and the field."""
+
+
+def collection_path(namespace: str | None = None) -> str:
+    base = f"/apis/{GROUP}/{VERSION}"
+    return f"{base}/namespaces/{namespace}/{PLURAL}" if namespace else f"{base}/{PLURAL}"
+
+
+def object_path(namespace: str, name: str, subresource: str = "") -> str:
+    return f"{collection_path(namespace)}/{name}" + (f"/{subresource}" if subresource else "")
+
+
+@dataclass(frozen=True)
+class GitSync:
+    """One GitSync as the controller acts on it."""
+
+    namespace: str
+    name: str
+    generation: int
+    uid: str
+    repository: str
+    revision: str | None
+    path: str | None
+    interval: float
+    prune: bool
+    self_heal: bool
+    policy: ConflictPolicy
+    target_namespace: str
+    service_account: str
+    suspend: bool
+    depends_on: tuple[tuple[str, str], ...]
+    wait: bool
+    timeout: float
+    reconcile_requested: str = ""
+    spec_doc: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def key(self) -> ObjectKey:
+        return ObjectKey(GROUP, KIND, self.namespace, self.name)
+
+    @property
+    def impersonate(self) -> str:
+        """The user every request of this source is sent as ("" = the controller's own)."""
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}" if self.service_account else ""
+
+    def source_spec(self, base: SourceOptions, *, debounce: float) -> SourceSpec:
+        """Options of the source: the controller's render options, this object's repository and policy."""
+        src = SourceOptions(
+            repo=self.repository,
+            revision=self.revision,
+            path=self.path,
+            cache_dir=base.cache_dir,
+            render=base.render,
+            timeout=base.timeout,
+        )
+        # The ApplySet parent (inventory) of a GitSync is named after it and lives beside it.
+        pass_opts = PassOptions(
+            namespace=self.target_namespace,
+            prune=self.prune,
+            policy=self.policy,
+            wait=self.wait,
+            timeout=self.timeout,
+            name=f"gitsync-{self.name}",
+            inventory_namespace=self.namespace,
+        )
+        return SourceSpec(src, pass_opts, self_heal=self.self_heal, debounce=debounce)
+
+
+def parse(obj: Manifest) -> GitSync:
+    """The GitSync's spec, checked beyond what the CRD's schema already refused."""
+    meta = obj.get("metadata") or {}
+    ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    where = f"GitSync {ns}/{name}"
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        raise InvalidSpec(f"{where}: spec is missing")
+    repo = spec.get("repository")
+    if not isinstance(repo, str) or not repo.strip():
+        raise InvalidSpec(f"{where}: spec.repository is required")
+
+    def duration(key: str, default: str) -> float:
+        try:
+            return parse_duration(spec.get(key) or default)
+        except ValueError as exc:
+            raise InvalidSpec(f"{where}: spec.{key}: {exc}") from None
+
+    mode = str(spec.get("mode") or "self-heal")
+    if mode not in ("self-heal", "detect-only"):
+        raise InvalidSpec(f"{where}: spec.mode must be self-heal or detect-only, not {mode!r}")
+    try:
+        policy = ConflictPolicy(str(spec.get("conflictPolicy") or "force"))
+    except ValueError:
+        raise InvalidSpec(
+            f"{where}: spec.conflictPolicy must be one of {', '.join(p.value for p in ConflictPolicy)}"
+        ) from None
+    path = spec.get("path") or None
+    if path is not None and (str(path).startswith("/") or ".." in str(path).split("/")):
+        raise InvalidSpec(f"{where}: spec.path must be relative and stay inside the repository")
+    deps: list[tuple[str, str]] = []
+    for i, dep in enumerate(spec.get("dependsOn") or []):
+        if not isinstance(dep, dict) or not dep.get("name"):
+            raise InvalidSpec(f"{where}: spec.dependsOn[{i}] needs a name")
+        deps.append((str(dep.get("namespace") or ns), str(dep["name"])))
+    annotations = meta.get("annotations") or {}
+    return GitSync(
+        namespace=ns,
+        name=name,
+        generation=int(meta.get("generation") or 0),
+        uid=str(meta.get("uid") or ""),
+        repository=repo.strip(),
+        revision=spec.get("revision") or None,
+        path=path,
+        interval=duration("interval", "1m"),
+        prune=bool(spec.get("prune", False)),
+        self_heal=mode == "self-heal",
+        policy=policy,
+        target_namespace=str(spec.get("targetNamespace") or ns),
+        service_account=str(spec.get("serviceAccountName") or ""),
+        suspend=bool(spec.get("suspend", False)),
+        depends_on=tuple(deps),
+        wait=bool(spec.get("wait", False)),
+        timeout=duration("timeout", "5m"),
+        reconcile_requested=str(annotations.get(RECONCILE_ANNOTATION) or ""),
+        spec_doc=dict(spec),
+    )
+
+
+def shard_of(namespace: str, name: str, shards: int) -> int:
+    """Stable across processes and restarts (not Python's salted hash): every replica agrees."""
+    digest = hashlib.sha256(f"{namespace}/{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % max(shards, 1)
+
+
+def is_ready(obj: Manifest) -> bool:
+    """Ready=True for the current generation: what `dependsOn` waits for (as `kubectl wait` would)."""
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    if status.get("observedGeneration") != meta.get("generation"):
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _condition(ctype: str, status: bool | None, reason: str, message: str, generation: int) -> dict[str, Any]:
+    return {
+        "type": ctype,
+        "status": "Unknown" if status is None else ("True" if status else "False"),
+        "reason": reason,
+        "message": message[:1024],
+        "observedGeneration": generation,
+    }
+
+
+def status_of(
+    gs: GitSync,
+    r: SourceReconciler | None,
+    *,
+    waiting_for: str = "",
+    invalid: str = "",
+    handled: str = "",
+    shard: int = 0,
+) -> dict[str, Any]:
+    """The status document (no transition times: `with_transition_times` adds them from the last one)."""
+    gen = gs.generation
+    doc: dict[str, Any] = {"observedGeneration": gen, "shard": shard}
+    if handled:
+        doc["lastHandledReconcileAt"] = handled
+    if invalid or r is None:
+        message = invalid or "not loaded yet"
+        doc["lastError"] = invalid
+        doc["conditions"] = [
+            _condition("Ready", False if invalid else None, "InvalidSpec" if invalid else "Progressing", message, gen),
+            _condition("Reconciling", not invalid, "InvalidSpec" if invalid else "Progressing", message, gen),
+            _condition("Stalled", bool(invalid), "InvalidSpec" if invalid else "Progressing", message, gen),
+        ]
+        return doc
+    with r.state:
+        entries = list(r.entries.values())
+        pass_errors = list(r.pass_errors)
+    states = [
+        object_state(e, applied=r.spec.self_heal, forcing=r.forcing) for e in entries if e.action is not Action.PRUNE
+    ]
+    counts = {a.value: 0 for a in Action}
+    for e in entries:
+        counts[e.action.value] += 1
+    counts["drifted"] = sum(1 for s in states if s in ("drifted", "missing"))
+    counts["conflict"] = sum(1 for s in states if s == "conflict")
+    counts["error"] = sum(1 for s in states if s == "error") + len(pass_errors)
+    doc["counts"] = counts
+    doc["lastAppliedRevision"] = r.applied[0] if r.applied else ""
+    doc["lastAttemptedRevision"] = r.attempted or (r.current.checkout.revision if r.current else "")
+    doc["inventory"] = {"name": r.inventory_name, "namespace": r.inventory_namespace, "objects": len(states)}
+    source_error = r.load_error or r.crashed
+    error = (
+        source_error
+        or (pass_errors[0] if pass_errors else "")
+        or next((e.message for e in entries if e.action is Action.ERROR), "")
+    )
+    doc["lastError"] = error
+    drifted, conflicted = counts["drifted"] > 0, counts["conflict"] > 0
+    if gs.suspend:
+        ready, reason, message = None, "Suspended", "reconciliation is suspended"
+        reconciling, stalled = False, False
+    elif source_error:
+        ready, reason, message = False, "SourceFailed", source_error
+        reconciling, stalled = False, True
+    elif waiting_for:
+        ready, reason, message = False, "DependencyNotReady", f"waiting for {waiting_for} to be Ready"
+        reconciling, stalled = True, False
+    elif not r.first_sync:
+        failed = bool(error)
+        ready = False if failed else None
+        reason = "ReconcileFailed" if failed else "Progressing"
+        message = error or "first sync in progress"
+        reconciling, stalled = True, False
+    elif error:
+        ready, reason, message = False, "ReconcileFailed", error
+        reconciling, stalled = True, False
+    else:
+        ready, reason = True, "ReconciliationSucceeded"
+        message = f"applied revision {doc['lastAppliedRevision'] or '(plain directory)'}"
+        if not r.spec.self_heal and drifted:
+            message += f" (detect-only: {counts['drifted']} drifted)"
+        reconciling, stalled = False, False
+    doc["conditions"] = [
+        _condition("Ready", ready, reason, message, gen),
+        _condition("Reconciling", reconciling, reason if reconciling else "Idle", message if reconciling else "", gen),
+        _condition("Stalled", stalled, reason if stalled else "Idle", message if stalled else "", gen),
+        _condition(
+            "Drifted",
+            drifted,
+            "DriftDetected" if drifted else "InSync",
+            f"{counts['drifted']} object(s) differ from Git" if drifted else "",
+            gen,
+        ),
+        _condition(
+            "Conflicted",
+            conflicted,
+            "ConflictDetected" if conflicted else "NoConflict",
+            f"{counts['conflict']} object(s) have fields another manager owns" if conflicted else "",
+            gen,
+        ),
+    ]
+    return doc
+
+
+def with_transition_times(doc: dict[str, Any], previous: list[dict[str, Any]], now: float | None = None) -> None:
+    """Keep each condition's lastTransitionTime unless its status changed (as metav1.Condition wants)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now if now is not None else time.time()))
+    before = {c.get("type"): c for c in previous}
+    for c in doc.get("conditions") or []:
+        old = before.get(c["type"])
+        c["lastTransitionTime"] = (
+            (old.get("lastTransitionTime") or stamp) if old and old.get("status") == c["status"] else stamp
+        )
+
+
+def without_times(conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in conditions]
+
+
+__all__ = [
+    "API_VERSION",
+    "CONDITION_TYPES",
+    "GROUP",
+    "KIND",
+    "PLURAL",
+    "RECONCILE_ANNOTATION",
+    "VERSION",
+    "GitSync",
+    "InvalidSpec",
+    "collection_path",
+    "is_ready",
+    "object_path",
+    "parse",
+    "shard_of",
+    "status_of",
+    "with_transition_times",
+    "without_times",
+]

@@ -1,0 +1,137 @@
+"""GitSync spec parsing, shard mapping and status documents (pure functions of daemon/gitsync.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gitops_sync.conventions import ConflictPolicy
+from gitops_sync.daemon import gitsync
+from gitops_sync.daemon.gitsync import InvalidSpec, parse, shard_of, status_of, with_transition_times
+from gitops_sync.engine import SourceOptions
+
+CRD = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "crd" / "gitsyncs.gitops-sync.io.yaml"
+
+
+def obj(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": gitsync.API_VERSION,
+        "kind": "GitSync",
+        "metadata": {"name": "app", "namespace": "team-a", "generation": 3, "uid": "u1", **meta},
+        "spec": spec,
+    }
+
+
+def test_parse_fills_defaults_from_the_object() -> None:
+    gs = parse(obj({"repository": "https://git.example/a.git"}))
+    assert (gs.interval, gs.prune, gs.self_heal, gs.policy) == (60.0, False, True, ConflictPolicy.FORCE)
+    assert gs.target_namespace == "team-a" and gs.impersonate == "" and gs.generation == 3
+    spec = gs.source_spec(SourceOptions(repo=""), debounce=0.2)
+    assert spec.pass_opts.name == "gitsync-app" and spec.pass_opts.inventory_namespace == "team-a"
+
+
+def test_parse_reads_every_field() -> None:
+    gs = parse(
+        obj(
+            {
+                "repository": "r",
+                "revision": "v1",
+                "path": "apps/web",
+                "interval": "1h30m",
+                "prune": True,
+                "mode": "detect-only",
+                "conflictPolicy": "report",
+                "targetNamespace": "web",
+                "serviceAccountName": "deployer",
+                "suspend": True,
+                "dependsOn": [{"name": "base"}, {"name": "crds", "namespace": "infra"}],
+                "wait": True,
+                "timeout": "90s",
+            },
+            annotations={gitsync.RECONCILE_ANNOTATION: "now"},
+        )
+    )
+    assert gs.interval == 5400 and not gs.self_heal and gs.policy is ConflictPolicy.REPORT
+    assert gs.impersonate == "system:serviceaccount:team-a:deployer"
+    assert gs.depends_on == (("team-a", "base"), ("infra", "crds"))
+    assert gs.suspend and gs.wait and gs.timeout == 90 and gs.reconcile_requested == "now"
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({}, "spec.repository is required"),
+        ({"repository": "r", "mode": "maybe"}, "spec.mode"),
+        ({"repository": "r", "conflictPolicy": "win"}, "spec.conflictPolicy"),
+        ({"repository": "r", "path": "../x"}, "spec.path"),
+        ({"repository": "r", "interval": "soon"}, "spec.interval"),
+        ({"repository": "r", "dependsOn": [{}]}, "spec.dependsOn[0]"),
+    ],
+)
+def test_parse_names_the_object_and_the_field(spec: dict[str, Any], problem: str) -> None:
+    with pytest.raises(InvalidSpec) as err:
+        parse(obj(spec))
+    assert "GitSync team-a/app" in str(err.value) and problem in str(err.value)
+
+
+def test_shards_are_stable_and_spread() -> None:
+    assert shard_of("team-a", "app", 4) == shard_of("team-a", "app", 4)
+    assert shard_of("team-a", "app", 4) == 0  # pinned: every replica and every release agrees
+    counts = [0] * 4
+    for i in range(400):
+        counts[shard_of("ns", f"s{i}", 4)] += 1
+    assert min(counts) > 60, counts
+
+
+def test_status_of_an_invalid_spec_is_stalled() -> None:
+    gs = parse(obj({"repository": "r"}))
+    doc = status_of(gs, None, invalid="GitSync team-a/app: spec.mode bad")
+    conds = {c["type"]: c for c in doc["conditions"]}
+    assert conds["Ready"]["status"] == "False" and conds["Stalled"]["status"] == "True"
+    assert doc["observedGeneration"] == 3 and doc["lastError"].startswith("GitSync team-a/app")
+
+
+def test_transition_times_change_only_with_the_status() -> None:
+    gs = parse(obj({"repository": "r"}))
+    first = status_of(gs, None)
+    with_transition_times(first, [], now=0)
+    second = status_of(gs, None)
+    with_transition_times(second, first["conditions"], now=100)
+    assert [c["lastTransitionTime"] for c in second["conditions"]] == ["1970-01-01T00:00:00Z"] * 3
+    third = status_of(gs, None, invalid="bad")
+    with_transition_times(third, second["conditions"], now=100)
+    assert {c["type"]: c["lastTransitionTime"] for c in third["conditions"]}["Ready"] == "1970-01-01T00:01:40Z"
+
+
+def test_is_ready_needs_the_current_generation() -> None:
+    ready = {"observedGeneration": 3, "conditions": [{"type": "Ready", "status": "True"}]}
+    assert gitsync.is_ready({**obj({}), "status": ready})
+    assert not gitsync.is_ready({**obj({}, generation=4), "status": ready})
+
+
+def test_the_crd_declares_the_status_subresource_and_printer_columns() -> None:
+    crd = yaml.safe_load(CRD.read_text())
+    version = crd["spec"]["versions"][0]
+    assert crd["metadata"]["name"] == f"{gitsync.PLURAL}.{gitsync.GROUP}" and version["name"] == gitsync.VERSION
+    assert version["subresources"] == {"status": {}}
+    shown = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
+    assert shown == ["Ready", "Revision", "Drift", "Conflicts", "Age"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert {
+        "repository",
+        "revision",
+        "path",
+        "interval",
+        "prune",
+        "mode",
+        "conflictPolicy",
+        "targetNamespace",
+        "serviceAccountName",
+        "suspend",
+        "dependsOn",
+        "wait",
+        "timeout",
+    } <= set(spec)
