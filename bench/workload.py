@@ -110,10 +110,8 @@ def head(directory: Path) -> str:
 
 
 def client(cluster: BenchCluster) -> Client:
-    c = Client(cluster.kubeconfig, pool_size=8)
     # Tell the bench's own requests apart from gitops-sync's in the audit log.
-    c._api.user_agent = BENCH_USER_AGENT
-    return c
+    return Client(cluster.kubeconfig, pool_size=8, user_agent=BENCH_USER_AGENT)
 
 
 def create_namespace(c: Client, name: str) -> None:

@@ -26,8 +26,8 @@ from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
 from gitops_sync.errors import ClusterError
 from gitops_sync.log import get_logger
-from gitops_sync.plan import planner
-from gitops_sync.plan.changeset import Action, ChangeSet, Entry, SharedWith
+from gitops_sync.plan import ignore, planner
+from gitops_sync.plan.changeset import Action, ChangeSet, Entry, Ignored, SharedWith
 from gitops_sync.plan.planner import Target
 from gitops_sync.render import RenderOptions, render
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
@@ -61,6 +61,7 @@ class PassOptions:
     inventory_namespace: str | None = None
     adopt_shared: bool = False  # take over objects that are members of another ApplySet
     prune_cascade: bool = False  # prune Namespaces/CRDs even when they hold objects prune does not remove
+    ignore: tuple[ignore.IgnoreRule, ...] = ()  # --ignore; the repository's .gitops-sync.yaml adds its own
 
 
 def load(source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
@@ -139,6 +140,10 @@ class Engine:
         inv = inventory.load(self.client, name, inv_ns, identity_text, identity.inventory_name())
         legacy = None if opts.name else self._legacy(inv, checkout, identity, cs.source)
         live = (live_of or self.manager.fetch_live)(targets)
+        ignored: dict[ObjectKey, list[Ignored]] = {}
+        rules = ignore.rules_for(opts.ignore, checkout.root, checkout.repo_root)
+        if rules:  # the apply bodies without what the rules leave to the cluster (copies: targets are reused)
+            targets = [self._ignoring(t, live.get(t.key), rules, ignored) for t in targets]
         for t in targets:
             planner.finalize(t, live.get(t.key), inv.id, legacy.id if legacy else None)
         # Members of an old inventory of this very source being taken over are ours, not shared.
@@ -160,6 +165,13 @@ class Engine:
                 cs.entries.append(entry)
                 if on_entry:
                     on_entry(entry)
+        for t in targets:  # create-only objects that exist: never updated
+            existing = live.get(t.key)
+            if existing is not None and t.key not in shared and planner.is_create_only(t):
+                entry = planner.create_only_entry(t, existing, self.field_manager, dry_run=dry_run)
+                cs.entries.append(entry)
+                if on_entry:
+                    on_entry(entry)
         done = {e.key for e in cs.entries}
         cs.entries += self.manager.apply_all(
             [t for t in targets if t.key not in done], live, policy=opts.policy, dry_run=dry_run, on_entry=on_entry
@@ -169,6 +181,7 @@ class Engine:
             why = skipped[0].removeprefix(NOT_ATTEMPTED)
             cs.errors.append(f"stopped early: {len(skipped)} of {len(targets)} object(s) not attempted: {why}")
         for e in cs.entries:
+            e.ignored = ignored.get(e.key, [])
             if e.key in taken and e.action is not Action.ERROR:
                 verb = "would take" if dry_run else "took"
                 e.message = f"{e.message}; {verb} it over from {taken[e.key].describe()} (adopted: prune releases it)"
@@ -200,6 +213,18 @@ class Engine:
         if opts.wait and not dry_run:
             self._wait(cs, targets, opts.timeout, on_ready)
         return cs
+
+    def _ignoring(
+        self,
+        t: Target,
+        live: Manifest | None,
+        rules: Sequence[ignore.IgnoreRule],
+        ignored: dict[ObjectKey, list[Ignored]],
+    ) -> Target:
+        applied = ignore.apply_rules(t.key, t.manifest, live, rules, self.field_manager)
+        if applied.ignored:
+            ignored[t.key] = applied.ignored
+        return t if applied.manifest is t.manifest else replace(t, manifest=applied.manifest)
 
     def not_attempted(
         self, checkout: Checkout, targets: Sequence[Target], opts: PassOptions, exc: Exception, *, apply: bool
@@ -353,6 +378,13 @@ class Engine:
                 "(pass --allow-empty if the repository is meant to be empty)"
             )
             return False
+        for m in [m for m in gone if planner.prune_disabled(m)]:  # gitops-sync.io/prune: disabled
+            kept = Entry(ObjectKey.of(m), str(m.get("apiVersion", "")), Action.UNCHANGED)
+            kept.message = f"left Git; kept ({conventions.PRUNE}: {conventions.PRUNE_DISABLED})"
+            cs.entries.append(kept)
+            if on_entry:
+                on_entry(kept)
+        gone = [m for m in gone if not planner.prune_disabled(m)]
         refused: list[Entry] = []
         if not opts.prune_cascade:
             # A Namespace or CRD still holding objects this prune does not remove is not deleted.

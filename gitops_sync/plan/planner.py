@@ -13,7 +13,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
-from gitops_sync.conventions import ADOPT, ADOPTED, BOOKKEEPING, BOOKKEEPING_KEYS, CSA_MANAGER, INTENT_HASH, PART_OF
+from gitops_sync.conventions import (
+    ADOPT,
+    ADOPTED,
+    APPLY_MODE,
+    BOOKKEEPING,
+    BOOKKEEPING_KEYS,
+    CREATE_ONLY,
+    CSA_MANAGER,
+    INTENT_HASH,
+    ON_CONFLICT,
+    PART_OF,
+    PRUNE,
+    PRUNE_DISABLED,
+    ConflictPolicy,
+)
 from gitops_sync.errors import RenderError
 from gitops_sync.plan import actors, fieldpath, ownership
 from gitops_sync.plan import diff as _diff
@@ -58,6 +72,7 @@ def resolve(objects: Iterable[DesiredObject], discovery: Discovery, default_name
                 file=obj.origin,
                 obj=name,
             )
+        check_policy_annotations(obj.manifest, obj.origin, name)
         manifest = prepare_desired(obj.manifest)
         meta = manifest.setdefault("metadata", {})
         if info.namespaced:
@@ -75,6 +90,49 @@ def resolve(objects: Iterable[DesiredObject], discovery: Discovery, default_name
             )
         targets[key] = Target(key=key, info=info, manifest=manifest, origin=obj.origin)
     return list(targets.values())
+
+
+# Per-object policy annotations in Git and the values each accepts.
+_POLICY_VALUES = {
+    PRUNE: (PRUNE_DISABLED,),
+    APPLY_MODE: (CREATE_ONLY,),
+    ON_CONFLICT: tuple(p.value for p in ConflictPolicy),
+}
+
+
+def _annotation(manifest: Manifest | None, name: str) -> str:
+    return str((((manifest or {}).get("metadata") or {}).get("annotations") or {}).get(name, ""))
+
+
+def check_policy_annotations(manifest: Manifest, origin: str, name: str) -> None:
+    """A policy annotation with a value we do not know is a render error (exit 2), never ignored."""
+    for key, allowed in _POLICY_VALUES.items():
+        value = _annotation(manifest, key)
+        if value and value not in allowed:
+            raise RenderError(f"annotation {key}: {value!r} is not one of {', '.join(allowed)}", file=origin, obj=name)
+
+
+def object_policy(target: Target, default: ConflictPolicy) -> ConflictPolicy:
+    """The object's own `gitops-sync.io/on-conflict`, else the pass's policy."""
+    value = _annotation(target.manifest, ON_CONFLICT)
+    return ConflictPolicy(value) if value else default
+
+
+def is_create_only(target: Target) -> bool:
+    """`gitops-sync.io/apply: create-only`: created when absent, never updated."""
+    return _annotation(target.manifest, APPLY_MODE) == CREATE_ONLY
+
+
+def prune_disabled(live: Manifest) -> bool:
+    """`gitops-sync.io/prune: disabled` on the live member (as Git last applied it): never pruned."""
+    return _annotation(live, PRUNE) == PRUNE_DISABLED
+
+
+def create_only_entry(target: Target, live: Manifest, field_manager: str, *, dry_run: bool) -> Entry:
+    """An existing create-only object: left as it is, whatever Git says now."""
+    entry = explain(target, live, live, field_manager, dry_run=dry_run)
+    entry.message = f"exists; not updated ({APPLY_MODE}: {CREATE_ONLY})"
+    return entry
 
 
 def finalize(target: Target, live: Manifest | None, applyset_id: str | None, legacy_id: str | None = None) -> None:
@@ -198,12 +256,47 @@ def explain(
     elif changes:
         entry.action = Action.UPDATE
         entry.message = f"{verb}update {len(changes)} field(s)"
+    elif bookkeeping and result is not None and _only_intent_changed(result, live):
+        # Git changed what we claim, not what the object holds (a default now written in Git, a field left to
+        # another manager): no difference to report; the apply (sync) still records it.
+        entry.message = ownership_only_message(result, live, field_manager, dry_run=dry_run)
     elif bookkeeping:
         entry.action = Action.UPDATE
         entry.message = f"{verb}record gitops-sync ownership (no field value changes)"
     # A plan describes today's owners; an apply describes the owners it left behind.
     entry.co_owners = co_owners(target.manifest, live if dry_run or result is None else result, field_manager)
     return entry
+
+
+def _only_intent_changed(result: Manifest, live: Manifest) -> bool:
+    """Membership and adoption as they were: only the intent hash (what we claim) moves."""
+    return [v for (_, name), v in zip(BOOKKEEPING_KEYS, _bookkeeping(result), strict=True) if name != INTENT_HASH] == [
+        v for (_, name), v in zip(BOOKKEEPING_KEYS, _bookkeeping(live), strict=True) if name != INTENT_HASH
+    ]
+
+
+def ownership_only_message(result: Manifest, live: Manifest, field_manager: str, *, dry_run: bool) -> str:
+    """`ownership only: would record gitops-sync ownership of .spec.x (live value already equals Git)`."""
+
+    def ours(obj: Manifest) -> set[str]:
+        return {
+            p
+            for e in ownership.managed_fields(obj)
+            if e.identity == (field_manager, "Apply", "")
+            for p in e.owned_paths
+            if p not in BOOKKEEPING
+        }
+
+    before, after = ours(live), ours(result)
+    gains = sorted(p for p in after - before if not any(o.startswith((p + ".", p + "[")) for o in after))
+    releases = sorted(p for p in before - after if not any(o.startswith((p + ".", p + "[")) for o in before))
+    verb = "would " if dry_run else ""
+    parts = []
+    if gains:
+        parts.append(f"{verb}record {field_manager} ownership of {', '.join(gains)} (live value already equals Git)")
+    if releases:
+        parts.append(f"{verb}release {', '.join(releases)} (the value stays)")
+    return "ownership only: " + ("; ".join(parts) or f"{verb}record the new intent (no field value changes)")
 
 
 def _bookkeeping(obj: Manifest) -> tuple[object, ...]:

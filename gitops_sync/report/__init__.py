@@ -116,18 +116,13 @@ def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int 
         for e in shown:
             t.add_row(Text(e.action.value, style=_STYLE[e.action]), Text(str(e.key)), Text(e.message))
         console.print(t)
-    fields = [
-        (e, c, _kind(e, kind))
-        for e in shown
-        for kind, cs_ in (("conflict", e.conflicts), ("drift", e.drift))
-        for c in cs_
-    ]
+    fields = [(e, c, _kind(e, kind)) for e in shown for kind, cs_ in _field_groups(e, verbose) for c in cs_]
     if fields:
         ft = _table("fields", "object", "", "path", "desired (Git)", "live", "owned live by")
         for e, c, kind in fields:
             ft.add_row(
                 Text(str(e.key)),
-                Text(kind, style="yellow" if kind == "drift" else "bold red"),
+                Text(kind, style=_KIND_STYLE.get(kind, "bold red")),
                 Text(c.path),
                 Text(short(c.desired, limit)),
                 Text(short(c.live, limit)),
@@ -166,12 +161,7 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
         lines += ["| action | object | message |", "|---|---|---|"]
         lines += [f"| {e.action.value} | {_code(str(e.key))} | {_md(e.message)} |" for e in shown]
         lines.append("")
-    rows = [
-        (e, _kind(e, kind), c)
-        for e in shown
-        for kind, lst in (("conflict", e.conflicts), ("drift", e.drift))
-        for c in lst
-    ]
+    rows = [(e, _kind(e, kind), c) for e in shown for kind, lst in _field_groups(e, verbose) for c in lst]
     if rows:
         lines += ["| object | | path | desired (Git) | live | owned live by |", "|---|---|---|---|---|---|"]
         lines += [
@@ -191,6 +181,17 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
         lines += ["", "</details>", ""]
     lines += [f"> **error:** {_md(err)}" for err in cs.errors]
     return "\n".join(lines).rstrip() + "\n"
+
+
+_KIND_STYLE: Final = {"drift": "yellow", "ignored": "dim"}
+
+
+def _field_groups(e: Entry, verbose: bool) -> list[tuple[str, list[FieldChange]]]:
+    """The field rows of an entry by kind; fields an ignore rule left to the cluster only when verbose."""
+    groups: list[tuple[str, list[FieldChange]]] = [("conflict", e.conflicts), ("drift", e.drift)]
+    if verbose:
+        groups.append(("ignored", list(e.ignored)))
+    return groups
 
 
 def _kind(e: Entry, kind: str) -> str:

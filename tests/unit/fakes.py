@@ -122,7 +122,7 @@ def fake_client(api: FakeApi, **kwargs: Any) -> Client:
         client = Client(path, **kwargs)
     finally:
         os.unlink(path)
-    client._api.rest_client.pool_manager = api
+    client._conn.pool = api  # type: ignore[assignment]
     return client
 
 
