@@ -377,6 +377,7 @@ def sync(
         timeout=timeout,
         adopt_shared=adopt_shared,
         prune_cascade=prune_cascade,
+        ignore=cluster.ignore,
     )
     cs = _run_pass(attempt, source, opts, cluster, budget, apply=True)
     _write_report(cs, output, verbose)
@@ -412,6 +413,7 @@ def diff(
         dry_run=True,
         adopt_shared=adopt_shared,
         prune_cascade=prune_cascade,
+        ignore=cluster.ignore,
     )
     cs = _run_pass(attempt, source, opts, cluster, budget, apply=False)
     _write_report(cs, output, verbose)

@@ -14,9 +14,11 @@ __all__ = [
     "ADOPT",
     "ADOPTED",
     "APPLIED_REVISION",
+    "APPLY_MODE",
     "ATTEMPTED_REVISION",
     "BOOKKEEPING",
     "BOOKKEEPING_KEYS",
+    "CREATE_ONLY",
     "CSA_MANAGER",
     "DEPLOYMENT_REVISION",
     "FIELD_MANAGER",
@@ -28,8 +30,13 @@ __all__ = [
     "LAST_APPLIED",
     "MASK",
     "NAMESPACES",
+    "ON_CONFLICT",
+    "ORIGIN_ANNOTATION",
     "PART_OF",
+    "PRUNE",
+    "PRUNE_DISABLED",
     "REVISION",
+    "RULES_FILE",
     "SERVER_ANNOTATIONS",
     "SERVER_METADATA",
     "SOURCE",
@@ -62,6 +69,18 @@ ADOPTED: Final = "gitops-sync.io/adopted"
 # In Git, on one object: take it over even when it is a member of another ApplySet (as --adopt-shared).
 ADOPT: Final = "gitops-sync.io/adopt"
 
+# In Git, on one object: `disabled` keeps it when it leaves Git (never pruned, as Flux's annotation).
+PRUNE: Final = "gitops-sync.io/prune"
+PRUNE_DISABLED: Final = "disabled"
+# In Git, on one object: `create-only` creates it when absent and never updates it (a Secret an operator fills).
+APPLY_MODE: Final = "gitops-sync.io/apply"
+CREATE_ONLY: Final = "create-only"
+# In Git, on one object: its own --on-conflict (force, report, skip).
+ON_CONFLICT: Final = "gitops-sync.io/on-conflict"
+# The repository's rules file (ignore rules), at the rendered root or the repository root; hidden, so
+# never rendered as a manifest.
+RULES_FILE: Final = ".gitops-sync.yaml"
+
 # ---- ours, on the inventory parent ---------------------------------------------------------------
 # The revision a pass started to apply, written before it applies anything; the revision of the last clean
 # pass (every object applied, prune done if asked), written only after it. They differ after a failed pass.
@@ -90,6 +109,9 @@ SERVER_METADATA: Final = (
     "deletionGracePeriodSeconds",
 )
 SERVER_ANNOTATIONS: Final = (LAST_APPLIED, DEPLOYMENT_REVISION)
+# kustomize's record of the file an object came from (kustomization `buildMetadata: [originAnnotations]`):
+# read for reports, removed before applying.
+ORIGIN_ANNOTATION: Final = "config.kubernetes.io/origin"
 
 # ---- bookkeeping paths ---------------------------------------------------------------------------
 # What we write for our own bookkeeping: written with every apply, but never a field difference, a

@@ -6,7 +6,9 @@ live state comes from (fresh reads, or the daemon's watch cache).
 
 from __future__ import annotations
 
+import json
 import posixpath
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,10 +28,10 @@ from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
 from gitops_sync.errors import ClusterError
 from gitops_sync.log import get_logger
-from gitops_sync.plan import planner
-from gitops_sync.plan.changeset import Action, ChangeSet, Entry, SharedWith
+from gitops_sync.plan import fieldpath, ignore, planner
+from gitops_sync.plan.changeset import Action, ChangeSet, Entry, Ignored, SharedWith
 from gitops_sync.plan.planner import Target
-from gitops_sync.render import RenderOptions, render
+from gitops_sync.render import RenderOptions, locate, render
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_url
 from gitops_sync.source.checkout import is_remote, knows_commit
@@ -61,6 +63,7 @@ class PassOptions:
     inventory_namespace: str | None = None
     adopt_shared: bool = False  # take over objects that are members of another ApplySet
     prune_cascade: bool = False  # prune Namespaces/CRDs even when they hold objects prune does not remove
+    ignore: tuple[ignore.IgnoreRule, ...] = ()  # --ignore; the repository's .gitops-sync.yaml adds its own
 
 
 def load(source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
@@ -139,6 +142,10 @@ class Engine:
         inv = inventory.load(self.client, name, inv_ns, identity_text, identity.inventory_name())
         legacy = None if opts.name else self._legacy(inv, checkout, identity, cs.source)
         live = (live_of or self.manager.fetch_live)(targets)
+        ignored: dict[ObjectKey, list[Ignored]] = {}
+        rules = ignore.rules_for(opts.ignore, checkout.root, checkout.repo_root)
+        if rules:  # the apply bodies without what the rules leave to the cluster (copies: targets are reused)
+            targets = [self._ignoring(t, live.get(t.key), rules, ignored) for t in targets]
         for t in targets:
             planner.finalize(t, live.get(t.key), inv.id, legacy.id if legacy else None)
         # Members of an old inventory of this very source being taken over are ours, not shared.
@@ -160,6 +167,13 @@ class Engine:
                 cs.entries.append(entry)
                 if on_entry:
                     on_entry(entry)
+        for t in targets:  # create-only objects that exist: never updated
+            existing = live.get(t.key)
+            if existing is not None and t.key not in shared and planner.is_create_only(t):
+                entry = planner.create_only_entry(t, existing, self.field_manager, dry_run=dry_run)
+                cs.entries.append(entry)
+                if on_entry:
+                    on_entry(entry)
         done = {e.key for e in cs.entries}
         cs.entries += self.manager.apply_all(
             [t for t in targets if t.key not in done], live, policy=opts.policy, dry_run=dry_run, on_entry=on_entry
@@ -168,6 +182,9 @@ class Engine:
         if skipped:  # the API server went away (or the deadline passed) mid-pass: say so once, up top
             why = skipped[0].removeprefix(NOT_ATTEMPTED)
             cs.errors.append(f"stopped early: {len(skipped)} of {len(targets)} object(s) not attempted: {why}")
+        for e in cs.entries:
+            e.ignored = ignored.get(e.key, [])
+        _locate(cs.entries, targets, checkout.root)
         for e in cs.entries:
             if e.key in taken and e.action is not Action.ERROR:
                 verb = "would take" if dry_run else "took"
@@ -200,6 +217,18 @@ class Engine:
         if opts.wait and not dry_run:
             self._wait(cs, targets, opts.timeout, on_ready)
         return cs
+
+    def _ignoring(
+        self,
+        t: Target,
+        live: Manifest | None,
+        rules: Sequence[ignore.IgnoreRule],
+        ignored: dict[ObjectKey, list[Ignored]],
+    ) -> Target:
+        applied = ignore.apply_rules(t.key, t.manifest, live, rules, self.field_manager)
+        if applied.ignored:
+            ignored[t.key] = applied.ignored
+        return t if applied.manifest is t.manifest else replace(t, manifest=applied.manifest)
 
     def not_attempted(
         self, checkout: Checkout, targets: Sequence[Target], opts: PassOptions, exc: Exception, *, apply: bool
@@ -353,6 +382,13 @@ class Engine:
                 "(pass --allow-empty if the repository is meant to be empty)"
             )
             return False
+        for m in [m for m in gone if planner.prune_disabled(m)]:  # gitops-sync.io/prune: disabled
+            kept = Entry(ObjectKey.of(m), str(m.get("apiVersion", "")), Action.UNCHANGED)
+            kept.message = f"left Git; kept ({conventions.PRUNE}: {conventions.PRUNE_DISABLED})"
+            cs.entries.append(kept)
+            if on_entry:
+                on_entry(kept)
+        gone = [m for m in gone if not planner.prune_disabled(m)]
         refused: list[Entry] = []
         if not opts.prune_cascade:
             # A Namespace or CRD still holding objects this prune does not remove is not deleted.
@@ -387,6 +423,59 @@ class Engine:
         if not_ready:
             names = "; ".join(f"{r.key} ({r.status.value}: {r.message})" for r in not_ready)
             cs.errors.append(f"not ready after {time.monotonic() - started:.0f}s: {names}")
+
+
+_ORIGIN = re.compile(r"^(?P<file>.+)#(?P<number>\d+)(?: items\[(?P<item>\d+)\])?$")
+
+
+def _locate(entries: Sequence[Entry], targets: Sequence[Target], root: Path) -> None:
+    """Where Git says each reported field: `file:line:column` for a plain YAML/JSON file (read again, only for
+    objects with field entries), the file a tool rendered it from (kustomize origin, Helm `# Source:`), or at
+    least the kustomization/chart directory."""
+    by_key = {t.key: t for t in targets}
+    cache: dict[tuple[str, int], locate.Positions] = {}
+    for e in entries:
+        fields = [*e.drift, *e.conflicts, *e.ignored]
+        t = by_key.get(e.key)
+        if not fields or t is None:
+            continue
+        found = _ORIGIN.match(t.origin)
+        if t.source or found is None:
+            for c in fields:
+                c.source = t.source or t.origin
+            continue
+        rel, number = found["file"], int(found["number"])
+        if (rel, number) not in cache:
+            try:
+                cache[(rel, number)] = locate.positions((root / rel).read_bytes(), number)
+            except OSError:
+                cache[(rel, number)] = {}
+        base: tuple[locate.Segment, ...] = ("items", int(found["item"])) if found["item"] else ()
+        for c in fields:
+            c.source = _position(rel, cache[(rel, number)], base, c.path)
+
+
+def _position(rel: str, positions: locate.Positions, base: tuple[locate.Segment, ...], path: str) -> str:
+    """`rel:line:column` of the field, else of its nearest ancestor Git writes, else `rel`."""
+    segments: list[locate.Segment] = []
+    try:
+        elements = list(fieldpath.parse(path))
+    except ValueError:
+        elements = []
+    for element in elements:
+        if isinstance(element, fieldpath.Field):
+            segments.append(element.name)
+        elif isinstance(element, fieldpath.Index):
+            segments.append(element.index)
+        elif isinstance(element, fieldpath.Key) and len(element.items) == 1 and element.items[0][0] == "name":
+            segments.append(("name", str(json.loads(element.items[0][1]))))
+        else:
+            break
+    for n in range(len(segments), -1, -1):
+        found = positions.get((*base, *segments[:n]))
+        if found is not None:
+            return f"{rel}:{found[0]}:{found[1]}"
+    return rel
 
 
 def _sub_path(checkout: Checkout) -> str | None:

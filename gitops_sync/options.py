@@ -19,6 +19,7 @@ import click
 from gitops_sync import log as logsetup
 from gitops_sync.conventions import FIELD_MANAGER
 from gitops_sync.engine import SourceOptions
+from gitops_sync.plan.ignore import IgnoreRule, parse_flag
 from gitops_sync.render import RenderOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -32,6 +33,7 @@ class ClusterArgs:
     concurrency: int
     name: str | None  # ApplySet (inventory) name
     inventory_namespace: str | None
+    ignore: tuple[IgnoreRule, ...] = ()  # --ignore rules (the repository's .gitops-sync.yaml adds its own)
 
 
 def _apply(fn: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
@@ -117,6 +119,13 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
     return _apply(wrapper, options)  # type: ignore[no-any-return]
 
 
+def _ignore_rules(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[IgnoreRule]:
+    try:
+        return [parse_flag(v) for v in values]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def cluster_options(fn: F) -> F:
     """--kubeconfig --context --field-manager --concurrency --name --inventory-namespace -> `cluster=`."""
 
@@ -129,6 +138,7 @@ def cluster_options(fn: F) -> F:
             concurrency=kw.pop("concurrency"),
             name=kw.pop("inv_name"),
             inventory_namespace=kw.pop("inventory_namespace"),
+            ignore=tuple(kw.pop("ignore")),
         )
         return fn(*args, **kw)
 
@@ -164,6 +174,15 @@ def cluster_options(fn: F) -> F:
             envvar="GITOPS_SYNC_INVENTORY_NAMESPACE",
             default=None,
             help="Namespace of the ApplySet parent ConfigMap (default: -n).",
+        ),
+        click.option(
+            "--ignore",
+            multiple=True,
+            callback=_ignore_rules,
+            metavar="RULE",
+            help="A field Git sets that the cluster may own: [GROUP/]KIND:[NAMESPACE/]NAME:PATH[:MODE], globs "
+            "allowed, PATH a field path (.spec.replicas) or JSON pointer (/spec/replicas), MODE "
+            "if-owned-by-others (default) or always. Repeatable; .gitops-sync.yaml in the repository adds rules.",
         ),
     ]
     return _apply(wrapper, options)  # type: ignore[no-any-return]

@@ -29,6 +29,7 @@ from gitops_sync.plan.planner import (
     is_bookkeeping_conflict,
     is_unchanged,
     mark_adopted,
+    object_policy,
     without_conflicts,
 )
 from gitops_sync.resource import Manifest
@@ -73,7 +74,8 @@ class Applier:
 
             def one(t: Target) -> Entry:
                 pending = _pending_reason(t, new_namespaces, new_crds) if dry_run else ""
-                return self._apply_one(t, live.get(t.key), policy=policy, dry_run=dry_run, pending=pending)
+                own = object_policy(t, policy)  # gitops-sync.io/on-conflict on the object wins
+                return self._apply_one(t, live.get(t.key), policy=own, dry_run=dry_run, pending=pending)
 
             # The fast path sends nothing: pure CPU, done here rather than on the pool, where thousands of
             # tiny tasks only fight over the GIL. The pool gets the objects that need a request.

@@ -128,7 +128,7 @@ def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, namespace
         source=source,
         pass_opts=PassOptions(namespace=namespace, prune=prune, allow_empty=allow_empty, policy=policy,
                               name=cluster.name, inventory_namespace=cluster.inventory_namespace,
-                              adopt_shared=adopt_shared, prune_cascade=prune_cascade),
+                              adopt_shared=adopt_shared, prune_cascade=prune_cascade, ignore=cluster.ignore),
         self_heal=self_heal, interval=interval, resync=resync, debounce=debounce, http_addr=http_addr,
         http_auth=http_auth,
         webhook_secret=secret, kubeconfig=cluster.kubeconfig, context=cluster.context,

@@ -13,13 +13,36 @@ from dataclasses import dataclass
 from typing import Any
 
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
-from gitops_sync.conventions import ADOPT, ADOPTED, BOOKKEEPING, BOOKKEEPING_KEYS, CSA_MANAGER, INTENT_HASH, PART_OF
+from gitops_sync.conventions import (
+    ADOPT,
+    ADOPTED,
+    APPLY_MODE,
+    BOOKKEEPING,
+    BOOKKEEPING_KEYS,
+    CREATE_ONLY,
+    CSA_MANAGER,
+    INTENT_HASH,
+    ON_CONFLICT,
+    PART_OF,
+    PRUNE,
+    PRUNE_DISABLED,
+    ConflictPolicy,
+)
 from gitops_sync.errors import RenderError
 from gitops_sync.plan import actors, fieldpath, ownership
 from gitops_sync.plan import diff as _diff
-from gitops_sync.plan.changeset import Action, CoOwner, Entry, FieldChange, SharedWith
+from gitops_sync.plan.changeset import (
+    GIT_CHANGED,
+    LIVE_CHANGED,
+    SERVER_CHANGED,
+    Action,
+    CoOwner,
+    Entry,
+    FieldChange,
+    SharedWith,
+)
 from gitops_sync.plan.masking import MASK, VALUES_DIFFER, mask_diff
-from gitops_sync.plan.normalize import prepare_desired
+from gitops_sync.plan.normalize import equivalent, prepare_desired
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey, is_secret
 
 
@@ -31,6 +54,7 @@ class Target:
     info: ResourceInfo
     manifest: Manifest  # prepared, labelled, hashed: the apply body
     origin: str
+    source: str = ""  # the file a tool (kustomize, Helm) rendered it from, when it says
 
     @property
     def path(self) -> str:
@@ -58,6 +82,7 @@ def resolve(objects: Iterable[DesiredObject], discovery: Discovery, default_name
                 file=obj.origin,
                 obj=name,
             )
+        check_policy_annotations(obj.manifest, obj.origin, name)
         manifest = prepare_desired(obj.manifest)
         meta = manifest.setdefault("metadata", {})
         if info.namespaced:
@@ -73,8 +98,52 @@ def resolve(objects: Iterable[DesiredObject], discovery: Discovery, default_name
             raise RenderError(
                 f"duplicate object {key}: also defined in {targets[key].origin}", file=obj.origin, obj=name
             )
-        targets[key] = Target(key=key, info=info, manifest=manifest, origin=obj.origin)
+        source = str(obj.extra.get("source", ""))
+        targets[key] = Target(key=key, info=info, manifest=manifest, origin=obj.origin, source=source)
     return list(targets.values())
+
+
+# Per-object policy annotations in Git and the values each accepts.
+_POLICY_VALUES = {
+    PRUNE: (PRUNE_DISABLED,),
+    APPLY_MODE: (CREATE_ONLY,),
+    ON_CONFLICT: tuple(p.value for p in ConflictPolicy),
+}
+
+
+def _annotation(manifest: Manifest | None, name: str) -> str:
+    return str((((manifest or {}).get("metadata") or {}).get("annotations") or {}).get(name, ""))
+
+
+def check_policy_annotations(manifest: Manifest, origin: str, name: str) -> None:
+    """A policy annotation with a value we do not know is a render error (exit 2), never ignored."""
+    for key, allowed in _POLICY_VALUES.items():
+        value = _annotation(manifest, key)
+        if value and value not in allowed:
+            raise RenderError(f"annotation {key}: {value!r} is not one of {', '.join(allowed)}", file=origin, obj=name)
+
+
+def object_policy(target: Target, default: ConflictPolicy) -> ConflictPolicy:
+    """The object's own `gitops-sync.io/on-conflict`, else the pass's policy."""
+    value = _annotation(target.manifest, ON_CONFLICT)
+    return ConflictPolicy(value) if value else default
+
+
+def is_create_only(target: Target) -> bool:
+    """`gitops-sync.io/apply: create-only`: created when absent, never updated."""
+    return _annotation(target.manifest, APPLY_MODE) == CREATE_ONLY
+
+
+def prune_disabled(live: Manifest) -> bool:
+    """`gitops-sync.io/prune: disabled` on the live member (as Git last applied it): never pruned."""
+    return _annotation(live, PRUNE) == PRUNE_DISABLED
+
+
+def create_only_entry(target: Target, live: Manifest, field_manager: str, *, dry_run: bool) -> Entry:
+    """An existing create-only object: left as it is, whatever Git says now."""
+    entry = explain(target, live, live, field_manager, dry_run=dry_run)
+    entry.message = f"exists; not updated ({APPLY_MODE}: {CREATE_ONLY})"
+    return entry
 
 
 def finalize(target: Target, live: Manifest | None, applyset_id: str | None, legacy_id: str | None = None) -> None:
@@ -188,7 +257,9 @@ def explain(
     if result is not None and result is not live:  # the fast path passes live itself: nothing can differ
         bookkeeping = _bookkeeping(result) != _bookkeeping(live)
         for d in _diff.diff_objects(_without_bookkeeping(result), _without_bookkeeping(live)):
-            changes.append(_field_change(live, d.path, d.desired, d.live, field_manager))
+            change = _field_change(live, d.path, d.desired, d.live, field_manager)
+            change.reason = _reason(change, target.manifest, result, field_manager)
+            changes.append(change)
     contested = {c.path for c in conflicts or ()}
     entry.drift = _masked(target.key, [c for c in changes if c.path not in contested])
     if conflicts:
@@ -198,12 +269,47 @@ def explain(
     elif changes:
         entry.action = Action.UPDATE
         entry.message = f"{verb}update {len(changes)} field(s)"
+    elif bookkeeping and result is not None and _only_intent_changed(result, live):
+        # Git changed what we claim, not what the object holds (a default now written in Git, a field left to
+        # another manager): no difference to report; the apply (sync) still records it.
+        entry.message = ownership_only_message(result, live, field_manager, dry_run=dry_run)
     elif bookkeeping:
         entry.action = Action.UPDATE
         entry.message = f"{verb}record gitops-sync ownership (no field value changes)"
     # A plan describes today's owners; an apply describes the owners it left behind.
     entry.co_owners = co_owners(target.manifest, live if dry_run or result is None else result, field_manager)
     return entry
+
+
+def _only_intent_changed(result: Manifest, live: Manifest) -> bool:
+    """Membership and adoption as they were: only the intent hash (what we claim) moves."""
+    return [v for (_, name), v in zip(BOOKKEEPING_KEYS, _bookkeeping(result), strict=True) if name != INTENT_HASH] == [
+        v for (_, name), v in zip(BOOKKEEPING_KEYS, _bookkeeping(live), strict=True) if name != INTENT_HASH
+    ]
+
+
+def ownership_only_message(result: Manifest, live: Manifest, field_manager: str, *, dry_run: bool) -> str:
+    """`ownership only: would record gitops-sync ownership of .spec.x (live value already equals Git)`."""
+
+    def ours(obj: Manifest) -> set[str]:
+        return {
+            p
+            for e in ownership.managed_fields(obj)
+            if e.identity == (field_manager, "Apply", "")
+            for p in e.owned_paths
+            if p not in BOOKKEEPING
+        }
+
+    before, after = ours(live), ours(result)
+    gains = sorted(p for p in after - before if not any(o.startswith((p + ".", p + "[")) for o in after))
+    releases = sorted(p for p in before - after if not any(o.startswith((p + ".", p + "[")) for o in before))
+    verb = "would " if dry_run else ""
+    parts = []
+    if gains:
+        parts.append(f"{verb}record {field_manager} ownership of {', '.join(gains)} (live value already equals Git)")
+    if releases:
+        parts.append(f"{verb}release {', '.join(releases)} (the value stays)")
+    return "ownership only: " + ("; ".join(parts) or f"{verb}record the new intent (no field value changes)")
 
 
 def _bookkeeping(obj: Manifest) -> tuple[object, ...]:
@@ -316,6 +422,7 @@ def _field_change(live: Manifest, path: str, desired: Any, live_value: Any, fiel
     if owner is None:
         return FieldChange(path=path, desired=_plain(desired), live=_plain(live_value))
     return FieldChange(
+        since=owner.time if owner.manager != field_manager else "",
         path=path,
         desired=_plain(desired),
         live=_plain(live_value),
@@ -326,8 +433,24 @@ def _field_change(live: Manifest, path: str, desired: Any, live_value: Any, fiel
     )
 
 
+def _reason(change: FieldChange, git: Manifest, result: Manifest, field_manager: str) -> str:
+    """Why a field differs: another manager wrote the live value; or the server's answer is not what Git
+    says (defaulting, a mutating webhook) with nobody else owning it; else Git changed since our last apply."""
+    if change.manager and change.manager != field_manager:
+        return LIVE_CHANGED
+    declared = fieldpath.get(git, change.path)
+    answer = fieldpath.get(result, change.path)
+    if declared is fieldpath.MISSING:
+        return SERVER_CHANGED if answer is not fieldpath.MISSING else GIT_CHANGED
+    if answer is not fieldpath.MISSING and not equivalent(declared, answer, change.path):
+        return SERVER_CHANGED
+    return GIT_CHANGED
+
+
 def _conflict_change(target: Target, live: Manifest, c: ownership.Conflict) -> FieldChange:
     return FieldChange(
+        reason=LIVE_CHANGED,
+        since=_written_at(live, c.manager, c.operation, c.subresource),
         path=c.path,
         desired=_plain(fieldpath.get(target.manifest, c.path)),
         live=_plain(fieldpath.get(live, c.path)),
@@ -336,6 +459,14 @@ def _conflict_change(target: Target, live: Manifest, c: ownership.Conflict) -> F
         subresource=c.subresource,
         actor=actors.describe(c.manager, c.operation, c.subresource),
     )
+
+
+def _written_at(live: Manifest, manager: str, operation: str, subresource: str) -> str:
+    """When that manager last wrote the object (its managedFields time; the scale subresource records none)."""
+    for e in ownership.managed_fields(live):
+        if e.manager == manager and e.subresource == subresource and (not operation or e.operation == operation):
+            return e.time
+    return ""
 
 
 def _owner(live: Manifest, path: str, field_manager: str) -> ownership.ManagedFieldsEntry | None:

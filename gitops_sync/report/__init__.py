@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 from gitops_sync import jsoncodec
 from gitops_sync.formatting import truncate
 from gitops_sync.plan import actors
-from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
+from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange, Ignored
 from gitops_sync.source import short_revision
 
 if TYPE_CHECKING:  # rich is imported by the table only: `-o json` and markdown never pay for it
@@ -97,6 +97,13 @@ def who(c: FieldChange) -> str:
     return f"{text}: {c.actor}" if c.actor and c.actor != c.manager else text
 
 
+def why(c: FieldChange) -> str:
+    """The reason a field differs (`live-changed by kubectl (Update/scale) at …`), or the ignore rule's mode."""
+    if isinstance(c, Ignored):
+        return f"ignored: {c.mode}"
+    return c.why()
+
+
 def _headline(cs: ChangeSet) -> str:
     s = cs.summary()
     parts = [f"{s[a.value]} {a.value}" for a in Action if s[a.value]]
@@ -125,22 +132,16 @@ def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int 
         for e in shown:
             t.add_row(Text(e.action.value, style=_STYLE[e.action]), Text(str(e.key)), Text(e.message))
         console.print(t)
-    fields = [
-        (e, c, _kind(e, kind))
-        for e in shown
-        for kind, cs_ in (("conflict", e.conflicts), ("drift", e.drift))
-        for c in cs_
-    ]
+    fields = [(e, c, _kind(e, kind)) for e in shown for kind, cs_ in _field_groups(e, verbose) for c in cs_]
     if fields:
-        ft = _table("fields", "object", "", "path", "desired (Git)", "live", "owned live by")
+        explained = any(why(c) or c.source for _e, c, _k in fields)  # columns only when something fills them
+        extra = ("why", "where in Git") if explained else ()
+        ft = _table("fields", "object", "", "path", "desired (Git)", "live", "owned live by", *extra)
         for e, c, kind in fields:
+            cells = [str(e.key), kind, c.path, short(c.desired, limit), short(c.live, limit), who(c)]
+            cells += [why(c), c.source] if explained else []
             ft.add_row(
-                Text(str(e.key)),
-                Text(kind, style="yellow" if kind == "drift" else "bold red"),
-                Text(c.path),
-                Text(short(c.desired, limit)),
-                Text(short(c.live, limit)),
-                Text(who(c)),
+                *(Text(x, style=_KIND_STYLE.get(kind, "bold red")) if i == 1 else Text(x) for i, x in enumerate(cells))
             )
         console.print(ft)
     co = [(e, o) for e in shown for o in e.co_owners]
@@ -175,17 +176,17 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
         lines += ["| action | object | message |", "|---|---|---|"]
         lines += [f"| {e.action.value} | {_code(str(e.key))} | {_md(e.message)} |" for e in shown]
         lines.append("")
-    rows = [
-        (e, _kind(e, kind), c)
-        for e in shown
-        for kind, lst in (("conflict", e.conflicts), ("drift", e.drift))
-        for c in lst
-    ]
+    rows = [(e, _kind(e, kind), c) for e in shown for kind, lst in _field_groups(e, verbose) for c in lst]
     if rows:
-        lines += ["| object | | path | desired (Git) | live | owned live by |", "|---|---|---|---|---|---|"]
+        explained = any(why(c) or c.source for _e, _k, c in rows)
+        lines += [
+            "| object | | path | desired (Git) | live | owned live by |"
+            + (" why | where in Git |" if explained else ""),
+            "|---|---|---|---|---|---|" + ("---|---|" if explained else ""),
+        ]
         lines += [
             f"| {_code(str(e.key))} | {kind} | {_code(c.path)} | {_code(short(c.desired))} | {_code(short(c.live))} "
-            f"| {_md(who(c))} |"
+            f"| {_md(who(c))} |" + (f" {_md(why(c))} | {_code(c.source) if c.source else ''} |" if explained else "")
             for e, kind, c in rows
         ]
         lines.append("")
@@ -200,6 +201,17 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
         lines += ["", "</details>", ""]
     lines += [f"> **error:** {_md(err)}" for err in cs.errors]
     return "\n".join(lines).rstrip() + "\n"
+
+
+_KIND_STYLE: Final = {"drift": "yellow", "ignored": "dim"}
+
+
+def _field_groups(e: Entry, verbose: bool) -> list[tuple[str, list[FieldChange]]]:
+    """The field rows of an entry by kind; fields an ignore rule left to the cluster only when verbose."""
+    groups: list[tuple[str, list[FieldChange]]] = [("conflict", e.conflicts), ("drift", e.drift)]
+    if verbose:
+        groups.append(("ignored", list(e.ignored)))
+    return groups
 
 
 def _kind(e: Entry, kind: str) -> str:
