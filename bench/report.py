@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cases import GITOPS_SYNC, KUBECTL, Measure
+from bench.floor import FLOOR
 
 KEEP_START = "<!-- keep: analysis (written by hand; bench/run.py carries it over) -->"
 KEEP_END = "<!-- /keep -->"
@@ -103,6 +104,11 @@ def case_rows(cases: dict[str, dict[str, dict[str, list[Measure]]]]) -> list[Row
             result = "ERROR" if failure else ("PASS" if passed else "MISS")
             rows.append(Row(titles[case], f"{int(n):,}", ours_s, theirs_s, f"{ratio:.2f}{TIMES}", target_s, result,
                             failure))
+            floor = tools.get(FLOOR, [])
+            if floor:  # the API server's own share (bench/floor.py): what no client can go below
+                f = _med(floor)
+                rows.append(Row(f"{titles[case]} ÷ floor", f"{int(n):,}", _s(a), f"floor {_s(f)}",
+                                f"{a / f if f else math.inf:.2f}{TIMES}", DASH, DASH, _failed(floor)))
     return rows
 
 
@@ -183,7 +189,7 @@ def samples_table(cases: dict[str, dict[str, dict[str, list[Measure]]]]) -> str:
            "(reads/writes/dry runs) |", "|---|---:|---|---|---|---|---|"]
     for case in ("cold", "noop", "drift"):
         for n, tools in sorted(cases.get(case, {}).items(), key=lambda kv: int(kv[0])):
-            for tool in (GITOPS_SYNC, KUBECTL):
+            for tool in (GITOPS_SYNC, KUBECTL, FLOOR):
                 ms = tools.get(tool, [])
                 if not ms:
                     continue
