@@ -31,6 +31,7 @@ __all__ = [
     "MASK",
     "NAMESPACES",
     "ON_CONFLICT",
+    "ORIGIN_ANNOTATION",
     "PART_OF",
     "PRUNE",
     "PRUNE_DISABLED",
@@ -108,6 +109,9 @@ SERVER_METADATA: Final = (
     "deletionGracePeriodSeconds",
 )
 SERVER_ANNOTATIONS: Final = (LAST_APPLIED, DEPLOYMENT_REVISION)
+# kustomize's record of the file an object came from (kustomization `buildMetadata: [originAnnotations]`):
+# read for reports, removed before applying.
+ORIGIN_ANNOTATION: Final = "config.kubernetes.io/origin"
 
 # ---- bookkeeping paths ---------------------------------------------------------------------------
 # What we write for our own bookkeeping: written with every apply, but never a field difference, a

@@ -6,7 +6,9 @@ live state comes from (fresh reads, or the daemon's watch cache).
 
 from __future__ import annotations
 
+import json
 import posixpath
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,10 +28,10 @@ from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
 from gitops_sync.errors import ClusterError
 from gitops_sync.log import get_logger
-from gitops_sync.plan import ignore, planner
+from gitops_sync.plan import fieldpath, ignore, planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, Ignored, SharedWith
 from gitops_sync.plan.planner import Target
-from gitops_sync.render import RenderOptions, render
+from gitops_sync.render import RenderOptions, locate, render
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_url
 from gitops_sync.source.checkout import is_remote, knows_commit
@@ -182,6 +184,8 @@ class Engine:
             cs.errors.append(f"stopped early: {len(skipped)} of {len(targets)} object(s) not attempted: {why}")
         for e in cs.entries:
             e.ignored = ignored.get(e.key, [])
+        _locate(cs.entries, targets, checkout.root)
+        for e in cs.entries:
             if e.key in taken and e.action is not Action.ERROR:
                 verb = "would take" if dry_run else "took"
                 e.message = f"{e.message}; {verb} it over from {taken[e.key].describe()} (adopted: prune releases it)"
@@ -419,6 +423,59 @@ class Engine:
         if not_ready:
             names = "; ".join(f"{r.key} ({r.status.value}: {r.message})" for r in not_ready)
             cs.errors.append(f"not ready after {time.monotonic() - started:.0f}s: {names}")
+
+
+_ORIGIN = re.compile(r"^(?P<file>.+)#(?P<number>\d+)(?: items\[(?P<item>\d+)\])?$")
+
+
+def _locate(entries: Sequence[Entry], targets: Sequence[Target], root: Path) -> None:
+    """Where Git says each reported field: `file:line:column` for a plain YAML/JSON file (read again, only for
+    objects with field entries), the file a tool rendered it from (kustomize origin, Helm `# Source:`), or at
+    least the kustomization/chart directory."""
+    by_key = {t.key: t for t in targets}
+    cache: dict[tuple[str, int], locate.Positions] = {}
+    for e in entries:
+        fields = [*e.drift, *e.conflicts, *e.ignored]
+        t = by_key.get(e.key)
+        if not fields or t is None:
+            continue
+        found = _ORIGIN.match(t.origin)
+        if t.source or found is None:
+            for c in fields:
+                c.source = t.source or t.origin
+            continue
+        rel, number = found["file"], int(found["number"])
+        if (rel, number) not in cache:
+            try:
+                cache[(rel, number)] = locate.positions((root / rel).read_bytes(), number)
+            except OSError:
+                cache[(rel, number)] = {}
+        base: tuple[locate.Segment, ...] = ("items", int(found["item"])) if found["item"] else ()
+        for c in fields:
+            c.source = _position(rel, cache[(rel, number)], base, c.path)
+
+
+def _position(rel: str, positions: locate.Positions, base: tuple[locate.Segment, ...], path: str) -> str:
+    """`rel:line:column` of the field, else of its nearest ancestor Git writes, else `rel`."""
+    segments: list[locate.Segment] = []
+    try:
+        elements = list(fieldpath.parse(path))
+    except ValueError:
+        elements = []
+    for element in elements:
+        if isinstance(element, fieldpath.Field):
+            segments.append(element.name)
+        elif isinstance(element, fieldpath.Index):
+            segments.append(element.index)
+        elif isinstance(element, fieldpath.Key) and len(element.items) == 1 and element.items[0][0] == "name":
+            segments.append(("name", str(json.loads(element.items[0][1]))))
+        else:
+            break
+    for n in range(len(segments), -1, -1):
+        found = positions.get((*base, *segments[:n]))
+        if found is not None:
+            return f"{rel}:{found[0]}:{found[1]}"
+    return rel
 
 
 def _sub_path(checkout: Checkout) -> str | None:

@@ -229,14 +229,16 @@ def _value(key: ObjectKey, value: Any) -> str:
 
 
 def describe(key: ObjectKey, fields: list[FieldChange], limit: int = 5) -> str:
-    """`.spec.replicas: 10 (kubectl, Update/scale) -> 3`; Secret values never included."""
+    """`.spec.replicas: 10 (kubectl, Update/scale) -> 3 [live-changed, Git web.yaml:8:13]`; Secret values never
+    included."""
     parts = []
     for c in fields[:limit]:
         owner = f" ({c.manager}, {c.operation}{'/' + c.subresource if c.subresource else ''})" if c.manager else ""
+        why = f" [{c.reason}{', Git ' + c.source if c.source else ''}]" if c.reason else ""
         if is_secret(key):
-            parts.append(f"{c.path}{owner}")
+            parts.append(f"{c.path}{owner}{why}")
         else:
-            parts.append(f"{c.path}: {_value(key, c.live)}{owner} -> {_value(key, c.desired)}")
+            parts.append(f"{c.path}: {_value(key, c.live)}{owner} -> {_value(key, c.desired)}{why}")
     if len(fields) > limit:
         parts.append(f"and {len(fields) - limit} more")
     return "; ".join(parts) or "no field differences"
@@ -247,6 +249,9 @@ def field_log(key: ObjectKey, c: FieldChange) -> dict[str, Any]:
                            "subresource": c.subresource}
     if not is_secret(key):
         out["live"], out["desired"] = c.live, c.desired
+    for name in ("reason", "since", "source"):  # why it differs and where Git says it
+        if getattr(c, name):
+            out[name] = getattr(c, name)
     return out
 
 

@@ -27,6 +27,9 @@ class Action(enum.StrEnum):
 
 
 _ABSENT: Any = None
+GIT_CHANGED = "git-changed"
+LIVE_CHANGED = "live-changed"
+SERVER_CHANGED = "server-changed"
 
 
 @dataclass
@@ -44,9 +47,14 @@ class FieldChange:
     operation: str = ""
     subresource: str = ""
     actor: str = ""  # the manager in words: "kubectl scale", "HorizontalPodAutoscaler (...)", "Helm"
+    # Why it differs: git-changed (Git differs from what we applied last), live-changed (another manager
+    # wrote it; `since` is when, from managedFields), server-changed (defaulting or mutating admission).
+    reason: str = ""
+    since: str = ""
+    source: str = ""  # where Git says it: `apps/web.yaml:7:13`, or the file a tool rendered it from
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "path": self.path,
             "desired": self.desired,
             "live": self.live,
@@ -55,6 +63,19 @@ class FieldChange:
             "subresource": self.subresource,
             "actor": self.actor,
         }
+        for name in ("reason", "since", "source"):
+            if getattr(self, name):
+                out[name] = getattr(self, name)
+        return out
+
+    def why(self) -> str:
+        """`live-changed by kubectl (Update/scale) at 2026-…`: the reason in one phrase, for tables and logs."""
+        if self.reason == LIVE_CHANGED:
+            how = "/".join(p for p in (self.operation, self.subresource) if p)
+            return f"{self.reason} by {self.manager}" + (f" ({how})" if how else "") + (
+                f" at {self.since}" if self.since else ""
+            )
+        return self.reason
 
 
 @dataclass

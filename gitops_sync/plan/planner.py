@@ -31,9 +31,18 @@ from gitops_sync.conventions import (
 from gitops_sync.errors import RenderError
 from gitops_sync.plan import actors, fieldpath, ownership
 from gitops_sync.plan import diff as _diff
-from gitops_sync.plan.changeset import Action, CoOwner, Entry, FieldChange, SharedWith
+from gitops_sync.plan.changeset import (
+    GIT_CHANGED,
+    LIVE_CHANGED,
+    SERVER_CHANGED,
+    Action,
+    CoOwner,
+    Entry,
+    FieldChange,
+    SharedWith,
+)
 from gitops_sync.plan.masking import MASK, VALUES_DIFFER, mask_diff
-from gitops_sync.plan.normalize import prepare_desired
+from gitops_sync.plan.normalize import equivalent, prepare_desired
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey, is_secret
 
 
@@ -45,6 +54,7 @@ class Target:
     info: ResourceInfo
     manifest: Manifest  # prepared, labelled, hashed: the apply body
     origin: str
+    source: str = ""  # the file a tool (kustomize, Helm) rendered it from, when it says
 
     @property
     def path(self) -> str:
@@ -88,7 +98,8 @@ def resolve(objects: Iterable[DesiredObject], discovery: Discovery, default_name
             raise RenderError(
                 f"duplicate object {key}: also defined in {targets[key].origin}", file=obj.origin, obj=name
             )
-        targets[key] = Target(key=key, info=info, manifest=manifest, origin=obj.origin)
+        source = str(obj.extra.get("source", ""))
+        targets[key] = Target(key=key, info=info, manifest=manifest, origin=obj.origin, source=source)
     return list(targets.values())
 
 
@@ -246,7 +257,9 @@ def explain(
     if result is not None and result is not live:  # the fast path passes live itself: nothing can differ
         bookkeeping = _bookkeeping(result) != _bookkeeping(live)
         for d in _diff.diff_objects(_without_bookkeeping(result), _without_bookkeeping(live)):
-            changes.append(_field_change(live, d.path, d.desired, d.live, field_manager))
+            change = _field_change(live, d.path, d.desired, d.live, field_manager)
+            change.reason = _reason(change, target.manifest, result, field_manager)
+            changes.append(change)
     contested = {c.path for c in conflicts or ()}
     entry.drift = _masked(target.key, [c for c in changes if c.path not in contested])
     if conflicts:
@@ -409,6 +422,7 @@ def _field_change(live: Manifest, path: str, desired: Any, live_value: Any, fiel
     if owner is None:
         return FieldChange(path=path, desired=_plain(desired), live=_plain(live_value))
     return FieldChange(
+        since=owner.time if owner.manager != field_manager else "",
         path=path,
         desired=_plain(desired),
         live=_plain(live_value),
@@ -419,8 +433,24 @@ def _field_change(live: Manifest, path: str, desired: Any, live_value: Any, fiel
     )
 
 
+def _reason(change: FieldChange, git: Manifest, result: Manifest, field_manager: str) -> str:
+    """Why a field differs: another manager wrote the live value; or the server's answer is not what Git
+    says (defaulting, a mutating webhook) with nobody else owning it; else Git changed since our last apply."""
+    if change.manager and change.manager != field_manager:
+        return LIVE_CHANGED
+    declared = fieldpath.get(git, change.path)
+    answer = fieldpath.get(result, change.path)
+    if declared is fieldpath.MISSING:
+        return SERVER_CHANGED if answer is not fieldpath.MISSING else GIT_CHANGED
+    if answer is not fieldpath.MISSING and not equivalent(declared, answer, change.path):
+        return SERVER_CHANGED
+    return GIT_CHANGED
+
+
 def _conflict_change(target: Target, live: Manifest, c: ownership.Conflict) -> FieldChange:
     return FieldChange(
+        reason=LIVE_CHANGED,
+        since=_written_at(live, c.manager, c.operation, c.subresource),
         path=c.path,
         desired=_plain(fieldpath.get(target.manifest, c.path)),
         live=_plain(fieldpath.get(live, c.path)),
@@ -429,6 +459,14 @@ def _conflict_change(target: Target, live: Manifest, c: ownership.Conflict) -> F
         subresource=c.subresource,
         actor=actors.describe(c.manager, c.operation, c.subresource),
     )
+
+
+def _written_at(live: Manifest, manager: str, operation: str, subresource: str) -> str:
+    """When that manager last wrote the object (its managedFields time; the scale subresource records none)."""
+    for e in ownership.managed_fields(live):
+        if e.manager == manager and e.subresource == subresource and (not operation or e.operation == operation):
+            return e.time
+    return ""
 
 
 def _owner(live: Manifest, path: str, field_manager: str) -> ownership.ManagedFieldsEntry | None:

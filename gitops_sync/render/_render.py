@@ -9,13 +9,14 @@ objects go on to the planner, the messages to reports, logs and the daemon's /st
 from __future__ import annotations
 
 import os
+import posixpath
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gitops_sync.errors import RenderError
-from gitops_sync.render import _kustomize, _tools
+from gitops_sync.render import _kustomize, _tools, locate
 from gitops_sync.render._kustomize import KUSTOMIZATION_FILES
 from gitops_sync.render._yaml import NodeBudget, load_json, load_yaml
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey, split_api_version
@@ -102,8 +103,9 @@ class _Walker:
             budget = replace(self.budget, per_file=sys.maxsize)
             docs = load_yaml(output, label, budget)
             self.budget.used = budget.used
+            sources = locate.helm_sources(output) if tool == "helm" else {}
             for number, value in docs:
-                self._add(value, label, f"{label}#{number}")
+                self._add(value, label, f"{label}#{number}", tool_dir=rel or ".", source=sources.get(number, ""))
             return
         for entry in entries:
             if entry.name.startswith("."):
@@ -159,15 +161,26 @@ class _Walker:
             origin = f"{rel}#{number}"
             self._add(value, origin, origin)
 
-    def _add(self, value: Any, origin: str, where: str) -> None:
-        """Expand `kind: List` (and `*List` with items), validate, collect."""
+    def _add(self, value: Any, origin: str, where: str, *, tool_dir: str = "", source: str = "") -> None:
+        """Expand `kind: List` (and `*List` with items), validate, collect.
+
+        A tool's output (`tool_dir` set) names the file each object came from when it can: kustomize's
+        origin annotation (removed here, never applied), Helm's `# Source:` comment (`source`)."""
         if isinstance(value, dict) and _is_list(value):
             for index, item in enumerate(value.get("items") or []):
                 item_where = f"{where} items[{index}]"
                 # A file's items get their own origin; a tool's output keeps `<dir> (tool)`.
-                self._add(item, item_where if origin == where else origin, item_where)
+                self._add(item, item_where if origin == where else origin, item_where, tool_dir=tool_dir, source=source)
             return
-        self.objects.append(DesiredObject(_validate(value, where), origin))
+        obj = DesiredObject(_validate(value, where), origin)
+        if tool_dir:
+            found = locate.take_origin(obj.manifest)
+            if found:
+                obj.extra["source"] = posixpath.normpath(posixpath.join(tool_dir, found))
+            elif source:  # `<chart name>/templates/x.yaml`: the chart is this directory
+                rest = source.split("/", 1)[-1]
+                obj.extra["source"] = posixpath.normpath(posixpath.join(tool_dir, rest))
+        self.objects.append(obj)
 
     def _kustomize(self, directory: Path, label: str) -> str:
         # Refuse remote bases and paths leaving the repository before kustomize fetches or reads them, and

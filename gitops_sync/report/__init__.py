@@ -12,9 +12,10 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
+from gitops_sync import jsoncodec
 from gitops_sync.formatting import truncate
 from gitops_sync.plan import actors
-from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
+from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange, Ignored
 from gitops_sync.source import short_revision
 
 if TYPE_CHECKING:  # rich is imported by the table only: `-o json` and markdown never pay for it
@@ -47,7 +48,7 @@ def write(
 ) -> None:
     """`terminal` (default: whether `out` is one) decides width and shortening of the table."""
     if fmt == "json":
-        out.write(json.dumps(cs.to_dict(), indent=2, default=str) + "\n")  # whole or nothing
+        out.write(_json_text(cs.to_dict(), out) + "\n")  # whole or nothing
     elif fmt == "markdown":
         out.write(markdown(cs, verbose=verbose))
     else:
@@ -64,6 +65,14 @@ def write(
             markup=False,
         )
         table(cs, console, verbose=verbose, limit=_TERMINAL_VALUE_LIMIT if on_terminal else None)
+
+
+def _json_text(doc: Any, out: TextIO) -> str:
+    """orjson (12x faster indented) writes non-ASCII as UTF-8; a stream in another encoding gets \\u escapes."""
+    encoding = (getattr(out, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
+    if encoding != "utf8":
+        return json.dumps(doc, indent=2, default=str)
+    return jsoncodec.dumps(doc, indent=True, default=str).decode()
 
 
 def _isatty(out: TextIO) -> bool:
@@ -86,6 +95,13 @@ def who(c: FieldChange) -> str:
         return "(nobody)"
     text = actors.record(c.manager, c.operation, c.subresource)
     return f"{text}: {c.actor}" if c.actor and c.actor != c.manager else text
+
+
+def why(c: FieldChange) -> str:
+    """The reason a field differs (`live-changed by kubectl (Update/scale) at …`), or the ignore rule's mode."""
+    if isinstance(c, Ignored):
+        return f"ignored: {c.mode}"
+    return c.why()
 
 
 def _headline(cs: ChangeSet) -> str:
@@ -118,15 +134,14 @@ def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int 
         console.print(t)
     fields = [(e, c, _kind(e, kind)) for e in shown for kind, cs_ in _field_groups(e, verbose) for c in cs_]
     if fields:
-        ft = _table("fields", "object", "", "path", "desired (Git)", "live", "owned live by")
+        explained = any(why(c) or c.source for _e, c, _k in fields)  # columns only when something fills them
+        extra = ("why", "where in Git") if explained else ()
+        ft = _table("fields", "object", "", "path", "desired (Git)", "live", "owned live by", *extra)
         for e, c, kind in fields:
+            cells = [str(e.key), kind, c.path, short(c.desired, limit), short(c.live, limit), who(c)]
+            cells += [why(c), c.source] if explained else []
             ft.add_row(
-                Text(str(e.key)),
-                Text(kind, style=_KIND_STYLE.get(kind, "bold red")),
-                Text(c.path),
-                Text(short(c.desired, limit)),
-                Text(short(c.live, limit)),
-                Text(who(c)),
+                *(Text(x, style=_KIND_STYLE.get(kind, "bold red")) if i == 1 else Text(x) for i, x in enumerate(cells))
             )
         console.print(ft)
     co = [(e, o) for e in shown for o in e.co_owners]
@@ -163,10 +178,15 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
         lines.append("")
     rows = [(e, _kind(e, kind), c) for e in shown for kind, lst in _field_groups(e, verbose) for c in lst]
     if rows:
-        lines += ["| object | | path | desired (Git) | live | owned live by |", "|---|---|---|---|---|---|"]
+        explained = any(why(c) or c.source for _e, _k, c in rows)
+        lines += [
+            "| object | | path | desired (Git) | live | owned live by |"
+            + (" why | where in Git |" if explained else ""),
+            "|---|---|---|---|---|---|" + ("---|---|" if explained else ""),
+        ]
         lines += [
             f"| {_code(str(e.key))} | {kind} | {_code(c.path)} | {_code(short(c.desired))} | {_code(short(c.live))} "
-            f"| {_md(who(c))} |"
+            f"| {_md(who(c))} |" + (f" {_md(why(c))} | {_code(c.source) if c.source else ''} |" if explained else "")
             for e, kind, c in rows
         ]
         lines.append("")
