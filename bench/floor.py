@@ -69,8 +69,9 @@ def noop_floor(cluster: BenchCluster, namespace: str) -> dict[str, Any]:
         settle(cluster)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(len(_KINDS)) as pool:  # gitops-sync lists the kinds in parallel too
-            listed = pool.map(lambda bp: len(c.list_collection(object_path(bp[0], namespace, bp[1])).items),
-                              _KINDS.values())
+            listed = pool.map(
+                lambda bp: len(c.list_collection(object_path(bp[0], namespace, bp[1])).items), _KINDS.values()
+            )
             items = sum(listed)
         seconds = time.perf_counter() - t0
     return {"seconds": seconds, "objects": items, "failed": 0}
