@@ -51,8 +51,22 @@ class Tools:
     concurrency: int | None = None
 
     def gitops(self, command: str, directory: Path, namespace: str) -> list[str]:
-        argv = [*self.gitops_sync, "--log-format", "json", "--log-level", "info", command, "--repo", str(directory),
-                "-n", namespace, "--name", INVENTORY, "-o", "json"]
+        argv = [
+            *self.gitops_sync,
+            "--log-format",
+            "json",
+            "--log-level",
+            "info",
+            command,
+            "--repo",
+            str(directory),
+            "-n",
+            namespace,
+            "--name",
+            INVENTORY,
+            "-o",
+            "json",
+        ]
         if self.concurrency:
             argv += ["--concurrency", str(self.concurrency)]
         return argv
@@ -79,8 +93,13 @@ class Runner:
     def close(self) -> None:
         self.client.close()
 
-    def timed(self, tool: str, argv: list[str], namespace: str, check: Callable[[subprocess.CompletedProcess[str]],
-              tuple[bool, str, int | None]]) -> Measure:
+    def timed(
+        self,
+        tool: str,
+        argv: list[str],
+        namespace: str,
+        check: Callable[[subprocess.CompletedProcess[str]], tuple[bool, str, int | None]],
+    ) -> Measure:
         settle(self.cluster)
         mark = self.audit.mark() if self.audit else None
         metrics_before = self.metrics.snapshot()
@@ -134,20 +153,37 @@ class Runner:
 
     def _cold(self, tool: str, directory: Path, namespace: str, n: int) -> Measure:
         if tool == GITOPS_SYNC:
-            return self.timed(tool, self.tools.gitops("sync", directory, namespace), namespace,
-                              lambda r: _gitops_summary_check(r, {"create": n}, exit_codes=(0,)))
-        return self.timed(tool, self.tools.kubectl("apply", directory, namespace), namespace,
-                          lambda r: _kubectl_apply_check(r, n, "serverside-applied"))
+            return self.timed(
+                tool,
+                self.tools.gitops("sync", directory, namespace),
+                namespace,
+                lambda r: _gitops_summary_check(r, {"create": n}, exit_codes=(0,)),
+            )
+        return self.timed(
+            tool,
+            self.tools.kubectl("apply", directory, namespace),
+            namespace,
+            lambda r: _kubectl_apply_check(r, n, "serverside-applied"),
+        )
 
     def _noop(self, tool: str, directory: Path, namespace: str, n: int) -> Measure:
         if tool == GITOPS_SYNC:
-            return self.timed(tool, self.tools.gitops("sync", directory, namespace), namespace,
-                              lambda r: _gitops_summary_check(r, {"unchanged": n}, exit_codes=(0,)))
-        return self.timed(tool, self.tools.kubectl("apply", directory, namespace), namespace,
-                          lambda r: _kubectl_apply_check(r, n, "serverside-applied"))
+            return self.timed(
+                tool,
+                self.tools.gitops("sync", directory, namespace),
+                namespace,
+                lambda r: _gitops_summary_check(r, {"unchanged": n}, exit_codes=(0,)),
+            )
+        return self.timed(
+            tool,
+            self.tools.kubectl("apply", directory, namespace),
+            namespace,
+            lambda r: _kubectl_apply_check(r, n, "serverside-applied"),
+        )
 
     def _drift(self, tool: str, directory: Path, namespace: str, drifted: int) -> Measure:
         if tool == GITOPS_SYNC:
+
             def check(r: subprocess.CompletedProcess[str]) -> tuple[bool, str, int | None]:
                 summary = _summary(r.stdout)
                 if summary is None:
@@ -155,12 +191,14 @@ class Runner:
                 found = summary.get("update", 0) + summary.get("conflict", 0)
                 ok = r.returncode == 1 and found == drifted and not summary.get("error")
                 return ok, "" if ok else f"expected {drifted} drifted objects, report says {summary}", found
+
             return self.timed(tool, self.tools.gitops("diff", directory, namespace), namespace, check)
 
         def kcheck(r: subprocess.CompletedProcess[str]) -> tuple[bool, str, int | None]:
             found = len(re.findall(r"^diff -u -N ", r.stdout, flags=re.M))
             ok = r.returncode == 1 and found == drifted
             return ok, "" if ok else f"expected {drifted} drifted objects, kubectl diff showed {found}", found
+
         return self.timed(tool, self.tools.kubectl("diff", directory, namespace), namespace, kcheck)
 
 
@@ -173,8 +211,9 @@ def _summary(stdout: str) -> dict[str, int] | None:
     return summary if isinstance(summary, dict) else None
 
 
-def _gitops_summary_check(r: subprocess.CompletedProcess[str], expect: dict[str, int],
-                          exit_codes: tuple[int, ...]) -> tuple[bool, str, int | None]:
+def _gitops_summary_check(
+    r: subprocess.CompletedProcess[str], expect: dict[str, int], exit_codes: tuple[int, ...]
+) -> tuple[bool, str, int | None]:
     summary = _summary(r.stdout)
     if summary is None:
         return False, "no JSON report", None

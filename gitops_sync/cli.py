@@ -46,7 +46,7 @@ _ENV_EPILOG = (
     "Environment: GITOPS_SYNC_REPO, GITOPS_SYNC_REVISION, GITOPS_SYNC_PATH, GITOPS_SYNC_NAMESPACE, "
     "GITOPS_SYNC_NAME, GITOPS_SYNC_INVENTORY_NAMESPACE, GITOPS_SYNC_FIELD_MANAGER, GITOPS_SYNC_CONTEXT and "
     "KUBECONFIG stand in for the flags; `run` reads every one of its flags as GITOPS_SYNC_<FLAG>. "
-    "Shell completion: eval \"$(_GITOPS_SYNC_COMPLETE=bash_source gitops-sync)\" (zsh_source, fish_source)."
+    'Shell completion: eval "$(_GITOPS_SYNC_COMPLETE=bash_source gitops-sync)" (zsh_source, fish_source).'
 )
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "PART_OF",
     "PRUNE",
     "PRUNE_DISABLED",
+    "RECONCILE_REQUESTED",
     "REVISION",
     "RULES_FILE",
     "SERVER_ANNOTATIONS",
@@ -93,6 +94,10 @@ SOURCE: Final = "gitops-sync.io/source"
 # The normalised source (`gitops_sync.source.identity`) this inventory belongs to; absent on parents
 # written before source identities (legacy: accepted, and recorded on the next write).
 SOURCE_IDENTITY: Final = "gitops-sync.io/source-identity"
+
+# ---- ours, on a GitSync (the fleet controller's custom resource) ---------------------------------------
+# Set by `gitops-sync reconcile` (any value, a time by convention): fetch and reconcile now.
+RECONCILE_REQUESTED: Final = "gitops-sync.io/reconcile-requested-at"
 
 # ---- written by others, never a difference -------------------------------------------------------
 LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"

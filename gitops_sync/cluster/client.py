@@ -12,7 +12,6 @@ and a re-probe every few seconds closes the breaker again when the server is bac
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from gitops_sync import __version__
+from gitops_sync import __version__, jsoncodec
 from gitops_sync.errors import (
     ApiError,
     ApiTimeoutError,
@@ -282,7 +281,7 @@ class Client:
         self.breaker.check()
         budget = self._budget(timeout)
         url, headers = self._prepare(method, path, query, content_type, accept)
-        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        data = None if body is None else (body if isinstance(body, bytes) else jsoncodec.dumps(body))
         with self._stats_lock:
             self.stats.count(method, query, body)
         started = time.monotonic()
@@ -309,7 +308,7 @@ class Client:
         )
         if resp.status >= 400:
             raise _api_error(resp.status, resp.data, method, path)
-        return int(resp.status), (json.loads(resp.data) if resp.data else None)
+        return int(resp.status), (jsoncodec.loads(resp.data) if resp.data else None)
 
     def _transport_error(self, exc: urllib3.exceptions.HTTPError, method: str, budget: float) -> ClusterError:
         """Classify a failed request (sent or not) and let the breaker probe the server."""
@@ -438,7 +437,7 @@ def _api_error(status: int, data: bytes, method: str, path: str) -> ApiError:
     """The typed error of a non-2xx answer: its class by status, the Status body kept as the cause."""
     body: dict[str, Any] = {}
     try:
-        decoded = json.loads(data) if data else {}
+        decoded = jsoncodec.loads(data) if data else {}
         if isinstance(decoded, dict):
             body = decoded
     except ValueError:
@@ -449,5 +448,3 @@ def _api_error(status: int, data: bytes, method: str, path: str) -> ApiError:
 
 
 _DEFAULT_REASONS = {404: "NotFound", 409: "Conflict"}  # when the answer has no Status body
-
-

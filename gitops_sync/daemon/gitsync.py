@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitops_sync.conventions import ConflictPolicy
+from gitops_sync.conventions import RECONCILE_REQUESTED, ConflictPolicy
 from gitops_sync.daemon.metrics import object_state
 from gitops_sync.daemon.reconciler import SourceReconciler, SourceSpec
 from gitops_sync.engine import PassOptions, SourceOptions
@@ -25,7 +25,7 @@ VERSION = "v1alpha1"
 KIND = "GitSync"
 PLURAL = "gitsyncs"
 API_VERSION = f"{GROUP}/{VERSION}"
-RECONCILE_ANNOTATION = "gitops-sync.io/reconcile-requested-at"
+RECONCILE_ANNOTATION = RECONCILE_REQUESTED  # every key lives in conventions.py
 CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Drifted", "Conflicted")
 
 

@@ -72,8 +72,10 @@ class FieldChange:
         """`live-changed by kubectl (Update/scale) at 2026-…`: the reason in one phrase, for tables and logs."""
         if self.reason == LIVE_CHANGED:
             how = "/".join(p for p in (self.operation, self.subresource) if p)
-            return f"{self.reason} by {self.manager}" + (f" ({how})" if how else "") + (
-                f" at {self.since}" if self.since else ""
+            return (
+                f"{self.reason} by {self.manager}"
+                + (f" ({how})" if how else "")
+                + (f" at {self.since}" if self.since else "")
             )
         return self.reason
 

@@ -33,7 +33,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gitops_sync.plan.fieldpath import MISSING, SET, Field, Key, Path, Value, get, item_key, leaves, list_keys
+from gitops_sync.plan.fieldpath import (
+    MISSING,
+    SET,
+    Field,
+    Key,
+    Path,
+    Value,
+    get,
+    item_key,
+    leaves,
+    list_keys,
+)
 from gitops_sync.plan.normalize import equivalent, prepare_desired, strip_server_fields
 from gitops_sync.resource import Manifest
 
@@ -141,11 +152,64 @@ def diff_intent(desired: Manifest, live: Manifest, *, prepared: bool = False) ->
     is (a planner Target's apply body); values are compared with `normalize.equivalent` so the server's own
     spellings (quantities, 1 vs 1.0) are not drift.
     """
+    want = strip_server_fields(desired if prepared else prepare_desired(desired))
+    if _holds_all(want, live):  # the common answer, from one walk of both objects together
+        return []
     out = []
-    for path, value in leaves(strip_server_fields(desired if prepared else prepare_desired(desired))):
+    for path, value in leaves(want):
         if path in _IDENTITY:
             continue
         live_value = get(live, path)
         if not equivalent(value, live_value, path):
             out.append(FieldDiff(path.format(), value, live_value))
     return out
+
+
+def _holds_all(want: Manifest, live: Manifest) -> bool:
+    """True only when `diff_intent` would find nothing; False on any doubt (then the leaf-by-leaf look-ups
+    decide and say where). Walks `want` and `live` together: a leaf costs one step from its parent instead of
+    a look-up from the root, and equal scalars skip `equivalent` (no quantity check of the path).
+    No-op plan of 5,000 objects: diff_intent 1.30 s -> see the commit message (profiled)."""
+    kind = want.get("kind") if isinstance(want.get("kind"), str) else None
+    if type(live) is not dict:
+        return False
+    for name, value in want.items():
+        if name in ("apiVersion", "kind"):  # _IDENTITY
+            continue
+        if type(name) is not str or name not in live or not _holds(value, live[name], Path((Field(name),)), kind):
+            return False
+    return True
+
+
+_SCALARS = (str, int, bool)
+
+
+def _holds(want: Any, live: Any, path: Path, kind: str | None) -> bool:
+    cls = type(want)
+    if cls is dict:
+        if not want:
+            return equivalent(want, live, path)  # an empty map is a leaf
+        if type(live) is not dict:
+            return False
+        for name, value in want.items():
+            if type(name) is not str or name not in live:
+                return False  # absent (or a dot-split key): the look-ups know what that means
+            if not _holds(value, live[name], path.child(Field(name)), kind):
+                return False
+        return True
+    if cls is list and want:
+        keys = list_keys(path, want, kind)
+        if keys == SET:
+            return type(live) is list and set(want) <= {v for v in live if type(v) is str}
+        if isinstance(keys, tuple):
+            if type(live) is not list:
+                return False
+            for item in want:
+                key = item_key(item, keys)
+                found = get(live, Path((key,)))  # the first item the key names, as the look-ups find it
+                if found is MISSING or not _holds(item, found, path.child(key), kind):
+                    return False
+            return True
+    if cls in _SCALARS and type(live) is cls and want == live:
+        return True
+    return equivalent(want, live, path)

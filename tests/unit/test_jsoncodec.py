@@ -1,0 +1,41 @@
+"""jsoncodec (orjson) keeps the standard library's answers where they matter: keys, big integers, the
+report's layout and its encoding."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from gitops_sync import jsoncodec
+from gitops_sync.plan.changeset import ChangeSet
+from gitops_sync.report import write
+
+
+def test_same_document_as_the_standard_library() -> None:
+    doc = {"a": [1, 2.5, None, True], "b": {"c": "é"}, 3: "int key"}
+    assert json.loads(jsoncodec.dumps(doc)) == json.loads(json.dumps(doc))
+    assert json.loads(jsoncodec.dumps(doc, indent=True)) == json.loads(json.dumps(doc))
+    assert jsoncodec.dumps({"a": [1]}, indent=True).decode() == json.dumps({"a": [1]}, indent=2)
+
+
+def test_integers_beyond_64_bits_fall_back_to_the_standard_library() -> None:
+    assert jsoncodec.dumps({"n": 2**70}) == b'{"n": 1180591620717411303424}'
+
+
+def test_loads_rejects_what_is_not_json() -> None:
+    with pytest.raises(ValueError):
+        jsoncodec.loads(b"<html>")
+
+
+def test_report_in_utf8_and_on_an_ascii_stream() -> None:
+    cs = ChangeSet(revision="r", source="é")
+    out = io.StringIO()
+    write(cs, "json", out)
+    assert json.loads(out.getvalue())["source"] == "é" and "é" in out.getvalue()
+    raw = io.BytesIO()
+    ascii_out = io.TextIOWrapper(raw, encoding="ascii")
+    write(cs, "json", ascii_out)
+    ascii_out.flush()
+    assert json.loads(raw.getvalue())["source"] == "é"  # \u00e9 escapes: no UnicodeEncodeError
