@@ -229,17 +229,35 @@ class Reporter:
         self.foreign_seen[e.key] = sig
         if not sig:
             return
-        log.info("fields added by other managers (not in Git)", object=str(e.key),
-                 fields=[{"path": f.path, "manager": f.manager, "operation": f.operation,
-                          "subresource": f.subresource, "time": f.time} for f in e.foreign])
+        log.info(
+            "fields added by other managers (not in Git)",
+            object=str(e.key),
+            fields=[
+                {
+                    "path": f.path,
+                    "manager": f.manager,
+                    "operation": f.operation,
+                    "subresource": f.subresource,
+                    "time": f.time,
+                }
+                for f in e.foreign
+            ],
+        )
         text = "; ".join(f"{f.path} by {f.manager} at {f.time}" for f in e.foreign[:5])
         more = f" and {len(e.foreign) - 5} more" if len(e.foreign) > 5 else ""
         meta = (self.live(e.key) or {}).get("metadata") or {}
-        self.events.record(EventSpec(
-            key=e.key, api_version=e.api_version, reason="ForeignFields", type=NORMAL, series="foreign",
-            message=f"fields not in Git, added by other managers: {text}{more}",
-            uid=str(meta.get("uid") or ""), resource_version=str(meta.get("resourceVersion") or ""),
-        ))
+        self.events.record(
+            EventSpec(
+                key=e.key,
+                api_version=e.api_version,
+                reason="ForeignFields",
+                type=NORMAL,
+                series="foreign",
+                message=f"fields not in Git, added by other managers: {text}{more}",
+                uid=str(meta.get("uid") or ""),
+                resource_version=str(meta.get("resourceVersion") or ""),
+            )
+        )
 
     def yielded(self, y: Yield, live: Manifest) -> None:
         """A field left to another manager: said once, in the log and as a Warning Event."""
