@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.env import AuditCounter, BenchCluster, MetricsCounter, log, settle
+from bench.floor import FLOOR, cold_floor, noop_floor
 from bench.workload import apply_drift, client, create_namespace, delete_namespaces, drift_set
 
 GITOPS_SYNC = "gitops-sync"
@@ -124,7 +125,11 @@ class Runner:
     def run_repeat(self, directory: Path, n: int, repeat: int) -> dict[str, dict[str, Measure]]:
         """Cases 1-3 for one size, one repeat: {case: {tool: Measure}}."""
         tag = uuid.uuid4().hex[:5]
-        ns = {GITOPS_SYNC: f"bench-gs-{n}-{repeat}-{tag}", KUBECTL: f"bench-kc-{n}-{repeat}-{tag}"}
+        ns = {
+            GITOPS_SYNC: f"bench-gs-{n}-{repeat}-{tag}",
+            KUBECTL: f"bench-kc-{n}-{repeat}-{tag}",
+            FLOOR: f"bench-fl-{n}-{repeat}-{tag}",
+        }
         order = [GITOPS_SYNC, KUBECTL] if repeat % 2 == 0 else [KUBECTL, GITOPS_SYNC]
         out: dict[str, dict[str, Measure]] = {"cold": {}, "noop": {}, "drift": {}}
         for name in ns.values():
@@ -133,10 +138,14 @@ class Runner:
             for tool in order:
                 out["cold"][tool] = self._cold(tool, directory, ns[tool], n)
                 log(f"  N={n} #{repeat + 1} cold    {tool:12s} {out['cold'][tool].seconds:7.2f} s")
+            out["cold"][FLOOR] = self._floor(cold_floor(self.cluster, directory, ns[FLOOR], self._concurrency), n)
+            log(f"  N={n} #{repeat + 1} cold    {FLOOR:12s} {out['cold'][FLOOR].seconds:7.2f} s")
             for tool in order:
                 out["noop"][tool] = self._noop(tool, directory, ns[tool], n)
                 m = out["noop"][tool]
                 log(f"  N={n} #{repeat + 1} no-op   {tool:12s} {m.seconds:7.2f} s, server writes {m.server_writes}")
+            out["noop"][FLOOR] = self._floor(noop_floor(self.cluster, ns[FLOOR]), n)
+            log(f"  N={n} #{repeat + 1} no-op   {FLOOR:12s} {out['noop'][FLOOR].seconds:7.2f} s")
             drifts = drift_set(n, DRIFTED)
             for tool in order:
                 for d in drifts:
@@ -150,6 +159,16 @@ class Runner:
         return out
 
     # -- the cases ------------------------------------------------------------------------------------
+
+    @property
+    def _concurrency(self) -> int:
+        return self.tools.concurrency or 8  # gitops-sync's default --concurrency
+
+    @staticmethod
+    def _floor(got: dict[str, Any], n: int) -> Measure:
+        ok = got["failed"] == 0 and got["objects"] == n
+        note = "" if ok else f"{got['failed']} request(s) failed, {got['objects']} of {n} objects"
+        return Measure(seconds=got["seconds"], exit_code=0 if ok else 1, ok=ok, note=note)
 
     def _cold(self, tool: str, directory: Path, namespace: str, n: int) -> Measure:
         if tool == GITOPS_SYNC:

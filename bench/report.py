@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cases import GITOPS_SYNC, KUBECTL, Measure
+from bench.floor import FLOOR
 
 KEEP_START = "<!-- keep: analysis (written by hand; bench/run.py carries it over) -->"
 KEEP_END = "<!-- /keep -->"
@@ -104,6 +105,21 @@ def case_rows(cases: dict[str, dict[str, dict[str, list[Measure]]]]) -> list[Row
             rows.append(
                 Row(titles[case], f"{int(n):,}", ours_s, theirs_s, f"{ratio:.2f}{TIMES}", target_s, result, failure)
             )
+            floor = tools.get(FLOOR, [])
+            if floor:  # the API server's own share (bench/floor.py): what no client can go below
+                f = _med(floor)
+                rows.append(
+                    Row(
+                        f"{titles[case]} ÷ floor",
+                        f"{int(n):,}",
+                        _s(a),
+                        f"floor {_s(f)}",
+                        f"{a / f if f else math.inf:.2f}{TIMES}",
+                        DASH,
+                        DASH,
+                        _failed(floor),
+                    )
+                )
     return rows
 
 
@@ -209,7 +225,7 @@ def samples_table(cases: dict[str, dict[str, dict[str, list[Measure]]]]) -> str:
     ]
     for case in ("cold", "noop", "drift"):
         for n, tools in sorted(cases.get(case, {}).items(), key=lambda kv: int(kv[0])):
-            for tool in (GITOPS_SYNC, KUBECTL):
+            for tool in (GITOPS_SYNC, KUBECTL, FLOOR):
                 ms = tools.get(tool, [])
                 if not ms:
                     continue

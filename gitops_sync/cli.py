@@ -21,7 +21,15 @@ import click
 from gitops_sync import __version__, report
 from gitops_sync.cluster.client import Client
 from gitops_sync.conventions import ConflictPolicy
-from gitops_sync.engine import Engine, PassOptions, SourceOptions, inventory_of, load, source_label
+from gitops_sync.engine import (
+    Engine,
+    PassOptions,
+    SourceOptions,
+    disk_render_cache,
+    inventory_of,
+    load,
+    source_label,
+)
 from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, GitOpsError
 from gitops_sync.log import get_logger
 from gitops_sync.options import (
@@ -255,7 +263,8 @@ def main(logs: LogChoices) -> None:
 
 def _load(attempt: _Attempt, source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
     """Fetch and render, then register the Secret values so that no later message can show them."""
-    checkout, objects = load(source)  # before any cluster access: a broken source never touches the cluster
+    # Before any cluster access: a broken source never touches the cluster.
+    checkout, objects = load(source, disk_render_cache(source))
     attempt.checkout = checkout
     attempt.redact.add(o.manifest for o in objects)
     attempt.rendered = True
