@@ -498,6 +498,8 @@ class SourceReconciler:
             )
         for e in cs.entries:
             self.reporter.report(src.digest, src.checkout.revision, e, applied=not cs.dry_run, retry=retry_objects)
+            if self.active():
+                self.reporter.foreign(e)
         if self.shared.gauges:
             self.metrics.set_objects(entries, applied=not cs.dry_run, forcing=self.forcing)
             self.metrics.cache_objects.set(self.cache.objects())

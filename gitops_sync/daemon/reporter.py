@@ -72,6 +72,7 @@ class Reporter:
         self.converged: dict[ObjectKey, str] = {}  # key -> digest it was last seen in sync at
         self.deleted: set[ObjectKey] = set()  # desired objects someone deleted (seen through the watch)
         self.added: set[ObjectKey] = set()  # desired objects the latest revision added (not in the one before)
+        self.foreign_seen: dict[ObjectKey, tuple[tuple[str, str], ...]] = {}  # foreign fields last said
 
     def forget(self, keys: set[ObjectKey]) -> None:
         """These objects left Git: nothing about them is news any more."""
@@ -79,6 +80,7 @@ class Reporter:
             self.reported.pop(key, None)
             self.converged.pop(key, None)
             self.deleted.discard(key)
+            self.foreign_seen.pop(key, None)
 
     def report(self, digest: str, revision: str, e: Entry, *, applied: bool, retry: bool = True) -> None:
         key = e.key
@@ -216,6 +218,44 @@ class Reporter:
                 series=fight.path,
                 uid=str(meta.get("uid") or ""),
                 resource_version=resource_version(live),
+            )
+        )
+
+    def foreign(self, e: Entry) -> None:
+        """Fields others added that Git does not declare: said once per new set (log line and Normal Event)."""
+        sig = tuple(sorted((f.path, f.manager) for f in e.foreign))
+        if self.foreign_seen.get(e.key, ()) == sig:
+            return
+        self.foreign_seen[e.key] = sig
+        if not sig:
+            return
+        log.info(
+            "fields added by other managers (not in Git)",
+            object=str(e.key),
+            fields=[
+                {
+                    "path": f.path,
+                    "manager": f.manager,
+                    "operation": f.operation,
+                    "subresource": f.subresource,
+                    "time": f.time,
+                }
+                for f in e.foreign
+            ],
+        )
+        text = "; ".join(f"{f.path} by {f.manager} at {f.time}" for f in e.foreign[:5])
+        more = f" and {len(e.foreign) - 5} more" if len(e.foreign) > 5 else ""
+        meta = (self.live(e.key) or {}).get("metadata") or {}
+        self.events.record(
+            EventSpec(
+                key=e.key,
+                api_version=e.api_version,
+                reason="ForeignFields",
+                type=NORMAL,
+                series="foreign",
+                message=f"fields not in Git, added by other managers: {text}{more}",
+                uid=str(meta.get("uid") or ""),
+                resource_version=str(meta.get("resourceVersion") or ""),
             )
         )
 
