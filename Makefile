@@ -29,8 +29,9 @@ venv: $(VENV)/.installed  ## the project's virtual env with gitops-sync and its 
 
 # Every Python file of the repository: the package, its tests, the benchmarks and the cluster launcher.
 PY_SOURCES := gitops_sync tests bench deploy/local-cluster/cluster.py
-lint: venv      ## ruff and mypy (strict) over every Python source (mypy's files: pyproject.toml)
+lint: venv      ## ruff (lint and format check) and mypy (strict) over every Python source (mypy's files: pyproject.toml)
 	$(VENV)/bin/ruff check $(PY_SOURCES)
+	$(VENV)/bin/ruff format --check $(PY_SOURCES)
 	$(VENV)/bin/mypy
 
 unit: venv      ## the fast tests only (no cluster)

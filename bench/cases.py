@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.env import AuditCounter, BenchCluster, MetricsCounter, log, settle
+from bench.floor import FLOOR, cold_floor, noop_floor
 from bench.workload import apply_drift, client, create_namespace, delete_namespaces, drift_set
 
 GITOPS_SYNC = "gitops-sync"
@@ -51,8 +52,22 @@ class Tools:
     concurrency: int | None = None
 
     def gitops(self, command: str, directory: Path, namespace: str) -> list[str]:
-        argv = [*self.gitops_sync, "--log-format", "json", "--log-level", "info", command, "--repo", str(directory),
-                "-n", namespace, "--name", INVENTORY, "-o", "json"]
+        argv = [
+            *self.gitops_sync,
+            "--log-format",
+            "json",
+            "--log-level",
+            "info",
+            command,
+            "--repo",
+            str(directory),
+            "-n",
+            namespace,
+            "--name",
+            INVENTORY,
+            "-o",
+            "json",
+        ]
         if self.concurrency:
             argv += ["--concurrency", str(self.concurrency)]
         return argv
@@ -79,8 +94,13 @@ class Runner:
     def close(self) -> None:
         self.client.close()
 
-    def timed(self, tool: str, argv: list[str], namespace: str, check: Callable[[subprocess.CompletedProcess[str]],
-              tuple[bool, str, int | None]]) -> Measure:
+    def timed(
+        self,
+        tool: str,
+        argv: list[str],
+        namespace: str,
+        check: Callable[[subprocess.CompletedProcess[str]], tuple[bool, str, int | None]],
+    ) -> Measure:
         settle(self.cluster)
         mark = self.audit.mark() if self.audit else None
         metrics_before = self.metrics.snapshot()
@@ -105,7 +125,11 @@ class Runner:
     def run_repeat(self, directory: Path, n: int, repeat: int) -> dict[str, dict[str, Measure]]:
         """Cases 1-3 for one size, one repeat: {case: {tool: Measure}}."""
         tag = uuid.uuid4().hex[:5]
-        ns = {GITOPS_SYNC: f"bench-gs-{n}-{repeat}-{tag}", KUBECTL: f"bench-kc-{n}-{repeat}-{tag}"}
+        ns = {
+            GITOPS_SYNC: f"bench-gs-{n}-{repeat}-{tag}",
+            KUBECTL: f"bench-kc-{n}-{repeat}-{tag}",
+            FLOOR: f"bench-fl-{n}-{repeat}-{tag}",
+        }
         order = [GITOPS_SYNC, KUBECTL] if repeat % 2 == 0 else [KUBECTL, GITOPS_SYNC]
         out: dict[str, dict[str, Measure]] = {"cold": {}, "noop": {}, "drift": {}}
         for name in ns.values():
@@ -114,10 +138,14 @@ class Runner:
             for tool in order:
                 out["cold"][tool] = self._cold(tool, directory, ns[tool], n)
                 log(f"  N={n} #{repeat + 1} cold    {tool:12s} {out['cold'][tool].seconds:7.2f} s")
+            out["cold"][FLOOR] = self._floor(cold_floor(self.cluster, directory, ns[FLOOR], self._concurrency), n)
+            log(f"  N={n} #{repeat + 1} cold    {FLOOR:12s} {out['cold'][FLOOR].seconds:7.2f} s")
             for tool in order:
                 out["noop"][tool] = self._noop(tool, directory, ns[tool], n)
                 m = out["noop"][tool]
                 log(f"  N={n} #{repeat + 1} no-op   {tool:12s} {m.seconds:7.2f} s, server writes {m.server_writes}")
+            out["noop"][FLOOR] = self._floor(noop_floor(self.cluster, ns[FLOOR]), n)
+            log(f"  N={n} #{repeat + 1} no-op   {FLOOR:12s} {out['noop'][FLOOR].seconds:7.2f} s")
             drifts = drift_set(n, DRIFTED)
             for tool in order:
                 for d in drifts:
@@ -132,22 +160,49 @@ class Runner:
 
     # -- the cases ------------------------------------------------------------------------------------
 
+    @property
+    def _concurrency(self) -> int:
+        return self.tools.concurrency or 8  # gitops-sync's default --concurrency
+
+    @staticmethod
+    def _floor(got: dict[str, Any], n: int) -> Measure:
+        ok = got["failed"] == 0 and got["objects"] == n
+        note = "" if ok else f"{got['failed']} request(s) failed, {got['objects']} of {n} objects"
+        return Measure(seconds=got["seconds"], exit_code=0 if ok else 1, ok=ok, note=note)
+
     def _cold(self, tool: str, directory: Path, namespace: str, n: int) -> Measure:
         if tool == GITOPS_SYNC:
-            return self.timed(tool, self.tools.gitops("sync", directory, namespace), namespace,
-                              lambda r: _gitops_summary_check(r, {"create": n}, exit_codes=(0,)))
-        return self.timed(tool, self.tools.kubectl("apply", directory, namespace), namespace,
-                          lambda r: _kubectl_apply_check(r, n, "serverside-applied"))
+            return self.timed(
+                tool,
+                self.tools.gitops("sync", directory, namespace),
+                namespace,
+                lambda r: _gitops_summary_check(r, {"create": n}, exit_codes=(0,)),
+            )
+        return self.timed(
+            tool,
+            self.tools.kubectl("apply", directory, namespace),
+            namespace,
+            lambda r: _kubectl_apply_check(r, n, "serverside-applied"),
+        )
 
     def _noop(self, tool: str, directory: Path, namespace: str, n: int) -> Measure:
         if tool == GITOPS_SYNC:
-            return self.timed(tool, self.tools.gitops("sync", directory, namespace), namespace,
-                              lambda r: _gitops_summary_check(r, {"unchanged": n}, exit_codes=(0,)))
-        return self.timed(tool, self.tools.kubectl("apply", directory, namespace), namespace,
-                          lambda r: _kubectl_apply_check(r, n, "serverside-applied"))
+            return self.timed(
+                tool,
+                self.tools.gitops("sync", directory, namespace),
+                namespace,
+                lambda r: _gitops_summary_check(r, {"unchanged": n}, exit_codes=(0,)),
+            )
+        return self.timed(
+            tool,
+            self.tools.kubectl("apply", directory, namespace),
+            namespace,
+            lambda r: _kubectl_apply_check(r, n, "serverside-applied"),
+        )
 
     def _drift(self, tool: str, directory: Path, namespace: str, drifted: int) -> Measure:
         if tool == GITOPS_SYNC:
+
             def check(r: subprocess.CompletedProcess[str]) -> tuple[bool, str, int | None]:
                 summary = _summary(r.stdout)
                 if summary is None:
@@ -155,12 +210,14 @@ class Runner:
                 found = summary.get("update", 0) + summary.get("conflict", 0)
                 ok = r.returncode == 1 and found == drifted and not summary.get("error")
                 return ok, "" if ok else f"expected {drifted} drifted objects, report says {summary}", found
+
             return self.timed(tool, self.tools.gitops("diff", directory, namespace), namespace, check)
 
         def kcheck(r: subprocess.CompletedProcess[str]) -> tuple[bool, str, int | None]:
             found = len(re.findall(r"^diff -u -N ", r.stdout, flags=re.M))
             ok = r.returncode == 1 and found == drifted
             return ok, "" if ok else f"expected {drifted} drifted objects, kubectl diff showed {found}", found
+
         return self.timed(tool, self.tools.kubectl("diff", directory, namespace), namespace, kcheck)
 
 
@@ -173,8 +230,9 @@ def _summary(stdout: str) -> dict[str, int] | None:
     return summary if isinstance(summary, dict) else None
 
 
-def _gitops_summary_check(r: subprocess.CompletedProcess[str], expect: dict[str, int],
-                          exit_codes: tuple[int, ...]) -> tuple[bool, str, int | None]:
+def _gitops_summary_check(
+    r: subprocess.CompletedProcess[str], expect: dict[str, int], exit_codes: tuple[int, ...]
+) -> tuple[bool, str, int | None]:
     summary = _summary(r.stdout)
     if summary is None:
         return False, "no JSON report", None

@@ -46,8 +46,9 @@ DAEMON_INVENTORY = "bench-daemon"
 
 
 def available(gitops_sync: list[str], env: dict[str, str]) -> bool:
-    r = subprocess.run([*gitops_sync, "run", "--help"], env=env, capture_output=True, text=True, check=False,
-                       timeout=60)
+    r = subprocess.run(
+        [*gitops_sync, "run", "--help"], env=env, capture_output=True, text=True, check=False, timeout=60
+    )
     return r.returncode == 0
 
 
@@ -77,8 +78,9 @@ class DaemonProcess:
         self.log_path = log_path
         self.lines: list[tuple[float, dict[str, Any]]] = []
         self._cond = threading.Condition()
-        self.proc = subprocess.Popen(self.argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            self.argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -181,8 +183,12 @@ class DaemonResults:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"objects": self.objects, "detection_seconds": self.detection, "commit_seconds": self.commit,
-                "notes": self.notes}
+        return {
+            "objects": self.objects,
+            "detection_seconds": self.detection,
+            "commit_seconds": self.commit,
+            "notes": self.notes,
+        }
 
 
 def _object_is(namespace: str, name: str) -> Callable[[dict[str, Any]], bool]:
@@ -211,8 +217,9 @@ def _spread(n: int, count: int) -> list[int]:
     return [(k * step // 3) * 3 + k % 3 for k in range(count)]
 
 
-def latency_cases(cluster: BenchCluster, gitops_sync: list[str], workdir: Path, n: int, changes: int,
-                  commits: int) -> DaemonResults:
+def latency_cases(
+    cluster: BenchCluster, gitops_sync: list[str], workdir: Path, n: int, changes: int, commits: int
+) -> DaemonResults:
     res = DaemonResults(objects=n)
     directory = generate(workdir / f"daemon-{n}", n)
     git_init(directory)
@@ -222,8 +229,9 @@ def latency_cases(cluster: BenchCluster, gitops_sync: list[str], workdir: Path, 
     base = ["--repo", str(directory), "-n", namespace, "--name", DAEMON_INVENTORY]
     try:
         log(f"case 4: pre-syncing {n} objects into {namespace}")
-        subprocess.run([*gitops_sync, "sync", *base, "-o", "json"], env=cluster.env, capture_output=True,
-                       check=True, timeout=1800)
+        subprocess.run(
+            [*gitops_sync, "sync", *base, "-o", "json"], env=cluster.env, capture_output=True, check=True, timeout=1800
+        )
         settle(cluster)
         _detection(cluster, gitops_sync, workdir, c, base, namespace, n, changes, res)
         settle(cluster)
@@ -234,8 +242,17 @@ def latency_cases(cluster: BenchCluster, gitops_sync: list[str], workdir: Path, 
     return res
 
 
-def _detection(cluster: BenchCluster, gitops_sync: list[str], workdir: Path, c: Client, base: list[str],
-               namespace: str, n: int, changes: int, res: DaemonResults) -> None:
+def _detection(
+    cluster: BenchCluster,
+    gitops_sync: list[str],
+    workdir: Path,
+    c: Client,
+    base: list[str],
+    namespace: str,
+    n: int,
+    changes: int,
+    res: DaemonResults,
+) -> None:
     d = DaemonProcess([*gitops_sync, "run", *base, "--detect-only"], cluster.env, workdir / "daemon-detect.log")
     try:
         ready = d.wait_ready(300)
@@ -255,8 +272,18 @@ def _detection(cluster: BenchCluster, gitops_sync: list[str], workdir: Path, c: 
         d.stop()
 
 
-def _commit_to_applied(cluster: BenchCluster, gitops_sync: list[str], workdir: Path, c: Client, base: list[str],
-                       directory: Path, namespace: str, n: int, commits: int, res: DaemonResults) -> None:
+def _commit_to_applied(
+    cluster: BenchCluster,
+    gitops_sync: list[str],
+    workdir: Path,
+    c: Client,
+    base: list[str],
+    directory: Path,
+    namespace: str,
+    n: int,
+    commits: int,
+    res: DaemonResults,
+) -> None:
     d = DaemonProcess([*gitops_sync, "run", *base, "--self-heal"], cluster.env, workdir / "daemon-commit.log")
     path = f"/api/v1/namespaces/{namespace}/configmaps/cm-0"
     try:
@@ -304,9 +331,14 @@ class RssResult:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"objects": self.objects, "peak_bytes": self.peak_bytes, "rss_bytes": self.rss_bytes,
-                "peak_before_status_bytes": self.peak_before_status_bytes, "ready_seconds": self.ready_seconds,
-                "notes": self.notes}
+        return {
+            "objects": self.objects,
+            "peak_bytes": self.peak_bytes,
+            "rss_bytes": self.rss_bytes,
+            "peak_before_status_bytes": self.peak_before_status_bytes,
+            "ready_seconds": self.ready_seconds,
+            "notes": self.notes,
+        }
 
 
 def rss_case(cluster: BenchCluster, gitops_sync: list[str], workdir: Path, n: int) -> RssResult:
@@ -317,8 +349,11 @@ def rss_case(cluster: BenchCluster, gitops_sync: list[str], workdir: Path, n: in
     create_namespace(c, namespace)
     settle(cluster)
     log(f"case 5: daemon applying and managing {n} objects in {namespace}")
-    d = DaemonProcess([*gitops_sync, "run", "--repo", str(directory), "-n", namespace, "--name", DAEMON_INVENTORY,
-                       "--self-heal"], cluster.env, workdir / "daemon-rss.log")
+    d = DaemonProcess(
+        [*gitops_sync, "run", "--repo", str(directory), "-n", namespace, "--name", DAEMON_INVENTORY, "--self-heal"],
+        cluster.env,
+        workdir / "daemon-rss.log",
+    )
     try:
         ready = d.wait_ready(1800)
         if ready is None:

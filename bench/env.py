@@ -73,7 +73,9 @@ class BenchCluster:
         log(f"starting the local control plane in {state_dir} (cluster.py up --auto-ports)")
         r = subprocess.run(
             [sys.executable, str(LAUNCHER), "--dir", str(state_dir), "up", "--auto-ports"],
-            stdout=subprocess.PIPE, text=True, check=False,
+            stdout=subprocess.PIPE,
+            text=True,
+            check=False,
         )
         if r.returncode != 0:
             raise SystemExit(f"bench: cluster.py up failed (exit {r.returncode}); see its messages above")
@@ -92,8 +94,9 @@ class BenchCluster:
             if found:
                 bin_dir = Path(found).parent
             else:  # the launcher prints its bin dir (building first if needed)
-                r = subprocess.run([sys.executable, str(LAUNCHER), "build"], stdout=subprocess.PIPE, text=True,
-                                   check=True)
+                r = subprocess.run(
+                    [sys.executable, str(LAUNCHER), "build"], stdout=subprocess.PIPE, text=True, check=True
+                )
                 bin_dir = Path(r.stdout.strip().splitlines()[-1])
         return cls._make(kubeconfig, bin_dir, state_dir, started_here=False)
 
@@ -109,13 +112,24 @@ class BenchCluster:
         if not self.started_here or self.state_dir is None:
             return
         log(f"stopping the local control plane ({self.state_dir})")
-        subprocess.run([sys.executable, str(LAUNCHER), "--dir", str(self.state_dir), "down"],
-                       stdout=subprocess.DEVNULL, check=False)
+        subprocess.run(
+            [sys.executable, str(LAUNCHER), "--dir", str(self.state_dir), "down"],
+            stdout=subprocess.DEVNULL,
+            check=False,
+        )
 
-    def run_kubectl(self, *args: str, check: bool = True, timeout: float = 300,
-                    input: str | None = None) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run([self.kubectl, *args], env=self.env, capture_output=True, text=True, timeout=timeout,
-                           input=input, check=False)
+    def run_kubectl(
+        self, *args: str, check: bool = True, timeout: float = 300, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run(
+            [self.kubectl, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+            check=False,
+        )
         if check and r.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args[:3])} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
         return r
@@ -222,8 +236,12 @@ class MetricsCounter:
             if not m:
                 continue
             labels = dict(_LABEL.findall(m.group("labels")))
-            if (labels.get("verb") in self.VERBS and labels.get("resource") in self.RESOURCES
-                    and not labels.get("subresource") and not labels.get("dry_run")):
+            if (
+                labels.get("verb") in self.VERBS
+                and labels.get("resource") in self.RESOURCES
+                and not labels.get("subresource")
+                and not labels.get("dry_run")
+            ):
                 total += float(m.group("value"))
         return total
 
@@ -301,15 +319,22 @@ def versions(cluster: BenchCluster, python: str) -> dict[str, str]:
         doc = json.loads(r.stdout or "{}")
         out["kubectl"] = str((doc.get("clientVersion") or {}).get("gitVersion", "?"))
         out["kubernetes_server"] = str((doc.get("serverVersion") or {}).get("gitVersion", "?"))
-    g = subprocess.run([python, "-m", "gitops_sync", "--version"], capture_output=True, text=True, check=False,
-                       cwd=REPO)
+    g = subprocess.run(
+        [python, "-m", "gitops_sync", "--version"], capture_output=True, text=True, check=False, cwd=REPO
+    )
     version = (g.stdout.strip().rsplit(" ", 1) or ["?"])[-1]
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                          text=True, check=False).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     # The code measured is the work tree's: name what differs from the commit (shared trees move).
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "gitops_sync"],
-                           capture_output=True, text=True, check=False).stdout.split("\n")
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--", "gitops_sync"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split("\n")
     changed = sorted(line[3:].strip() for line in dirty if line.strip())
     out["gitops_sync"] = f"{version} (commit {head or '?'}" + (
-        f"; uncommitted changes in {', '.join(changed)})" if changed else ")")
+        f"; uncommitted changes in {', '.join(changed)})" if changed else ")"
+    )
     return out

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cases import GITOPS_SYNC, KUBECTL, Measure
+from bench.floor import FLOOR
 
 KEEP_START = "<!-- keep: analysis (written by hand; bench/run.py carries it over) -->"
 KEEP_END = "<!-- /keep -->"
@@ -101,8 +102,24 @@ def case_rows(cases: dict[str, dict[str, dict[str, list[Measure]]]]) -> list[Row
                 theirs_s += f", found {_found(theirs)}"
             failure = _failed(ours + theirs)
             result = "ERROR" if failure else ("PASS" if passed else "MISS")
-            rows.append(Row(titles[case], f"{int(n):,}", ours_s, theirs_s, f"{ratio:.2f}{TIMES}", target_s, result,
-                            failure))
+            rows.append(
+                Row(titles[case], f"{int(n):,}", ours_s, theirs_s, f"{ratio:.2f}{TIMES}", target_s, result, failure)
+            )
+            floor = tools.get(FLOOR, [])
+            if floor:  # the API server's own share (bench/floor.py): what no client can go below
+                f = _med(floor)
+                rows.append(
+                    Row(
+                        f"{titles[case]} ÷ floor",
+                        f"{int(n):,}",
+                        _s(a),
+                        f"floor {_s(f)}",
+                        f"{a / f if f else math.inf:.2f}{TIMES}",
+                        DASH,
+                        DASH,
+                        _failed(floor),
+                    )
+                )
     return rows
 
 
@@ -119,8 +136,10 @@ def daemon_rows(daemon: dict[str, Any], rss: dict[str, Any]) -> list[Row]:
         rows.append(Row("4b. daemon: commit → applied", DASH, reason, DASH, DASH, "p95 ≤ 2 s", "not measured"))
     else:
         n = f"{int(daemon.get('objects', 0)):,}"
-        for key, title, target in (("detection_seconds", "4a. daemon: drift → reported", TARGETS["detect_p95"]),
-                                   ("commit_seconds", "4b. daemon: commit → applied", TARGETS["commit_p95"])):
+        for key, title, target in (
+            ("detection_seconds", "4a. daemon: drift → reported", TARGETS["detect_p95"]),
+            ("commit_seconds", "4b. daemon: commit → applied", TARGETS["commit_p95"]),
+        ):
             values: list[float | None] = list(daemon.get(key) or [])
             got = [v for v in values if v is not None]
             missed = len(values) - len(got)
@@ -139,17 +158,38 @@ def daemon_rows(daemon: dict[str, Any], rss: dict[str, Any]) -> list[Row]:
         n = f"{int(rss.get('objects', 0)):,}"
         peak = rss.get("peak_bytes")
         if peak is None:
-            rows.append(Row("5. daemon peak RSS", n, "no figures", DASH, DASH, "≤ 300 MB", "ERROR",
-                            "; ".join(rss.get("notes") or [])))
+            rows.append(
+                Row(
+                    "5. daemon peak RSS",
+                    n,
+                    "no figures",
+                    DASH,
+                    DASH,
+                    "≤ 300 MB",
+                    "ERROR",
+                    "; ".join(rss.get("notes") or []),
+                )
+            )
         else:
             mb = peak / 1e6
             before = rss.get("peak_before_status_bytes")
             ours = f"{mb:.0f} MB" + (f" ({before / 1e6:.0f} MB before GET /status)" if before else "")
             ready = rss.get("ready_seconds")
             note = f"RSS at the end {rss.get('rss_bytes', 0) / 1e6:.0f} MB" + (
-                f"; cold apply by the daemon took {ready:.0f} s" if ready else "")
-            rows.append(Row("5. daemon peak RSS", n, ours, DASH, DASH, "≤ 300 MB",
-                            "PASS" if mb <= TARGETS["rss_mb"] else "MISS", note))
+                f"; cold apply by the daemon took {ready:.0f} s" if ready else ""
+            )
+            rows.append(
+                Row(
+                    "5. daemon peak RSS",
+                    n,
+                    ours,
+                    DASH,
+                    DASH,
+                    "≤ 300 MB",
+                    "PASS" if mb <= TARGETS["rss_mb"] else "MISS",
+                    note,
+                )
+            )
     return rows
 
 
@@ -170,8 +210,7 @@ def text_table(rows: list[Row]) -> str:
 
 
 def markdown_table(rows: list[Row]) -> str:
-    out = ["| case | N | gitops-sync | kubectl | ratio | target | result |",
-           "|---|---:|---|---|---:|---|---|"]
+    out = ["| case | N | gitops-sync | kubectl | ratio | target | result |", "|---|---:|---|---|---:|---|---|"]
     for r in rows:
         result = f"**{r.result}**" if r.result in ("MISS", "ERROR") else r.result
         out.append(f"| {r.case} | {r.n} | {r.ours} | {r.kubectl} | {r.ratio} | {r.target} | {result} |")
@@ -179,11 +218,14 @@ def markdown_table(rows: list[Row]) -> str:
 
 
 def samples_table(cases: dict[str, dict[str, dict[str, list[Measure]]]]) -> str:
-    out = ["| case | N | tool | seconds per run | server writes (audit) | dry runs (audit) | client requests "
-           "(reads/writes/dry runs) |", "|---|---:|---|---|---|---|---|"]
+    out = [
+        "| case | N | tool | seconds per run | server writes (audit) | dry runs (audit) | client requests "
+        "(reads/writes/dry runs) |",
+        "|---|---:|---|---|---|---|---|",
+    ]
     for case in ("cold", "noop", "drift"):
         for n, tools in sorted(cases.get(case, {}).items(), key=lambda kv: int(kv[0])):
-            for tool in (GITOPS_SYNC, KUBECTL):
+            for tool in (GITOPS_SYNC, KUBECTL, FLOOR):
                 ms = tools.get(tool, [])
                 if not ms:
                     continue
@@ -192,7 +234,11 @@ def samples_table(cases: dict[str, dict[str, dict[str, list[Measure]]]]) -> str:
                 dry = ", ".join(DASH if m.server_dry_runs is None else str(m.server_dry_runs) for m in ms)
                 cr = ", ".join(
                     f"{m.client_requests.get('reads', 0)}/{m.client_requests.get('writes', 0)}/"
-                    f"{m.client_requests.get('dry_runs', 0)}" if m.client_requests else DASH for m in ms)
+                    f"{m.client_requests.get('dry_runs', 0)}"
+                    if m.client_requests
+                    else DASH
+                    for m in ms
+                )
                 out.append(f"| {case} | {int(n):,} | {tool} | {secs} | {writes} | {dry} | {cr} |")
     return "\n".join(out)
 
@@ -206,22 +252,23 @@ def kept_analysis(path: Path) -> str:
     return m.group(0) if m else ""
 
 
-def markdown(doc: dict[str, Any], rows: list[Row], cases: dict[str, dict[str, dict[str, list[Measure]]]],
-             previous: Path) -> str:
+def markdown(
+    doc: dict[str, Any], rows: list[Row], cases: dict[str, dict[str, dict[str, list[Measure]]]], previous: Path
+) -> str:
     mach, ver, opts = doc["machine"], doc["versions"], doc["options"]
     analysis = kept_analysis(previous) or f"{KEEP_START}\n\n{KEEP_END}"
     sizes = ", ".join(f"{int(s):,}" for s in opts["sizes"])
     return f"""# Benchmarks: gitops-sync vs kubectl
 
-Written by `make bench` (bench/run.py, options: {opts['argv']}) on {doc['date']}; the run took
-{doc['duration_seconds'] / 60:.1f} min. Cases 1-3: medians of {opts['repeats']} run(s) per size, ratio = gitops-sync
+Written by `make bench` (bench/run.py, options: {opts["argv"]}) on {doc["date"]}; the run took
+{doc["duration_seconds"] / 60:.1f} min. Cases 1-3: medians of {opts["repeats"]} run(s) per size, ratio = gitops-sync
 median ÷ kubectl median from the same run. Re-run `make bench` to refresh this file.
 
-- **Machine**: {mach['nproc']} cores ({mach['cpu']}), {mach['memory_gib']} GiB, Linux {mach['kernel']};
-  load average at the start {mach['loadavg_at_start']}. The API server, etcd, the controllers and the tool
+- **Machine**: {mach["nproc"]} cores ({mach["cpu"]}), {mach["memory_gib"]} GiB, Linux {mach["kernel"]};
+  load average at the start {mach["loadavg_at_start"]}. The API server, etcd, the controllers and the tool
   under test share these cores.
-- **Versions**: gitops-sync {ver.get('gitops_sync', '?')}, Python {ver.get('python', '?')},
-  kubectl {ver.get('kubectl', '?')}, Kubernetes server {ver.get('kubernetes_server', '?')}
+- **Versions**: gitops-sync {ver.get("gitops_sync", "?")}, Python {ver.get("python", "?")},
+  kubectl {ver.get("kubectl", "?")}, Kubernetes server {ver.get("kubernetes_server", "?")}
   (deploy/local-cluster: etcd, kube-apiserver, controller-manager, scheduler, kwok).
 - **Objects**: N = {sizes}, a third each of ConfigMaps, headless Services and Deployments (`replicas: 0`),
   100 per file (bench/workload.py). gitops-sync runs with its defaults (`--concurrency 8`).
@@ -246,6 +293,10 @@ median ÷ kubectl median from the same run. Re-run `make bench` to refresh this 
    `kubectl diff --server-side --force-conflicts -f DIR` (the drifted fields belong to `bench-drift` now, so
    without `--force-conflicts` kubectl diff stops at the first 409 and reports nothing). Both must find
    exactly the 10 objects.
+- **÷ floor** rows (bench/floor.py): the API server's own share, measured in a third namespace. Cold: the
+  same N server-side applies sent by a minimal client (urllib3, bodies encoded before the clock starts, no
+  rendering or planning, the same concurrency as gitops-sync); no-op: one LIST per kind (the reads a no-op
+  cannot avoid). Request time only, no process start-up; the ratio is gitops-sync's whole command ÷ that.
 4. **Daemon** (`gitops-sync run`, local Git work tree): (a) `--detect-only` on objects already in sync; from
    just before an out-of-band PATCH to the daemon's `drift detected` log line for that object, over 50
    changes spread over the three kinds; (b) `--self-heal`; from just before rewriting a file and `git commit`

@@ -32,23 +32,36 @@ from bench.cases import Measure, Runner, Tools
 from bench.env import REPO, BenchCluster, log, machine, versions
 from bench.report import case_rows, daemon_rows, markdown, text_table
 from bench.workload import generate
+from gitops_sync.log import configure as configure_logging
 
 NOT_AVAILABLE = "not measured: daemon not available"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="bench/run.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="bench/run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--sizes", default=None, help="comma-separated object counts (default 100,1000,5000)")
     p.add_argument("--repeats", type=int, default=None, help="runs per size; medians are reported (default 3)")
-    p.add_argument("--quick", action="store_true",
-                   help="CI mode: N=100, 1 repeat, 10 daemon changes and 3 commits at 100 objects, RSS at 500")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="CI mode: N=100, 1 repeat, 10 daemon changes and 3 commits at 100 objects, RSS at 500",
+    )
     p.add_argument("--kubeconfig", type=Path, default=None, help="reuse this cluster instead of starting one")
-    p.add_argument("--cluster-dir", type=Path, default=None,
-                   help="state dir for the cluster the bench starts (default: a new temporary dir)")
+    p.add_argument(
+        "--cluster-dir",
+        type=Path,
+        default=None,
+        help="state dir for the cluster the bench starts (default: a new temporary dir)",
+    )
     p.add_argument("--keep-cluster", action="store_true", help="leave the started cluster running")
-    p.add_argument("--output", type=Path, default=None,
-                   help="markdown file to write (default BENCHMARKS.md when every case runs and not --quick)")
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="markdown file to write (default BENCHMARKS.md when every case runs and not --quick)",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
     p.add_argument("--cases", default="1,2,3,4,5", help="which cases to run (default all: 1,2,3,4,5)")
     p.add_argument("--daemon-objects", type=int, default=None, help="objects in case 4 (default 1000)")
@@ -96,17 +109,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, cluster: BenchCluster, workdir: Path, started: float) -> int:
+    configure_logging("auto", "warning")  # the bench's own client requests are not worth a line each
     gs = gitops_sync_argv(args.python)
-    log(f"cluster {cluster.kubeconfig} (audit log: {cluster.audit_log or 'none, using /metrics'}); "
-        f"gitops-sync: {' '.join(gs)}; work dir {workdir}")
+    log(
+        f"cluster {cluster.kubeconfig} (audit log: {cluster.audit_log or 'none, using /metrics'}); "
+        f"gitops-sync: {' '.join(gs)}; work dir {workdir}"
+    )
     doc: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M %Z"),
         "machine": machine(),
         "versions": versions(cluster, args.python),
         "options": {
-            "sizes": args.sizes, "repeats": args.repeats, "quick": args.quick, "concurrency": args.concurrency,
+            "sizes": args.sizes,
+            "repeats": args.repeats,
+            "quick": args.quick,
+            "concurrency": args.concurrency,
             "argv": shlex.join(sys.argv[1:]) or "defaults",
-            "daemon_objects": args.daemon_objects, "rss_objects": args.rss_objects,
+            "daemon_objects": args.daemon_objects,
+            "rss_objects": args.rss_objects,
         },
     }
     cases: dict[str, dict[str, dict[str, list[Measure]]]] = {"cold": {}, "noop": {}, "drift": {}}
@@ -126,8 +146,9 @@ def _run(args: argparse.Namespace, cluster: BenchCluster, workdir: Path, started
 
     have_daemon = daemon_cases.available(gs, cluster.env)
     if 4 in args.cases and have_daemon:
-        d = daemon_cases.latency_cases(cluster, gs, workdir, args.daemon_objects, args.daemon_changes,
-                                       args.daemon_commits)
+        d = daemon_cases.latency_cases(
+            cluster, gs, workdir, args.daemon_objects, args.daemon_changes, args.daemon_commits
+        )
         doc["daemon"] = d.to_dict()
     else:
         doc["daemon"] = {"not_measured": NOT_AVAILABLE if not have_daemon else "not measured: case not selected"}
@@ -139,8 +160,10 @@ def _run(args: argparse.Namespace, cluster: BenchCluster, workdir: Path, started
     rows = case_rows(cases) + daemon_rows(doc["daemon"], doc["rss"])
     doc["duration_seconds"] = time.monotonic() - started
     doc["rows"] = [r.to_dict() for r in rows]
-    doc["cases"] = {c: {n: {t: [m.to_dict() for m in ms] for t, ms in tools.items()} for n, tools in per.items()}
-                    for c, per in cases.items()}
+    doc["cases"] = {
+        c: {n: {t: [m.to_dict() for m in ms] for t, ms in tools.items()} for n, tools in per.items()}
+        for c, per in cases.items()
+    }
     print(text_table(rows))
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1))

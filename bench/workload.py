@@ -58,13 +58,15 @@ def manifest(i: int, overrides: dict[int, str] | None = None) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": {"app": app}},
                 "spec": {
-                    "containers": [{
-                        "name": "app",
-                        "image": "registry.example/app:1.0",
-                        "ports": [{"containerPort": 8080, "name": "http"}],
-                        "env": [{"name": "SHARD", "value": str(i)}],
-                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                    }],
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "registry.example/app:1.0",
+                            "ports": [{"containerPort": 8080, "name": "http"}],
+                            "env": [{"name": "SHARD", "value": str(i)}],
+                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                        }
+                    ],
                 },
             },
         },
@@ -88,22 +90,43 @@ def generate(directory: Path, n: int) -> Path:
 
 def git_init(directory: Path) -> None:
     """Make the generated directory a Git work tree with one commit (the daemon's local-path source)."""
+
     def git(*args: str) -> None:
-        subprocess.run(["git", "-C", str(directory), "-c", "user.name=bench", "-c", "user.email=bench@localhost",
-                        *args], check=True, capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(directory), "-c", "user.name=bench", "-c", "user.email=bench@localhost", *args],
+            check=True,
+            capture_output=True,
+        )
+
     git("init", "-q", "-b", "main")
     git("add", "-A")
     git("commit", "-q", "-m", "bench objects")
 
 
 def git_commit(directory: Path, message: str) -> None:
-    subprocess.run(["git", "-C", str(directory), "-c", "user.name=bench", "-c", "user.email=bench@localhost",
-                    "commit", "-q", "-am", message], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(directory),
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@localhost",
+            "commit",
+            "-q",
+            "-am",
+            message,
+        ],
+        check=True,
+        capture_output=True,
+    )
 
 
 def head(directory: Path) -> str:
-    return subprocess.run(["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 # -- the cluster side --------------------------------------------------------------------------------------
@@ -115,16 +138,22 @@ def client(cluster: BenchCluster) -> Client:
 
 
 def create_namespace(c: Client, name: str) -> None:
-    c.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
-                                                   "metadata": {"name": name}})
+    c.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
 
 def delete_namespaces(cluster: BenchCluster, names: list[str], timeout: float = 600) -> None:
     """Delete and wait: the namespace controller's deletions would otherwise load the next measurement."""
     if not names:
         return
-    cluster.run_kubectl("delete", "namespace", *names, "--ignore-not-found", f"--timeout={int(timeout)}s",
-                        check=False, timeout=timeout + 30)
+    cluster.run_kubectl(
+        "delete",
+        "namespace",
+        *names,
+        "--ignore-not-found",
+        f"--timeout={int(timeout)}s",
+        check=False,
+        timeout=timeout + 30,
+    )
 
 
 @dataclass(frozen=True)
@@ -149,14 +178,24 @@ def drift_set(n: int, count: int = 10, tag: str = "drifted") -> list[Drift]:
 def drift_for(i: int, value: str) -> Drift:
     kind = i % 3
     if kind == 0:
-        return Drift(i, "ConfigMap", f"cm-{i}", f"configmaps/cm-{i}",
-                     [{"op": "replace", "path": "/data/key", "value": value}])
+        return Drift(
+            i, "ConfigMap", f"cm-{i}", f"configmaps/cm-{i}", [{"op": "replace", "path": "/data/key", "value": value}]
+        )
     if kind == 1:
-        return Drift(i, "Service", f"svc-{i}", f"services/svc-{i}",
-                     [{"op": "replace", "path": "/spec/ports/0/targetPort", "value": 9000 + len(value)}])
-    return Drift(i, "Deployment", f"deploy-{i}", f"deployments/deploy-{i}",
-                 [{"op": "replace", "path": "/spec/template/spec/containers/0/image",
-                   "value": f"registry.example/app:{value}"}])
+        return Drift(
+            i,
+            "Service",
+            f"svc-{i}",
+            f"services/svc-{i}",
+            [{"op": "replace", "path": "/spec/ports/0/targetPort", "value": 9000 + len(value)}],
+        )
+    return Drift(
+        i,
+        "Deployment",
+        f"deploy-{i}",
+        f"deployments/deploy-{i}",
+        [{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": f"registry.example/app:{value}"}],
+    )
 
 
 def object_path(namespace: str, d: Drift) -> str:
@@ -167,7 +206,12 @@ def object_path(namespace: str, d: Drift) -> str:
 def apply_drift(c: Client, namespace: str, d: Drift) -> None:
     """A JSON patch under another field manager, as `kubectl edit` or a controller would make it."""
     try:
-        c.request("PATCH", object_path(namespace, d), query={"fieldManager": DRIFT_MANAGER}, body=d.patch,
-                  content_type=JSON_PATCH)
+        c.request(
+            "PATCH",
+            object_path(namespace, d),
+            query={"fieldManager": DRIFT_MANAGER},
+            body=d.patch,
+            content_type=JSON_PATCH,
+        )
     except ApiError as exc:
         raise RuntimeError(f"out-of-band change of {d.kind} {namespace}/{d.name} failed: {exc}") from exc

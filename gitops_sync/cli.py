@@ -7,6 +7,7 @@ conflicts, 2 any error. Reports go to stdout, logs to stderr.
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import sys
 import time
@@ -21,7 +22,15 @@ import click
 from gitops_sync import __version__, report
 from gitops_sync.cluster.client import Client
 from gitops_sync.conventions import ConflictPolicy
-from gitops_sync.engine import Engine, PassOptions, SourceOptions, inventory_of, load, source_label
+from gitops_sync.engine import (
+    Engine,
+    PassOptions,
+    SourceOptions,
+    disk_render_cache,
+    inventory_of,
+    load,
+    source_label,
+)
 from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, GitOpsError
 from gitops_sync.log import get_logger
 from gitops_sync.options import (
@@ -46,7 +55,7 @@ _ENV_EPILOG = (
     "Environment: GITOPS_SYNC_REPO, GITOPS_SYNC_REVISION, GITOPS_SYNC_PATH, GITOPS_SYNC_NAMESPACE, "
     "GITOPS_SYNC_NAME, GITOPS_SYNC_INVENTORY_NAMESPACE, GITOPS_SYNC_FIELD_MANAGER, GITOPS_SYNC_CONTEXT and "
     "KUBECONFIG stand in for the flags; `run` reads every one of its flags as GITOPS_SYNC_<FLAG>. "
-    "Shell completion: eval \"$(_GITOPS_SYNC_COMPLETE=bash_source gitops-sync)\" (zsh_source, fish_source)."
+    'Shell completion: eval "$(_GITOPS_SYNC_COMPLETE=bash_source gitops-sync)" (zsh_source, fish_source).'
 )
 
 
@@ -255,7 +264,13 @@ def main(logs: LogChoices) -> None:
 
 def _load(attempt: _Attempt, source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
     """Fetch and render, then register the Secret values so that no later message can show them."""
-    checkout, objects = load(source)  # before any cluster access: a broken source never touches the cluster
+    # A one-shot command keeps everything it renders and reads until it exits, and the cyclic collector's
+    # full passes walk all of it again and again: with the default thresholds a plan of 20,000 objects
+    # spent 4.3 CPU-s instead of 3.2 (5,000: 0.9 vs 0.8), the growth faster than linear. Our objects hold
+    # no cycles worth collecting early, so the young generation is collected 140x less often.
+    gc.set_threshold(100_000, 50, 100)
+    # Before any cluster access: a broken source never touches the cluster.
+    checkout, objects = load(source, disk_render_cache(source))
     attempt.checkout = checkout
     attempt.redact.add(o.manifest for o in objects)
     attempt.rendered = True

@@ -32,9 +32,10 @@ from gitops_sync.plan import fieldpath, ignore, planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, Ignored, SharedWith
 from gitops_sync.plan.planner import Target
 from gitops_sync.render import RenderOptions, locate, render
+from gitops_sync.rendercache import DiskStore, RenderCache
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_url
-from gitops_sync.source.checkout import is_remote, knows_commit
+from gitops_sync.source.checkout import cache_root, is_remote, knows_commit
 from gitops_sync.source.identity import label_identities, legacy_inventory_name
 
 log = get_logger(__name__)
@@ -66,12 +67,21 @@ class PassOptions:
     ignore: tuple[ignore.IgnoreRule, ...] = ()  # --ignore; the repository's .gitops-sync.yaml adds its own
 
 
-def load(source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
-    """Fetch and render; raises SourceError/RenderError before anything touches the cluster."""
+def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Checkout, list[DesiredObject]]:
+    """Fetch and render; raises SourceError/RenderError before anything touches the cluster.
+
+    `cache`: renders of a commit already rendered are served from it (gitops_sync.rendercache)."""
     checkout = fetch(source.repo, source.revision, source.path, cache_dir=source.cache_dir, timeout=source.timeout)
     # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths.
     opts = replace(source.render, repo_root=checkout.repo_root or checkout.root)
-    return checkout, render(checkout.root, opts)
+    if cache is None:
+        return checkout, render(checkout.root, opts)
+    return checkout, cache.render(checkout, opts, render)
+
+
+def disk_render_cache(source: SourceOptions) -> RenderCache:
+    """The CLI's render cache: in the clone cache directory, next to the repositories' clones."""
+    return RenderCache(DiskStore(cache_root(source.cache_dir) / "renders"))
 
 
 def default_inventory_name(repo: str, path: str | None) -> str:

@@ -32,8 +32,9 @@ class KubeCluster:
     env: dict[str, str] = field(repr=False)
     started_here: bool  # False when an already running cluster (KUBECONFIG) is reused
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         """Run kubectl against the cluster; raises with its stderr when `check` and it fails."""
         return _run([str(self.bin_dir / "kubectl"), *args], self.env, input, check, timeout)
 
@@ -41,8 +42,9 @@ class KubeCluster:
         return _run([str(self.bin_dir / "helm"), *args], self.env, None, check, timeout)
 
 
-def _run(cmd: list[str], env: dict[str, str], input: str | None, check: bool,
-         timeout: float) -> subprocess.CompletedProcess[str]:
+def _run(
+    cmd: list[str], env: dict[str, str], input: str | None, check: bool, timeout: float
+) -> subprocess.CompletedProcess[str]:
     r = subprocess.run(cmd, env=env, input=input, capture_output=True, text=True, timeout=timeout, check=False)
     if check and r.returncode != 0:
         raise AssertionError(f"{' '.join(cmd[:4])} ... failed ({r.returncode}):\n{r.stderr}{r.stdout}")
@@ -58,8 +60,13 @@ def _env_for(kubeconfig: Path, bin_dir: Path) -> dict[str, str]:
 
 def _reachable(kubeconfig: Path, kubectl: Path) -> bool:
     try:
-        r = subprocess.run([str(kubectl), f"--kubeconfig={kubeconfig}", "get", "--raw=/readyz",
-                            "--request-timeout=5s"], capture_output=True, text=True, timeout=15, check=False)
+        r = subprocess.run(
+            [str(kubectl), f"--kubeconfig={kubeconfig}", "get", "--raw=/readyz", "--request-timeout=5s"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return r.returncode == 0 and r.stdout.strip() == "ok"

@@ -190,12 +190,15 @@ def build(cache_dir: Path, force: bool = False) -> Path:
         with open(build_log, "w") as out:
             out.write("$ " + shlex.join(cmd) + "\n")
             out.flush()
-            rc = subprocess.run(cmd, cwd=HERE, env=go_env(), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, check=False).returncode
+            rc = subprocess.run(
+                cmd, cwd=HERE, env=go_env(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False
+            ).returncode
         if rc != 0:
             shutil.rmtree(out_dir, ignore_errors=True)
-            raise ClusterError(f"component go build failed (exit {rc}) building {', '.join(PACKAGES)}; "
-                               f"tail of {build_log}:\n{tail(build_log, 40)}")
+            raise ClusterError(
+                f"component go build failed (exit {rc}) building {', '.join(PACKAGES)}; "
+                f"tail of {build_log}:\n{tail(build_log, 40)}"
+            )
         bin_dir.mkdir(parents=True, exist_ok=True)
         for name in PACKAGES:
             # rename, never overwrite in place: processes running the old binary keep their inode
@@ -241,8 +244,7 @@ class Config:
         return self.cache_dir / "bin"
 
     def env_lines(self) -> str:
-        return (f"export KUBECONFIG={self.kubeconfig}\n"
-                f"export PATH={self.tools_dir}:$PATH\n")
+        return f"export KUBECONFIG={self.kubeconfig}\nexport PATH={self.tools_dir}:$PATH\n"
 
 
 def free_port() -> int:
@@ -288,21 +290,54 @@ def make_cert(pki: Path, name: str, subject: str, ext: str, ca: bool = False) ->
     extfile = pki / f"{name}.ext"
     extfile.write_text(f"[ext]\n{ext}\n")
     if ca:
-        openssl("req", "-x509", "-new", "-key", str(key), "-subj", subject, "-days", "3650",
-                "-config", str(extfile), "-extensions", "ext", "-out", str(crt))
+        openssl(
+            "req",
+            "-x509",
+            "-new",
+            "-key",
+            str(key),
+            "-subj",
+            subject,
+            "-days",
+            "3650",
+            "-config",
+            str(extfile),
+            "-extensions",
+            "ext",
+            "-out",
+            str(crt),
+        )
     else:
         csr = pki / f"{name}.csr"
         openssl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr))
-        openssl("x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
-                "-CAcreateserial", "-days", "3650", "-extfile", str(extfile), "-extensions", "ext",
-                "-out", str(crt))
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            str(csr),
+            "-CA",
+            str(pki / "ca.crt"),
+            "-CAkey",
+            str(pki / "ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "3650",
+            "-extfile",
+            str(extfile),
+            "-extensions",
+            "ext",
+            "-out",
+            str(crt),
+        )
         csr.unlink()
     extfile.unlink()
     key.chmod(0o600)
 
 
-CLIENT_EXT = ("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-              "extendedKeyUsage=clientAuth")
+CLIENT_EXT = (
+    "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+    "extendedKeyUsage=clientAuth"
+)
 # Client identities: (file name, subject). system:masters bypasses RBAC for the admin; the control-plane
 # components get the users that RBAC's bootstrap policy binds to their ClusterRoles.
 CLIENTS = [
@@ -318,15 +353,33 @@ CLIENTS = [
 def make_pki(cfg: Config) -> None:
     pki = cfg.pki
     pki.mkdir(parents=True, exist_ok=True)
-    make_cert(pki, "ca", "/CN=local-cluster-ca", "basicConstraints=critical,CA:TRUE\n"
-              "keyUsage=critical,keyCertSign,cRLSign,digitalSignature\nsubjectKeyIdentifier=hash", ca=True)
-    sans = ",".join([
-        "IP:127.0.0.1", f"IP:{SERVICE_IP}", "DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default",
-        "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local",
-    ])
-    make_cert(pki, "apiserver", "/CN=kube-apiserver", "basicConstraints=critical,CA:FALSE\n"
-              "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
-              f"subjectAltName={sans}")
+    make_cert(
+        pki,
+        "ca",
+        "/CN=local-cluster-ca",
+        "basicConstraints=critical,CA:TRUE\n"
+        "keyUsage=critical,keyCertSign,cRLSign,digitalSignature\nsubjectKeyIdentifier=hash",
+        ca=True,
+    )
+    sans = ",".join(
+        [
+            "IP:127.0.0.1",
+            f"IP:{SERVICE_IP}",
+            "DNS:localhost",
+            "DNS:kubernetes",
+            "DNS:kubernetes.default",
+            "DNS:kubernetes.default.svc",
+            "DNS:kubernetes.default.svc.cluster.local",
+        ]
+    )
+    make_cert(
+        pki,
+        "apiserver",
+        "/CN=kube-apiserver",
+        "basicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+        f"subjectAltName={sans}",
+    )
     for name, subject in CLIENTS:
         make_cert(pki, name, subject, CLIENT_EXT)
     # service-account token signing key; the API server verifies tokens with its public half
@@ -552,70 +605,99 @@ def component_args(cfg: Config, name: str) -> list[str]:
     b, pki, st, ports = cfg.bin_dir, cfg.pki, cfg.state_dir, cfg.ports
     if name == "etcd":
         client, peer = f"http://127.0.0.1:{ports['etcd']}", f"http://127.0.0.1:{ports['etcd-peer']}"
-        return [str(b / "etcd"), "--name=local", f"--data-dir={st / 'etcd'}",
-                f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
-                f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
-                f"--initial-cluster=local={peer}", "--initial-cluster-state=new",
-                "--unsafe-no-fsync",  # throw-away test data: durability is not worth the fsync latency
-                "--auto-compaction-mode=periodic", "--auto-compaction-retention=5m",
-                "--quota-backend-bytes=4294967296", "--log-level=warn"]
+        return [
+            str(b / "etcd"),
+            "--name=local",
+            f"--data-dir={st / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=local={peer}",
+            "--initial-cluster-state=new",
+            "--unsafe-no-fsync",  # throw-away test data: durability is not worth the fsync latency
+            "--auto-compaction-mode=periodic",
+            "--auto-compaction-retention=5m",
+            "--quota-backend-bytes=4294967296",
+            "--log-level=warn",
+        ]
     if name == "kube-apiserver":
-        return [str(b / "kube-apiserver"),
-                f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
-                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-                # Endpoints may not hold loopback addresses, and no real Pod ever dials the `kubernetes`
-                # Service here: the Service exists (10.0.0.1) without endpoints.
-                "--endpoint-reconciler-type=none",
-                f"--secure-port={ports['kube-apiserver']}", f"--cert-dir={pki / 'apiserver-generated'}",
-                f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-                f"--client-ca-file={pki / 'ca.crt'}",
-                "--authorization-mode=Node,RBAC",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                f"--service-account-key-file={pki / 'sa.pub'}",
-                f"--service-account-signing-key-file={pki / 'sa.key'}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--allow-privileged=true",
-                f"--requestheader-client-ca-file={pki / 'ca.crt'}",
-                "--requestheader-allowed-names=front-proxy-client",
-                "--requestheader-username-headers=X-Remote-User",
-                "--requestheader-group-headers=X-Remote-Group",
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-                f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
-                f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
-                f"--audit-policy-file={HERE / 'audit-policy.yaml'}",
-                f"--audit-log-path={cfg.logs / 'audit.log'}",
-                "--audit-log-maxsize=200", "--audit-log-maxbackup=1",
-                "--shutdown-delay-duration=0s"]
+        return [
+            str(b / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            # Endpoints may not hold loopback addresses, and no real Pod ever dials the `kubernetes`
+            # Service here: the Service exists (10.0.0.1) without endpoints.
+            "--endpoint-reconciler-type=none",
+            f"--secure-port={ports['kube-apiserver']}",
+            f"--cert-dir={pki / 'apiserver-generated'}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--authorization-mode=Node,RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allow-privileged=true",
+            f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+            f"--audit-policy-file={HERE / 'audit-policy.yaml'}",
+            f"--audit-log-path={cfg.logs / 'audit.log'}",
+            "--audit-log-maxsize=200",
+            "--audit-log-maxbackup=1",
+            "--shutdown-delay-duration=0s",
+        ]
     if name == "kube-controller-manager":
         kc = st / "kube-controller-manager.kubeconfig"
-        return [str(b / "kube-controller-manager"),
-                f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-                "--bind-address=127.0.0.1", f"--secure-port={ports['kube-controller-manager']}",
-                f"--cert-dir={pki / 'kube-controller-manager-generated'}",
-                "--leader-elect=false",
-                "--use-service-account-credentials=true",
-                f"--service-account-private-key-file={pki / 'sa.key'}",
-                f"--root-ca-file={pki / 'ca.crt'}",
-                f"--cluster-signing-cert-file={pki / 'ca.crt'}", f"--cluster-signing-key-file={pki / 'ca.key'}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--cluster-name=local-cluster"]
+        return [
+            str(b / "kube-controller-manager"),
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={ports['kube-controller-manager']}",
+            f"--cert-dir={pki / 'kube-controller-manager-generated'}",
+            "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+            f"--cluster-signing-key-file={pki / 'ca.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--cluster-name=local-cluster",
+        ]
     if name == "kube-scheduler":
         kc = st / "kube-scheduler.kubeconfig"
-        return [str(b / "kube-scheduler"),
-                f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-                "--bind-address=127.0.0.1", f"--secure-port={ports['kube-scheduler']}",
-                f"--cert-dir={pki / 'kube-scheduler-generated'}",
-                "--leader-elect=false"]
+        return [
+            str(b / "kube-scheduler"),
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={ports['kube-scheduler']}",
+            f"--cert-dir={pki / 'kube-scheduler-generated'}",
+            "--leader-elect=false",
+        ]
     if name == "kwok":
-        return [str(b / "kwok"),
-                f"--kubeconfig={st / 'kwok.kubeconfig'}",
-                f"--config={HERE / 'kwok-stages.yaml'}",
-                "--manage-all-nodes=false",
-                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                "--node-ip=127.0.0.1", f"--node-port={ports['kwok']}",
-                f"--server-address=127.0.0.1:{ports['kwok']}",
-                f"--cidr={POD_CIDR}",
-                "--node-lease-duration-seconds=40"]
+        return [
+            str(b / "kwok"),
+            f"--kubeconfig={st / 'kwok.kubeconfig'}",
+            f"--config={HERE / 'kwok-stages.yaml'}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            "--node-ip=127.0.0.1",
+            f"--node-port={ports['kwok']}",
+            f"--server-address=127.0.0.1:{ports['kwok']}",
+            f"--cidr={POD_CIDR}",
+            "--node-lease-duration-seconds=40",
+        ]
     raise ValueError(name)
 
 
@@ -623,8 +705,15 @@ def start(cfg: Config, name: str) -> Proc:
     args = component_args(cfg, name)
     logf = open(cfg.logs / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it from here on
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "ETCDCTL_API")}
-    popen = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             cwd=cfg.state_dir, env=env, start_new_session=True)
+    popen = subprocess.Popen(
+        args,
+        stdout=logf,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        cwd=cfg.state_dir,
+        env=env,
+        start_new_session=True,
+    )
     logf.close()
     proc = Proc(name=name, pid=popen.pid, exe=args[0], popen=popen)
     (cfg.pids / f"{name}.pid").write_text(json.dumps({"pid": popen.pid, "exe": args[0]}) + "\n")
@@ -672,11 +761,13 @@ class Starter:
         for p in self.procs.values():
             if not p.alive():
                 rc = p.popen.returncode if p.popen is not None else None
-                how = (f"was killed by {signal.Signals(-rc).name}" if rc is not None and rc < 0
-                       else f"exited with status {rc}")
+                how = (
+                    f"was killed by {signal.Signals(-rc).name}"
+                    if rc is not None and rc < 0
+                    else f"exited with status {rc}"
+                )
                 log_path = self.cfg.logs / f"{p.name}.log"
-                raise ClusterError(f"component {p.name} {how} during start-up; "
-                                   f"tail of {log_path}:\n{tail(log_path)}")
+                raise ClusterError(f"component {p.name} {how} during start-up; tail of {log_path}:\n{tail(log_path)}")
 
     def wait(self, what: str, component: str, check: Any, deadline: float) -> None:
         while True:
@@ -686,8 +777,10 @@ class Starter:
                 return
             if time.monotonic() > deadline:
                 log_path = self.cfg.logs / f"{component}.log"
-                raise ClusterError(f"component {component} did not become ready ({what}) within "
-                                   f"{self.cfg.timeout:.0f} s; tail of {log_path}:\n{tail(log_path)}")
+                raise ClusterError(
+                    f"component {component} did not become ready ({what}) within "
+                    f"{self.cfg.timeout:.0f} s; tail of {log_path}:\n{tail(log_path)}"
+                )
             time.sleep(0.1)
 
 
@@ -733,8 +826,10 @@ def up(cfg: Config) -> None:
             deadline = time.monotonic() + cfg.timeout
             while not healthy(cfg):
                 if time.monotonic() > deadline:
-                    raise ClusterError(f"the cluster in {cfg.state_dir} runs but is not healthy (see "
-                                       f"`cluster.py status` and {cfg.logs}); run `down` first to replace it")
+                    raise ClusterError(
+                        f"the cluster in {cfg.state_dir} runs but is not healthy (see "
+                        f"`cluster.py status` and {cfg.logs}); run `down` first to replace it"
+                    )
                 time.sleep(0.5)
             log(f"a cluster from {cfg.state_dir} is already up: starting nothing")
             sys.stdout.write(cfg.env_lines())
@@ -746,9 +841,11 @@ def up(cfg: Config) -> None:
         for comp, port in cfg.ports.items():
             if port_in_use(port):
                 owner = PORT_OWNER.get(comp, comp)
-                raise ClusterError(f"component {owner}: port 127.0.0.1:{port} ({comp}) is already in use; "
-                                   f"stop what listens there or choose another port with --{comp}-port "
-                                   f"or {PORT_ENV[comp]}")
+                raise ClusterError(
+                    f"component {owner}: port 127.0.0.1:{port} ({comp}) is already in use; "
+                    f"stop what listens there or choose another port with --{comp}-port "
+                    f"or {PORT_ENV[comp]}"
+                )
         _up(cfg)
     finally:
         lock.close()
@@ -761,8 +858,9 @@ def _up(cfg: Config) -> None:
     for d in (cfg.state_dir, cfg.logs, cfg.pids, cfg.tools_dir):
         d.mkdir(parents=True, exist_ok=True)
     (cfg.state_dir / STATE_MARKER).write_text("created by deploy/local-cluster/cluster.py\n")
-    (cfg.state_dir / "state.json").write_text(json.dumps({"ports": cfg.ports, "node": NODE_NAME,
-                                                          "bin_dir": str(cfg.bin_dir)}, indent=1) + "\n")
+    (cfg.state_dir / "state.json").write_text(
+        json.dumps({"ports": cfg.ports, "node": NODE_NAME, "bin_dir": str(cfg.bin_dir)}, indent=1) + "\n"
+    )
     make_pki(cfg)
     write_kubeconfigs(cfg)
     for tool in ("kubectl", "helm"):
@@ -795,15 +893,23 @@ def _up(cfg: Config) -> None:
 
         s.wait("create Node", "kube-apiserver", create_node, deadline)
         s.wait("GET /readyz", "kube-apiserver", lambda: api.ok("/readyz"), deadline)
-        s.wait("GET /healthz", "kube-controller-manager",
-               lambda: https_ok(cfg.ports["kube-controller-manager"], "/healthz"), deadline)
-        s.wait("GET /healthz", "kube-scheduler",
-               lambda: https_ok(cfg.ports["kube-scheduler"], "/healthz"), deadline)
-        s.wait(f"node {NODE_NAME} Ready", "kwok",
-               lambda: node_ready(api.get_json(f"/api/v1/nodes/{NODE_NAME}")), deadline)
+        s.wait(
+            "GET /healthz",
+            "kube-controller-manager",
+            lambda: https_ok(cfg.ports["kube-controller-manager"], "/healthz"),
+            deadline,
+        )
+        s.wait("GET /healthz", "kube-scheduler", lambda: https_ok(cfg.ports["kube-scheduler"], "/healthz"), deadline)
+        s.wait(
+            f"node {NODE_NAME} Ready", "kwok", lambda: node_ready(api.get_json(f"/api/v1/nodes/{NODE_NAME}")), deadline
+        )
         # the service-account controller runs with its own credentials: its `default` SA proves it works
-        s.wait("ServiceAccount default/default", "kube-controller-manager",
-               lambda: api.get_json("/api/v1/namespaces/default/serviceaccounts/default") is not None, deadline)
+        s.wait(
+            "ServiceAccount default/default",
+            "kube-controller-manager",
+            lambda: api.get_json("/api/v1/namespaces/default/serviceaccounts/default") is not None,
+            deadline,
+        )
         s.check_alive()
     except BaseException:
         stop(list(s.procs.values()))
@@ -812,8 +918,10 @@ def _up(cfg: Config) -> None:
         log(f"start-up failed: every process was stopped; logs are kept in {cfg.logs}")
         raise
     log("reached (seconds since start): " + "; ".join(s.marks))
-    log(f"cluster ready in {time.monotonic() - t0:.1f} s: kube-apiserver https://127.0.0.1:"
-        f"{cfg.ports['kube-apiserver']}, node {NODE_NAME}, state {cfg.state_dir}")
+    log(
+        f"cluster ready in {time.monotonic() - t0:.1f} s: kube-apiserver https://127.0.0.1:"
+        f"{cfg.ports['kube-apiserver']}, node {NODE_NAME}, state {cfg.state_dir}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- down/status
@@ -829,8 +937,9 @@ def down(cfg: Config, locked: bool = False) -> None:
         stop([p for p in procs if p not in foreign])
         if cfg.state_dir.exists():
             if not (cfg.state_dir / STATE_MARKER).is_file():
-                raise ClusterError(f"{cfg.state_dir} has no {STATE_MARKER}: not a local-cluster state dir, "
-                                   "not removing it")
+                raise ClusterError(
+                    f"{cfg.state_dir} has no {STATE_MARKER}: not a local-cluster state dir, not removing it"
+                )
             shutil.rmtree(cfg.state_dir)
             log(f"removed {cfg.state_dir}")
         else:
@@ -860,8 +969,10 @@ def status(cfg: Config) -> int:
         ok = alive and checks[name]()
         good &= ok
         port = cfg.ports[name]
-        print(f"{name:24} pid {p.pid if p else '-':>7}  port {port:>5}  "
-              f"{'running' if alive else 'NOT RUNNING'}  {'healthy' if ok else 'UNHEALTHY'}")
+        print(
+            f"{name:24} pid {p.pid if p else '-':>7}  port {port:>5}  "
+            f"{'running' if alive else 'NOT RUNNING'}  {'healthy' if ok else 'UNHEALTHY'}"
+        )
     print(f"kubeconfig: {cfg.kubeconfig}")
     return 0 if good else 1
 
@@ -872,16 +983,24 @@ def status(cfg: Config) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", help="state dir (env LOCAL_CLUSTER_DIR; default <repo>/.local-cluster)")
-    parser.add_argument("--cache-dir",
-                        help="binary cache (env LOCAL_CLUSTER_CACHE; default <repo>/.cache/local-cluster)")
-    parser.add_argument("--timeout", type=float, default=float(os.environ.get("LOCAL_CLUSTER_TIMEOUT", "90")),
-                        help="seconds `up` waits for readiness (env LOCAL_CLUSTER_TIMEOUT; default 90)")
+    parser.add_argument(
+        "--cache-dir", help="binary cache (env LOCAL_CLUSTER_CACHE; default <repo>/.cache/local-cluster)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=float(os.environ.get("LOCAL_CLUSTER_TIMEOUT", "90")),
+        help="seconds `up` waits for readiness (env LOCAL_CLUSTER_TIMEOUT; default 90)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the binaries (skipped when current); prints the bin dir")
     b.add_argument("--force", action="store_true", help="run go build even when the stamp matches")
     u = sub.add_parser("up", help="start the cluster (building first when needed)")
-    u.add_argument("--auto-ports", action="store_true",
-                   help="pick free loopback ports instead of the defaults (env LOCAL_CLUSTER_AUTO_PORTS=1)")
+    u.add_argument(
+        "--auto-ports",
+        action="store_true",
+        help="pick free loopback ports instead of the defaults (env LOCAL_CLUSTER_AUTO_PORTS=1)",
+    )
     for comp, port in PORTS.items():
         u.add_argument(f"--{comp}-port", type=int, help=f"default {port} (env {PORT_ENV[comp]})")
     sub.add_parser("down", help="stop every process by pid and remove the state dir")

@@ -448,5 +448,3 @@ def _api_error(status: int, data: bytes, method: str, path: str) -> ApiError:
 
 
 _DEFAULT_REASONS = {404: "NotFound", 409: "Conflict"}  # when the answer has no Status body
-
-

@@ -90,9 +90,15 @@ class _Unit:
         return self.info.path(self.id.namespace)
 
     def status(self) -> dict[str, Any]:
-        return {"resource": str(self.id), "apiVersion": self.info.api_version, "state": self.state,
-                "resourceVersion": self.rv, "objects": len(self.objects), "restarts": self.restarts,
-                "error": self.error}
+        return {
+            "resource": str(self.id),
+            "apiVersion": self.info.api_version,
+            "state": self.state,
+            "resourceVersion": self.rv,
+            "objects": len(self.objects),
+            "restarts": self.restarts,
+            "error": self.error,
+        }
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -168,7 +174,10 @@ class _Unit:
     def _watch(self) -> None:
         timeout = random.randint(*self.cache.watch_timeout)
         query: dict[str, str | int | bool | None] = {
-            "watch": True, "resourceVersion": self.rv, "allowWatchBookmarks": True, "timeoutSeconds": timeout,
+            "watch": True,
+            "resourceVersion": self.rv,
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": timeout,
         }
         for line in self.cache.client.stream_lines(self.collection, query=query, timeout=timeout + 30):
             if self.stop.is_set():
@@ -386,8 +395,14 @@ class WatchCache:
     def dead(self) -> str:
         """Loops whose thread ended although nobody stopped them ("" when none): for the supervisor."""
         with self._lock:
-            gone = [str(u.id) for u in self._units.values() if not u.thread.is_alive() and not u.stop.is_set()
-                    and u.state != "stopped" and u.thread.ident is not None]
+            gone = [
+                str(u.id)
+                for u in self._units.values()
+                if not u.thread.is_alive()
+                and not u.stop.is_set()
+                and u.state != "stopped"
+                and u.thread.ident is not None
+            ]
         return f"watch loops ended: {', '.join(sorted(gone))}" if gone else ""
 
     def revive(self) -> None:
@@ -408,5 +423,3 @@ class WatchCache:
     def __iter__(self) -> Iterator[UnitId]:
         with self._lock:
             return iter(list(self._units))
-
-

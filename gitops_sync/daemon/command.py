@@ -45,72 +45,186 @@ _CONFLICT_HELP = (
 @daemon_source_options
 @cluster_options
 @log_options
-@click.option("--self-heal/--detect-only", default=True,
-              help="Correct drift as soon as the watch shows it, or only report it (never write).")
-@click.option("--prune", is_flag=True, help="Delete objects this source applied that have left Git "
-              "(never after a failed fetch or render).")
+@click.option(
+    "--self-heal/--detect-only",
+    default=True,
+    help="Correct drift as soon as the watch shows it, or only report it (never write).",
+)
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Delete objects this source applied that have left Git (never after a failed fetch or render).",
+)
 @click.option("--allow-empty", is_flag=True, help="With --prune: allow pruning everything when Git renders nothing.")
-@click.option("--on-conflict", type=click.Choice([p.value for p in ConflictPolicy]), default="force",
-              help=_CONFLICT_HELP)
-@click.option("--adopt-shared", is_flag=True, help="Take over objects that are members of another ApplySet "
-              "(default: leave them alone and report a `shared` conflict; --on-conflict force does not).")
-@click.option("--prune-cascade", is_flag=True, help="With --prune: also delete a Namespace or CRD that still "
-              "holds objects this prune does not remove.")
-@click.option("--interval", default=60.0, type=click.FloatRange(0), help="Seconds between Git polls "
-              "(±10% jitter; 0 = no polling). Local paths are also watched for changes.")
-@click.option("--resync", default=600.0, type=click.FloatRange(0), help="Seconds between full passes over "
-              "every object, whatever the events said (0 = never).")
-@click.option("--debounce", default=0.2, type=click.FloatRange(0), help="Quiet period after file changes "
-              "in a local repository before re-rendering.")
-@click.option("--http-addr", default=":8080", help="HOST:PORT for /healthz /readyz /metrics /status and "
-              "POST /hooks/git.")
-@click.option("--http-auth", type=click.Choice(AUTH_MODES), default="none",
-              help="Who may read /status, /metrics (and any other path but the probes and the webhook): "
-              "none, or kubernetes: a bearer token checked with TokenReview and authorised with "
-              "SubjectAccessReview (get on the non-resource URL).")
-@click.option("--webhook-secret-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help=f"Secret for POST /hooks/git (GitHub X-Hub-Signature-256 or GitLab X-Gitlab-Token); "
-              f"else ${WEBHOOK_SECRET_ENV}; without one the webhook is off.")
-@click.option("--leader-elect", is_flag=True, help="Elect a leader on a coordination.k8s.io Lease; only the "
-              "leader writes (run several replicas).")
-@click.option("--leader-elect-namespace", default=None, help="Namespace of the Lease (default: the pod's "
-              "namespace in a cluster, else the inventory namespace).")
+@click.option(
+    "--on-conflict", type=click.Choice([p.value for p in ConflictPolicy]), default="force", help=_CONFLICT_HELP
+)
+@click.option(
+    "--adopt-shared",
+    is_flag=True,
+    help="Take over objects that are members of another ApplySet "
+    "(default: leave them alone and report a `shared` conflict; --on-conflict force does not).",
+)
+@click.option(
+    "--prune-cascade",
+    is_flag=True,
+    help="With --prune: also delete a Namespace or CRD that still holds objects this prune does not remove.",
+)
+@click.option(
+    "--interval",
+    default=60.0,
+    type=click.FloatRange(0),
+    help="Seconds between Git polls (±10% jitter; 0 = no polling). Local paths are also watched for changes.",
+)
+@click.option(
+    "--resync",
+    default=600.0,
+    type=click.FloatRange(0),
+    help="Seconds between full passes over every object, whatever the events said (0 = never).",
+)
+@click.option(
+    "--debounce",
+    default=0.2,
+    type=click.FloatRange(0),
+    help="Quiet period after file changes in a local repository before re-rendering.",
+)
+@click.option(
+    "--http-addr", default=":8080", help="HOST:PORT for /healthz /readyz /metrics /status and POST /hooks/git."
+)
+@click.option(
+    "--http-auth",
+    type=click.Choice(AUTH_MODES),
+    default="none",
+    help="Who may read /status, /metrics (and any other path but the probes and the webhook): "
+    "none, or kubernetes: a bearer token checked with TokenReview and authorised with "
+    "SubjectAccessReview (get on the non-resource URL).",
+)
+@click.option(
+    "--webhook-secret-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help=f"Secret for POST /hooks/git (GitHub X-Hub-Signature-256 or GitLab X-Gitlab-Token); "
+    f"else ${WEBHOOK_SECRET_ENV}; without one the webhook is off.",
+)
+@click.option(
+    "--leader-elect",
+    is_flag=True,
+    help="Elect a leader on a coordination.k8s.io Lease; only the leader writes (run several replicas).",
+)
+@click.option(
+    "--leader-elect-namespace",
+    default=None,
+    help="Namespace of the Lease (default: the pod's namespace in a cluster, else the inventory namespace).",
+)
 @click.option("--leader-elect-identity", default=None, help="This replica's identity (default: hostname_random).")
-@click.option("--lease-duration", default=15.0, type=click.FloatRange(1), help="Seconds a Lease holds "
-              "without renewal before a follower may take it.")
-@click.option("--renew-deadline", default=10.0, type=click.FloatRange(0.5), help="Seconds the leader keeps "
-              "writing without a successful renewal.")
+@click.option(
+    "--lease-duration",
+    default=15.0,
+    type=click.FloatRange(1),
+    help="Seconds a Lease holds without renewal before a follower may take it.",
+)
+@click.option(
+    "--renew-deadline",
+    default=10.0,
+    type=click.FloatRange(0.5),
+    help="Seconds the leader keeps writing without a successful renewal.",
+)
 @click.option("--retry-period", default=2.0, type=click.FloatRange(0.1), help="Seconds between Lease attempts.")
-@click.option("--max-backoff", default="5m", type=DURATION, help="Longest delay before retrying a pass or an "
-              "object that keeps failing (the delay doubles from 0.05 s on each failure; a clean pass resets "
-              "it). Seconds or 90s, 5m, 1h.")
-@click.option("--fight-threshold", default=3, type=click.IntRange(2), help="Stop correcting a field Git sets "
-              "(leave it to the other manager, report a fight) once another manager has taken it this many times "
-              "within --fight-window.")
-@click.option("--fight-window", default="10m", type=DURATION, help="Window for --fight-threshold; a yielded field "
-              "is corrected again once its other manager has not written it for this long (or Git's value changes).")
-@click.option("--autoscaler-wins/--git-wins-over-autoscaler", default=True, help="Leave a .spec.replicas that a "
-              "HorizontalPodAutoscaler scales (kube-controller-manager through the scale subresource) to the HPA at "
-              "once, or keep correcting it to Git's value.")
-@click.option("--shutdown-grace", default=10.0, type=click.FloatRange(0), help="Seconds SIGTERM waits for "
-              "the pass in flight before abandoning it.")
-@click.option("--watch-namespace", default=None, help="Without --repo: reconcile only the GitSyncs of this "
-              "namespace (default: every namespace).")
-@click.option("--shards", default=1, type=click.IntRange(1, 1024), help="Without --repo, with --leader-elect: "
-              "split the GitSyncs into this many shards, each its own Lease gitops-sync-shard-<i>; every "
-              "replica must use the same number.")
-@click.option("--max-shards", default=0, type=click.IntRange(0), help="Most shards one replica holds "
-              "(0 = all): with 3 replicas and --shards 4, 2 leaves every replica some work and spare capacity.")
-@click.option("--workers", default=4, type=click.IntRange(1, 256), help="Without --repo: GitSyncs reconciled "
-              "at the same time (one pass per GitSync at a time).")
-def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, namespace: str, self_heal: bool, prune: bool,
-        allow_empty: bool, on_conflict: str, adopt_shared: bool, prune_cascade: bool,
-        interval: float, resync: float, debounce: float, http_addr: str,
-        http_auth: str, webhook_secret_file: Path | None, leader_elect: bool, leader_elect_namespace: str | None,
-        leader_elect_identity: str | None, lease_duration: float, renew_deadline: float, retry_period: float,
-        max_backoff: float, fight_threshold: int, fight_window: float, autoscaler_wins: bool,
-        shutdown_grace: float, watch_namespace: str | None, shards: int, max_shards: int,
-        workers: int) -> None:
+@click.option(
+    "--max-backoff",
+    default="5m",
+    type=DURATION,
+    help="Longest delay before retrying a pass or an "
+    "object that keeps failing (the delay doubles from 0.05 s on each failure; a clean pass resets "
+    "it). Seconds or 90s, 5m, 1h.",
+)
+@click.option(
+    "--fight-threshold",
+    default=3,
+    type=click.IntRange(2),
+    help="Stop correcting a field Git sets "
+    "(leave it to the other manager, report a fight) once another manager has taken it this many times "
+    "within --fight-window.",
+)
+@click.option(
+    "--fight-window",
+    default="10m",
+    type=DURATION,
+    help="Window for --fight-threshold; a yielded field "
+    "is corrected again once its other manager has not written it for this long (or Git's value changes).",
+)
+@click.option(
+    "--autoscaler-wins/--git-wins-over-autoscaler",
+    default=True,
+    help="Leave a .spec.replicas that a "
+    "HorizontalPodAutoscaler scales (kube-controller-manager through the scale subresource) to the HPA at "
+    "once, or keep correcting it to Git's value.",
+)
+@click.option(
+    "--shutdown-grace",
+    default=10.0,
+    type=click.FloatRange(0),
+    help="Seconds SIGTERM waits for the pass in flight before abandoning it.",
+)
+@click.option(
+    "--watch-namespace",
+    default=None,
+    help="Without --repo: reconcile only the GitSyncs of this namespace (default: every namespace).",
+)
+@click.option(
+    "--shards",
+    default=1,
+    type=click.IntRange(1, 1024),
+    help="Without --repo, with --leader-elect: "
+    "split the GitSyncs into this many shards, each its own Lease gitops-sync-shard-<i>; every "
+    "replica must use the same number.",
+)
+@click.option(
+    "--max-shards",
+    default=0,
+    type=click.IntRange(0),
+    help="Most shards one replica holds "
+    "(0 = all): with 3 replicas and --shards 4, 2 leaves every replica some work and spare capacity.",
+)
+@click.option(
+    "--workers",
+    default=4,
+    type=click.IntRange(1, 256),
+    help="Without --repo: GitSyncs reconciled at the same time (one pass per GitSync at a time).",
+)
+def run(
+    logs: LogChoices,
+    source: SourceOptions,
+    cluster: ClusterArgs,
+    namespace: str,
+    self_heal: bool,
+    prune: bool,
+    allow_empty: bool,
+    on_conflict: str,
+    adopt_shared: bool,
+    prune_cascade: bool,
+    interval: float,
+    resync: float,
+    debounce: float,
+    http_addr: str,
+    http_auth: str,
+    webhook_secret_file: Path | None,
+    leader_elect: bool,
+    leader_elect_namespace: str | None,
+    leader_elect_identity: str | None,
+    lease_duration: float,
+    renew_deadline: float,
+    retry_period: float,
+    max_backoff: float,
+    fight_threshold: int,
+    fight_window: float,
+    autoscaler_wins: bool,
+    shutdown_grace: float,
+    watch_namespace: str | None,
+    shards: int,
+    max_shards: int,
+    workers: int,
+) -> None:
     """Keep the cluster equal to the repository for as long as it runs (the daemon).
 
     Level-triggered: watch events, Git polls, file events and webhooks only queue work; every pass
@@ -126,18 +240,41 @@ def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, namespace
         raise click.UsageError(str(exc)) from exc
     opts = DaemonOptions(
         source=source,
-        pass_opts=PassOptions(namespace=namespace, prune=prune, allow_empty=allow_empty, policy=policy,
-                              name=cluster.name, inventory_namespace=cluster.inventory_namespace,
-                              adopt_shared=adopt_shared, prune_cascade=prune_cascade, ignore=cluster.ignore),
-        self_heal=self_heal, interval=interval, resync=resync, debounce=debounce, http_addr=http_addr,
+        pass_opts=PassOptions(
+            namespace=namespace,
+            prune=prune,
+            allow_empty=allow_empty,
+            policy=policy,
+            name=cluster.name,
+            inventory_namespace=cluster.inventory_namespace,
+            adopt_shared=adopt_shared,
+            prune_cascade=prune_cascade,
+            ignore=cluster.ignore,
+        ),
+        self_heal=self_heal,
+        interval=interval,
+        resync=resync,
+        debounce=debounce,
+        http_addr=http_addr,
         http_auth=http_auth,
-        webhook_secret=secret, kubeconfig=cluster.kubeconfig, context=cluster.context,
-        field_manager=cluster.field_manager, concurrency=cluster.concurrency, leader_elect=leader_elect,
+        webhook_secret=secret,
+        kubeconfig=cluster.kubeconfig,
+        context=cluster.context,
+        field_manager=cluster.field_manager,
+        concurrency=cluster.concurrency,
+        leader_elect=leader_elect,
         leader_namespace=leader_elect_namespace or _pod_namespace(),
-        identity=leader_elect_identity or default_identity(), leader=leader, shutdown_grace=shutdown_grace,
-        max_backoff=max(max_backoff, 0.05), fight_threshold=fight_threshold, fight_window=fight_window,
-        autoscaler_wins=autoscaler_wins, watch_namespace=watch_namespace, shards=shards,
-        max_shards=max_shards, workers=workers,
+        identity=leader_elect_identity or default_identity(),
+        leader=leader,
+        shutdown_grace=shutdown_grace,
+        max_backoff=max(max_backoff, 0.05),
+        fight_threshold=fight_threshold,
+        fight_window=fight_window,
+        autoscaler_wins=autoscaler_wins,
+        watch_namespace=watch_namespace,
+        shards=shards,
+        max_shards=max_shards,
+        workers=workers,
     )
     try:
         daemon: Daemon | Fleet = Daemon(opts) if source.repo else Fleet(opts)

@@ -20,6 +20,7 @@ from gitops_sync.engine import SourceOptions, load
 from gitops_sync.errors import SourceError
 from gitops_sync.plan.masking import Redactor
 from gitops_sync.plan.planner import Target
+from gitops_sync.rendercache import MemoryStore, RenderCache
 from gitops_sync.resource import DesiredObject, ObjectKey
 from gitops_sync.source import Checkout, SourceIdentity, fetch, identify
 from gitops_sync.source.checkout import is_remote
@@ -50,6 +51,8 @@ class DesiredSource:
         # once a second read, `debounce` later, gives the same digest. (digest, first seen) until then.
         self._candidate: tuple[str, float] | None = None
         self.live_tree = not is_remote(opts.repo) and (opts.revision or "HEAD").strip() == "HEAD"
+        # A periodic re-sync of the commit already rendered skips the render (commits only, never a work tree).
+        self.render_cache = RenderCache(MemoryStore())
 
     @functools.cached_property
     def identity(self) -> SourceIdentity:
@@ -59,7 +62,7 @@ class DesiredSource:
     def load(self) -> tuple[Checkout, list[DesiredObject]]:
         """Fetch and render (raises what `engine.load` raises)."""
         self.checked = time.time()
-        return load(self.opts)
+        return load(self.opts, self.render_cache)
 
     def unchanged(self, digest: str) -> bool:
         """True when this render is the state already held (and forget any pending candidate)."""

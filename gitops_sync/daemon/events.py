@@ -112,8 +112,11 @@ class EventRecorder:
                 if isinstance(exc, ForbiddenError):
                     if ns not in self._refused:
                         self._refused.add(ns)
-                        log.warning("cannot record Events (forbidden); reporting in logs and /status only",
-                                    namespace=ns, error=str(exc))
+                        log.warning(
+                            "cannot record Events (forbidden); reporting in logs and /status only",
+                            namespace=ns,
+                            error=str(exc),
+                        )
                 else:
                     log.warning("could not record Event", object=str(spec.key), reason=spec.reason, error=str(exc))
             except Exception:
@@ -133,9 +136,11 @@ class EventRecorder:
         if s is not None and now - s.last_sent < _SERIES_TTL:
             try:
                 self._client.request(
-                    "PATCH", f"/api/v1/namespaces/{s.namespace}/events/{s.name}",
+                    "PATCH",
+                    f"/api/v1/namespaces/{s.namespace}/events/{s.name}",
                     body={"count": s.count + 1, "lastTimestamp": stamp, "message": message},
-                    content_type=MERGE_PATCH, timeout=5,
+                    content_type=MERGE_PATCH,
+                    timeout=5,
                 )
                 s.count += 1
                 s.last_sent = now

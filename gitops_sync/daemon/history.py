@@ -88,10 +88,7 @@ class Fight:
     def message(self) -> str:
         """One line for logs and Events: field, managers with their values, and when."""
         steps = ", ".join(f"{r.manager}={_short(r.value)} at {_clock(r.observed)}" for r in self.records[-6:])
-        return (
-            f"field {self.path} is fought over by {' and '.join(self.managers)}: "
-            f"{self.changes} changes ({steps})"
-        )
+        return f"field {self.path} is fought over by {' and '.join(self.managers)}: {self.changes} changes ({steps})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,8 +97,14 @@ class Fight:
             "managers": self.managers,
             "changes": self.changes,
             "values": [
-                {"manager": r.manager, "operation": r.operation, "subresource": r.subresource,
-                 "value": r.value, "time": r.time, "observed": rfc3339(r.observed, 3)}
+                {
+                    "manager": r.manager,
+                    "operation": r.operation,
+                    "subresource": r.subresource,
+                    "value": r.value,
+                    "time": r.time,
+                    "observed": rfc3339(r.observed, 3),
+                }
                 for r in self.records
             ],
             "first": rfc3339(self.records[0].observed, 3),
@@ -202,8 +205,15 @@ class OwnershipHistory:
                     if len(fh.records) >= least
                 }
                 if fields or not changed_only:
-                    out.append({"kind": key.kind, "group": key.group, "namespace": key.namespace,
-                                "name": key.name, "fields": fields})
+                    out.append(
+                        {
+                            "kind": key.kind,
+                            "group": key.group,
+                            "namespace": key.namespace,
+                            "name": key.name,
+                            "fields": fields,
+                        }
+                    )
             return out
 
     # -- fight detection --------------------------------------------------------------------

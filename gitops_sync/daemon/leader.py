@@ -165,14 +165,21 @@ class LeaderElector:
             if not self._leading:
                 self._set_leading(True)
         elif self._leading and self._holder not in ("", self.identity):
-            log.error("leader election: another replica holds the Lease; stepping down",
-                      lease=self.store.where, identity=self.identity, holder=self._holder)
+            log.error(
+                "leader election: another replica holds the Lease; stepping down",
+                lease=self.store.where,
+                identity=self.identity,
+                holder=self._holder,
+            )
             with self._lock:
                 self._renewed_at = float("-inf")
             self._set_leading(False)
         elif self._leading and self._clock() - self._renewed_at >= self.config.renew_deadline:
-            log.error("leader election: lost the Lease (not renewed within the renew deadline)",
-                      lease=self.store.where, identity=self.identity)
+            log.error(
+                "leader election: lost the Lease (not renewed within the renew deadline)",
+                lease=self.store.where,
+                identity=self.identity,
+            )
             self._set_leading(False)
         return self._leading
 
@@ -208,8 +215,12 @@ class LeaderElector:
         except (ConflictError, NotFoundError):
             return False
         if holder != self.identity:
-            log.info("leader election: acquired the Lease", lease=self.store.where, identity=self.identity,
-                     previous=holder or "(released)")
+            log.info(
+                "leader election: acquired the Lease",
+                lease=self.store.where,
+                identity=self.identity,
+                previous=holder or "(released)",
+            )
         return True
 
     def _record(self, wall: str, *, acquire: str, transitions: int) -> dict[str, Any]:
@@ -227,8 +238,12 @@ class LeaderElector:
         spec = lease.get("spec") or {}
         self._holder = str(spec.get("holderIdentity") or "")
         self.transitions = int(spec.get("leaseTransitions") or 0)
-        self._observed = (self._holder, str(spec.get("renewTime") or ""), resource_version(lease),
-                          int(spec.get("leaseDurationSeconds") or self.config.lease_duration))
+        self._observed = (
+            self._holder,
+            str(spec.get("renewTime") or ""),
+            resource_version(lease),
+            int(spec.get("leaseDurationSeconds") or self.config.lease_duration),
+        )
         self._observed_at = now
 
     def _set_leading(self, leading: bool) -> None:
@@ -261,13 +276,16 @@ class LeaderElector:
             if old is None or (old.get("spec") or {}).get("holderIdentity") != self.identity:
                 return False
             wall = rfc3339(self._wall(), 6)
-            spec = {**(old.get("spec") or {}), "holderIdentity": "", "leaseDurationSeconds": 1,
-                    "renewTime": wall, "acquireTime": wall}
+            spec = {
+                **(old.get("spec") or {}),
+                "holderIdentity": "",
+                "leaseDurationSeconds": 1,
+                "renewTime": wall,
+                "acquireTime": wall,
+            }
             self.store.update({**old, "spec": spec})
         except ClusterError as exc:
             log.warning("leader election: could not release the Lease", lease=self.store.where, error=str(exc))
             return False
         log.info("leader election: released the Lease", lease=self.store.where, identity=self.identity)
         return True
-
-

@@ -59,6 +59,7 @@ from gitops_sync.source.watch import Watch as LocalWatch
 
 log = structlog.get_logger("gitops_sync.daemon")
 
+
 @dataclass
 class DaemonOptions:
     source: SourceOptions
@@ -119,8 +120,10 @@ class FencedClient(Client):
         # or (DELETE) in the body's DeleteOptions: both are reads.
         dry = is_dry_run(kwargs.get("query"), kwargs.get("body"))
         if method not in ("GET", "HEAD") and not dry and not self.may_write():
-            raise ClusterError(f"not writing {method} {path}: this replica may not write now "
-                               "(detect-only, not the leader or shard holder, or shutting down)")
+            raise ClusterError(
+                f"not writing {method} {path}: this replica may not write now "
+                "(detect-only, not the leader or shard holder, or shutting down)"
+            )
         return super().request_status(method, path, **kwargs)
 
 
@@ -136,42 +139,77 @@ class Daemon:
         self.aux = Client(opts.kubeconfig, opts.context, pool_size=4, timeout=10)
         self.watch_client = Client(opts.kubeconfig, opts.context, pool_size=64)
         self.engine = Engine(self.client, field_manager=opts.field_manager, concurrency=opts.concurrency)
-        self.queue: WorkQueue[QueueKey] = WorkQueue(backoff_cap=opts.max_backoff,
-                                                   on_depth=self.metrics.queue_depth.set)
-        self.cache = WatchCache(self.watch_client, on_event=self._on_watch, on_restart=self._on_watch_restart,
-                                backoff_cap=opts.watch_backoff_cap)
+        self.queue: WorkQueue[QueueKey] = WorkQueue(backoff_cap=opts.max_backoff, on_depth=self.metrics.queue_depth.set)
+        self.cache = WatchCache(
+            self.watch_client,
+            on_event=self._on_watch,
+            on_restart=self._on_watch_restart,
+            backoff_cap=opts.watch_backoff_cap,
+        )
         self.events = EventRecorder(self.aux, instance=opts.identity, on_drop=self.metrics.events_dropped.inc)
         self.leader: LeaderElector | None = None
         if opts.leader_elect:
             lease_ns = opts.leader_namespace or opts.inventory_namespace
-            store = ApiLeaseStore(self.aux, lease_ns,
-                                  lease_name(opts.inventory_name, opts.inventory_namespace, lease_ns))
-            self.leader = LeaderElector(store, opts.identity, opts.leader,
-                                        on_started=self._on_started_leading, on_stopped=self._on_stopped_leading)
+            store = ApiLeaseStore(
+                self.aux, lease_ns, lease_name(opts.inventory_name, opts.inventory_namespace, lease_ns)
+            )
+            self.leader = LeaderElector(
+                store,
+                opts.identity,
+                opts.leader,
+                on_started=self._on_started_leading,
+                on_stopped=self._on_stopped_leading,
+            )
         else:
             self.metrics.leader.set(1)
         # Reviews go through a client of their own: unfenced (a TokenReview writes nothing) and never
         # queued behind Lease renewals or Events.
         self.auth_client = Client(opts.kubeconfig, opts.context, pool_size=8, timeout=5)
         auth = KubernetesAuth(self.auth_client).check if opts.http_auth == "kubernetes" else None
-        self.http = HttpServer(opts.http_addr, Endpoints(
-            healthy=self.healthy, ready=self.ready, metrics=self._metrics, status=self.status,
-            webhook=self._webhook, history=self._field_history,
-        ), auth=auth)
+        self.http = HttpServer(
+            opts.http_addr,
+            Endpoints(
+                healthy=self.healthy,
+                ready=self.ready,
+                metrics=self._metrics,
+                status=self.status,
+                webhook=self._webhook,
+                history=self._field_history,
+            ),
+            auth=auth,
+        )
         self.supervisor = Supervisor(on_restart=lambda name: self.metrics.thread_restarts.labels(name).inc())
         self.cluster_condition = Condition("cluster")
         # Its own small client: a probe must not queue behind requests hanging on the main pool.
-        self.probe_client = Client(opts.kubeconfig, opts.context, pool_size=1, timeout=opts.probe_timeout,
-                                   probe_timeout=opts.probe_timeout)
-        self.probe = ClusterProbe(self.probe_client, self.cluster_condition, interval=opts.probe_interval,
-                                  on_change=self._on_cluster_change)
+        self.probe_client = Client(
+            opts.kubeconfig, opts.context, pool_size=1, timeout=opts.probe_timeout, probe_timeout=opts.probe_timeout
+        )
+        self.probe = ClusterProbe(
+            self.probe_client, self.cluster_condition, interval=opts.probe_interval, on_change=self._on_cluster_change
+        )
         self._cluster_was_down = False
-        self.shared = Shared(cache=self.cache, events=self.events, metrics=self.metrics, probe=self.probe,
-                             stopping=lambda: self._stopping)
+        self.shared = Shared(
+            cache=self.cache,
+            events=self.events,
+            metrics=self.metrics,
+            probe=self.probe,
+            stopping=lambda: self._stopping,
+        )
         self.source = SourceReconciler(
-            SourceSpec(opts.source, opts.pass_opts, opts.self_heal, opts.debounce, opts.fight_threshold,
-                       opts.fight_window, opts.autoscaler_wins), engine=self.engine,
-            queue=self.queue, shared=self.shared, active=self._active, may_write=self._may_write,
+            SourceSpec(
+                opts.source,
+                opts.pass_opts,
+                opts.self_heal,
+                opts.debounce,
+                opts.fight_threshold,
+                opts.fight_window,
+                opts.autoscaler_wins,
+            ),
+            engine=self.engine,
+            queue=self.queue,
+            shared=self.shared,
+            active=self._active,
+            may_write=self._may_write,
             field_manager=opts.field_manager,
         )
         self.history = self.source.history
@@ -202,15 +240,25 @@ class Daemon:
                 sup.spawn(ticker.name, ticker.run)
         self._local_watch = self._watch_local()
         if self._local_watch is not None:
-            sup.watch("file-watch", lambda: "" if self._local_watch is None or self._local_watch.alive()
-                      else "watchdog observer stopped", revive=self._revive_local_watch)
+            sup.watch(
+                "file-watch",
+                lambda: "" if self._local_watch is None or self._local_watch.alive() else "watchdog observer stopped",
+                revive=self._revive_local_watch,
+            )
         sup.watch("watches", self.cache.dead, revive=self.cache.revive)
         sup.watch("events", lambda: "" if self.events.alive() else "Event recorder stopped")
-        log.info("daemon started", repo=mask_url(self.opts.source.repo), mode=self._mode,
-                 http=f"{self.opts.http_addr} (port {self.port})", http_auth=self.opts.http_auth,
-                 leader_elect=self.opts.leader_elect,
-                 identity=self.opts.identity, inventory=f"{self.opts.inventory_namespace}/{self.opts.inventory_name}",
-                 on_conflict=self.opts.pass_opts.policy.value, prune=self.opts.pass_opts.prune)
+        log.info(
+            "daemon started",
+            repo=mask_url(self.opts.source.repo),
+            mode=self._mode,
+            http=f"{self.opts.http_addr} (port {self.port})",
+            http_auth=self.opts.http_auth,
+            leader_elect=self.opts.leader_elect,
+            identity=self.opts.identity,
+            inventory=f"{self.opts.inventory_namespace}/{self.opts.inventory_name}",
+            on_conflict=self.opts.pass_opts.policy.value,
+            prune=self.opts.pass_opts.prune,
+        )
         return self
 
     def stop(self) -> None:
@@ -312,8 +360,11 @@ class Daemon:
         self.metrics.cluster_ok.set(1 if ok else 0)
         if not ok:
             self._cluster_was_down = True
-            log.error("API server unreachable; not counted as a source error", server=self.probe_client.server,
-                      error=mask_url(error))
+            log.error(
+                "API server unreachable; not counted as a source error",
+                server=self.probe_client.server,
+                error=mask_url(error),
+            )
             return
         if self._cluster_was_down:
             self._cluster_was_down = False
@@ -412,14 +463,19 @@ class Daemon:
             "readyReason": why,
             "appliedRevision": applied[0] if applied else "",
             "source": self.source.source_doc(),
-            "conditions": {"source": self.source.condition.to_dict(),
-                           "cluster": self.cluster_condition.to_dict(with_revision=False)},
+            "conditions": {
+                "source": self.source.condition.to_dict(),
+                "cluster": self.cluster_condition.to_dict(with_revision=False),
+            },
             "threads": self.supervisor.status(),
             "lastPass": last_pass,
             "queueDepth": len(self.queue),
             "watches": self.cache.status(),
-            "requests": {"reads": self.client.stats.reads, "writes": self.client.stats.writes,
-                         "dryRuns": self.client.stats.dry_runs},
+            "requests": {
+                "reads": self.client.stats.reads,
+                "writes": self.client.stats.writes,
+                "dryRuns": self.client.stats.dry_runs,
+            },
         }
         return doc
 

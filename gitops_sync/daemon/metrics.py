@@ -17,46 +17,86 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.passes = Counter("gitops_sync_passes", "Reconcile passes by kind (full|partial) and result.",
-                              ["kind", "result"], registry=r)
+        self.passes = Counter(
+            "gitops_sync_passes", "Reconcile passes by kind (full|partial) and result.", ["kind", "result"], registry=r
+        )
         self.pass_duration = Histogram(
-            "gitops_sync_pass_duration_seconds", "Duration of reconcile passes.", ["kind"], registry=r,
+            "gitops_sync_pass_duration_seconds",
+            "Duration of reconcile passes.",
+            ["kind"],
+            registry=r,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
         )
-        self.objects = Gauge("gitops_sync_objects", "Desired objects by state after the last pass.", ["state"],
-                             registry=r)
-        self.drift = Counter("gitops_sync_drift", "Objects found drifted out of band, by outcome "
-                             "(corrected|detected).", ["outcome"], registry=r)
-        self.conflicts = Counter("gitops_sync_conflicts", "Objects with fields owned by another manager "
-                                 "with a different value.", registry=r)
-        self.fights = Counter("gitops_sync_field_fights", "Field ownership changes that continue a fight "
-                              "between managers.", registry=r)
-        self.yields = Counter("gitops_sync_field_yields", "Fields Git sets that the daemon stopped correcting "
-                              "(left to an autoscaler or to a manager that kept taking them).", registry=r)
+        self.objects = Gauge(
+            "gitops_sync_objects", "Desired objects by state after the last pass.", ["state"], registry=r
+        )
+        self.drift = Counter(
+            "gitops_sync_drift",
+            "Objects found drifted out of band, by outcome (corrected|detected).",
+            ["outcome"],
+            registry=r,
+        )
+        self.conflicts = Counter(
+            "gitops_sync_conflicts", "Objects with fields owned by another manager with a different value.", registry=r
+        )
+        self.fights = Counter(
+            "gitops_sync_field_fights", "Field ownership changes that continue a fight between managers.", registry=r
+        )
+        self.yields = Counter(
+            "gitops_sync_field_yields",
+            "Fields Git sets that the daemon stopped correcting "
+            "(left to an autoscaler or to a manager that kept taking them).",
+            registry=r,
+        )
         self.errors = Counter("gitops_sync_object_errors", "Objects a pass failed to plan or apply.", registry=r)
-        self.source_errors = Counter("gitops_sync_source_errors", "Failed fetches or renders of the source.",
-                                     registry=r)
-        self.source_ok = Gauge("gitops_sync_source_healthy", "1 when the last fetch and render succeeded "
-                               "(and no pass crashed on the result); an API server outage does not count.",
-                               registry=r)
-        self.cluster_ok = Gauge("gitops_sync_cluster_reachable", "1 while the API server answers the daemon's "
-                                "periodic /readyz probe (every 5 s, 2 s timeout) with a status below 500.",
-                                registry=r)
-        self.thread_restarts = Counter("gitops_sync_thread_restarts", "Background threads (leader election, "
-                                       "watches, triggers, probe, reconciler) restarted after they died.",
-                                       ["thread"], registry=r)
-        self.revision = Gauge("gitops_sync_last_applied_revision_info", "The revision last applied "
-                              "(value 1; the revision is a label).", ["revision", "source"], registry=r)
-        self.applied_at = Gauge("gitops_sync_last_applied_timestamp_seconds",
-                                "When the last full pass completed without pass-level errors.", registry=r)
-        self.watch_restarts = Counter("gitops_sync_watch_restarts", "Watch loop restarts by resource and "
-                                      "reason (closed|gone|error|forbidden).", ["resource", "reason"], registry=r)
+        self.source_errors = Counter(
+            "gitops_sync_source_errors", "Failed fetches or renders of the source.", registry=r
+        )
+        self.source_ok = Gauge(
+            "gitops_sync_source_healthy",
+            "1 when the last fetch and render succeeded "
+            "(and no pass crashed on the result); an API server outage does not count.",
+            registry=r,
+        )
+        self.cluster_ok = Gauge(
+            "gitops_sync_cluster_reachable",
+            "1 while the API server answers the daemon's "
+            "periodic /readyz probe (every 5 s, 2 s timeout) with a status below 500.",
+            registry=r,
+        )
+        self.thread_restarts = Counter(
+            "gitops_sync_thread_restarts",
+            "Background threads (leader election, watches, triggers, probe, reconciler) restarted after they died.",
+            ["thread"],
+            registry=r,
+        )
+        self.revision = Gauge(
+            "gitops_sync_last_applied_revision_info",
+            "The revision last applied (value 1; the revision is a label).",
+            ["revision", "source"],
+            registry=r,
+        )
+        self.applied_at = Gauge(
+            "gitops_sync_last_applied_timestamp_seconds",
+            "When the last full pass completed without pass-level errors.",
+            registry=r,
+        )
+        self.watch_restarts = Counter(
+            "gitops_sync_watch_restarts",
+            "Watch loop restarts by resource and reason (closed|gone|error|forbidden).",
+            ["resource", "reason"],
+            registry=r,
+        )
         self.cache_objects = Gauge("gitops_sync_cache_objects", "Objects held by the watch cache.", registry=r)
         self.queue_depth = Gauge("gitops_sync_queue_depth", "Keys waiting in the work queue.", registry=r)
-        self.leader = Gauge("gitops_sync_leader", "1 while this replica holds the leader Lease (or runs "
-                            "without leader election).", registry=r)
-        self.events_dropped = Counter("gitops_sync_events_dropped", "Kubernetes Events not recorded "
-                                      "(queue full or API refused).", registry=r)
+        self.leader = Gauge(
+            "gitops_sync_leader",
+            "1 while this replica holds the leader Lease (or runs without leader election).",
+            registry=r,
+        )
+        self.events_dropped = Counter(
+            "gitops_sync_events_dropped", "Kubernetes Events not recorded (queue full or API refused).", registry=r
+        )
         for state in OBJECT_STATES:
             self.objects.labels(state).set(0)
         self._revision_labels: tuple[str, str] | None = None

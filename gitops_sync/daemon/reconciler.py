@@ -68,9 +68,18 @@ class SourceSpec:
 class SourceReconciler:
     """The desired-state source, the passes and the reporter of one source."""
 
-    def __init__(self, spec: SourceSpec, *, engine: Engine, queue: KeyQueue, shared: Shared,
-                 active: Callable[[], bool], may_write: Callable[[], bool], field_manager: str,
-                 subject: tuple[ObjectKey, str] | None = None) -> None:
+    def __init__(
+        self,
+        spec: SourceSpec,
+        *,
+        engine: Engine,
+        queue: KeyQueue,
+        shared: Shared,
+        active: Callable[[], bool],
+        may_write: Callable[[], bool],
+        field_manager: str,
+        subject: tuple[ObjectKey, str] | None = None,
+    ) -> None:
         self.spec = spec
         self.engine = engine
         self.queue = queue
@@ -81,11 +90,20 @@ class SourceReconciler:
         self.may_write = may_write
         self.desired = DesiredSource(spec.source, spec.debounce)
         self.history = OwnershipHistory()
-        self.yields = Yields(threshold=spec.fight_threshold, window=spec.fight_window,
-                             autoscaler_wins=spec.autoscaler_wins, field_manager=field_manager)
-        self.reporter = Reporter(events=shared.events, metrics=shared.metrics, queue=queue,
-                                 field_manager=field_manager, forcing=self.forcing,
-                                 live=lambda k: shared.cache.get(k)[1])
+        self.yields = Yields(
+            threshold=spec.fight_threshold,
+            window=spec.fight_window,
+            autoscaler_wins=spec.autoscaler_wins,
+            field_manager=field_manager,
+        )
+        self.reporter = Reporter(
+            events=shared.events,
+            metrics=shared.metrics,
+            queue=queue,
+            field_manager=field_manager,
+            forcing=self.forcing,
+            live=lambda k: shared.cache.get(k)[1],
+        )
         # Events about the whole source: on the GitSync, or (run --repo) the inventory parent ConfigMap.
         self.subject = subject or (ObjectKey("", "ConfigMap", self.inventory_namespace, self.inventory_name), "v1")
         self.condition = Condition("source")
@@ -172,14 +190,21 @@ class SourceReconciler:
             self.cluster_trouble(exc)
             self.set_source_health(checkout.revision, load_error="")  # Git is fine; keep SOURCE's backoff
             delay = self.queue.add_rate_limited(SOURCE)
-            log.warning("cannot resolve the new revision: the API server failed; keeping the last good state",
-                        revision=checkout.revision, error=mask_url(str(exc)), retry_in=round(delay, 2))
+            log.warning(
+                "cannot resolve the new revision: the API server failed; keeping the last good state",
+                revision=checkout.revision,
+                error=mask_url(str(exc)),
+                retry_in=round(delay, 2),
+            )
             return False
         except Exception as exc:
             self._source_failed(masked(exc, Redactor(o.manifest for o in objects)), checkout.revision)
             return False
         new = DesiredState(
-            checkout=checkout, targets=targets, digest=new_digest, by_key={t.key: t for t in targets},
+            checkout=checkout,
+            targets=targets,
+            digest=new_digest,
+            by_key={t.key: t for t in targets},
             paths={t.key: tracked_paths(t.manifest) for t in targets},
         )
         old_keys = set(self.desired.state.by_key) if self.desired.state else set()
@@ -198,8 +223,13 @@ class SourceReconciler:
             self.on_loaded(self)
         else:
             self.cache.set_interest(targets)
-        log.info("source loaded", revision=checkout.revision or "(plain directory)", objects=len(targets),
-                 digest=new_digest[:12], **self._log_name())
+        log.info(
+            "source loaded",
+            revision=checkout.revision or "(plain directory)",
+            objects=len(targets),
+            digest=new_digest[:12],
+            **self._log_name(),
+        )
         return True
 
     def _log_name(self) -> dict[str, str]:
@@ -216,8 +246,14 @@ class SourceReconciler:
         self.metrics.source_errors.inc()
         kept = self.desired.state.checkout.revision if self.desired.state else ""
         if error != self.load_error or revision != self.load_error_revision:
-            log.error("source failed; keeping the last good state", error=error, revision=revision,
-                      kept_revision=kept or None, retry_in=round(delay, 2), **self._log_name())
+            log.error(
+                "source failed; keeping the last good state",
+                error=error,
+                revision=revision,
+                kept_revision=kept or None,
+                retry_in=round(delay, 2),
+                **self._log_name(),
+            )
         self.set_source_health(revision, load_error=error)
 
     def set_source_health(self, revision: str, *, load_error: str) -> None:
@@ -232,24 +268,27 @@ class SourceReconciler:
                 self.metrics.source_ok.set(0)
             if self.condition.set(False, error, rev):
                 keeping = f"; keeping {short_revision(kept)}" if kept else ""
-                self.source_event("SourceFailed", WARNING,
-                                  f"source failed at revision {short_revision(rev) or '(unknown)'}{keeping}: {error}")
+                self.source_event(
+                    "SourceFailed",
+                    WARNING,
+                    f"source failed at revision {short_revision(rev) or '(unknown)'}{keeping}: {error}",
+                )
             return
         was_failed = self.condition.state is False
         if self.shared.gauges:
             self.metrics.source_ok.set(1)
         if self.condition.set(True, revision=revision) and was_failed:
             log.info("source healthy again", revision=revision, **self._log_name())
-            self.source_event("SourceRecovered", NORMAL,
-                              f"source healthy again at revision {short_revision(revision)}")
+            self.source_event("SourceRecovered", NORMAL, f"source healthy again at revision {short_revision(revision)}")
 
     def source_event(self, reason: str, etype: str, message: str) -> None:
         """An Event on the object that stands for the whole source; only where passes run."""
         if not self.active():
             return
         key, api_version = self.subject
-        self.shared.events.record(EventSpec(key=key, api_version=api_version, reason=reason, message=message,
-                                            type=etype, series=reason))
+        self.shared.events.record(
+            EventSpec(key=key, api_version=api_version, reason=reason, message=message, type=etype, series=reason)
+        )
 
     def cluster_trouble(self, exc: ClusterError) -> None:
         """A request failed: when the connection itself broke, let the probe look now, not in 5 s."""
@@ -269,8 +308,9 @@ class SourceReconciler:
         self.attempted = src.checkout.revision
         try:
             targets = self._yielding(src, only)
-            cs = self.engine.run(src.checkout, targets, opts, apply=self.spec.self_heal,
-                                 live_of=self._live_of, only=only)
+            cs = self.engine.run(
+                src.checkout, targets, opts, apply=self.spec.self_heal, live_of=self._live_of, only=only
+            )
             for e in cs.entries:
                 e.yielded = [y.to_field() for y in self.yields.of(e.key)]
         except GitOpsError as exc:
@@ -312,12 +352,23 @@ class SourceReconciler:
         # A full pass that is retried as a whole retries its failed objects too: one backoff, not two.
         self._absorb(src, cs, only is None, retry_objects=not retry_in, retry_in=retry_in)
         with self.state:
-            self.last_pass = {"kind": kind, "result": result, "objects": len(cs.entries),
-                              "finished": rfc3339(time.time()), "durationSeconds": round(took, 4),
-                              "summary": cs.summary()}
+            self.last_pass = {
+                "kind": kind,
+                "result": result,
+                "objects": len(cs.entries),
+                "finished": rfc3339(time.time()),
+                "durationSeconds": round(took, 4),
+                "summary": cs.summary(),
+            }
         level = log.info if (only is None or cs.has_changes or cs.has_errors) else log.debug
-        level("pass", kind=kind, revision=cs.revision, seconds=round(took, 3),
-              **{k: v for k, v in cs.summary().items() if v}, **self._log_name())
+        level(
+            "pass",
+            kind=kind,
+            revision=cs.revision,
+            seconds=round(took, 3),
+            **{k: v for k, v in cs.summary().items() if v},
+            **self._log_name(),
+        )
         if self.on_passed is not None:
             self.on_passed(self)
 
@@ -325,8 +376,12 @@ class SourceReconciler:
         """The targets of this pass with yielded fields left out (daemon/yields.py): end the yields that
         expired or whose HPA is gone, yield to autoscalers seen for the first time, then drop the fields."""
         for y in self.yields.expired():
-            self.reporter.resumed(y, f"{y.manager} has not written it for {self.spec.fight_window:g} s",
-                                  src.by_key[y.key].info.api_version, self.active())
+            self.reporter.resumed(
+                y,
+                f"{y.manager} has not written it for {self.spec.fight_window:g} s",
+                src.by_key[y.key].info.api_version,
+                self.active(),
+            )
         scope = src.targets if only is None else [t for t in src.targets if t.key in only]
         hpas: dict[str, list[Manifest] | None] = {}
         autoscaled = self.yields.autoscaled_keys()
@@ -342,8 +397,9 @@ class SourceReconciler:
                     known, hpa = self._autoscaler_of(t.key, hpas)
                     if known and hpa is None:
                         for y in self.yields.autoscaler_gone(t.key):
-                            self.reporter.resumed(y, "no HorizontalPodAutoscaler scales it any more",
-                                                  t.info.api_version, self.active())
+                            self.reporter.resumed(
+                                y, "no HorizontalPodAutoscaler scales it any more", t.info.api_version, self.active()
+                            )
                 continue
             if not scaled:
                 continue
@@ -355,8 +411,9 @@ class SourceReconciler:
                     self.reporter.yielded(y, live)
         if not any(self.yields.has(t.key) for t in scope):
             return src.targets
-        return [self.yields.body(t, self.cache.get(t.key)[1]) if (only is None or t.key in only) else t
-                for t in src.targets]
+        return [
+            self.yields.body(t, self.cache.get(t.key)[1]) if (only is None or t.key in only) else t for t in src.targets
+        ]
 
     def _autoscaler_of(self, key: ObjectKey, hpas: dict[str, list[Manifest] | None]) -> tuple[bool, Autoscaler | None]:
         """(known, the HPA scaling `key`): the namespace's HPAs are listed once per pass; a refused or
@@ -379,11 +436,22 @@ class SourceReconciler:
         self.metrics.pass_duration.labels(kind).observe(took)
         retry: list[QueueKey] = [FULL] if only is None else list(only)
         delays = [self.queue.add_rate_limited(k) for k in retry]
-        log.error("pass failed", kind=kind, error=error, retry_in=round(min(delays), 2),
-                  attempt=self.queue.failures(retry[0]), **self._log_name())
+        log.error(
+            "pass failed",
+            kind=kind,
+            error=error,
+            retry_in=round(min(delays), 2),
+            attempt=self.queue.failures(retry[0]),
+            **self._log_name(),
+        )
         with self.state:
-            self.last_pass = {"kind": kind, "result": "error", "error": error,
-                              "finished": rfc3339(time.time()), "durationSeconds": round(took, 4)}
+            self.last_pass = {
+                "kind": kind,
+                "result": "error",
+                "error": error,
+                "finished": rfc3339(time.time()),
+                "durationSeconds": round(took, 4),
+            }
             if only is None:
                 self.pass_errors = [error]
         if self.on_passed is not None:
@@ -421,10 +489,17 @@ class SourceReconciler:
                 self.entries.update((e.key, e) for e in cs.entries)
             entries = list(self.entries.values())
         for error in cs.errors:  # once per retry: the delay doubles each time
-            log.error("pass error", error=error, retry_in=round(retry_in, 2), attempt=self.queue.failures(FULL),
-                      **self._log_name())
+            log.error(
+                "pass error",
+                error=error,
+                retry_in=round(retry_in, 2),
+                attempt=self.queue.failures(FULL),
+                **self._log_name(),
+            )
         for e in cs.entries:
             self.reporter.report(src.digest, src.checkout.revision, e, applied=not cs.dry_run, retry=retry_objects)
+            if self.active():
+                self.reporter.foreign(e)
         if self.shared.gauges:
             self.metrics.set_objects(entries, applied=not cs.dry_run, forcing=self.forcing)
             self.metrics.cache_objects.set(self.cache.objects())
@@ -469,8 +544,11 @@ class SourceReconciler:
         if not self.condition.ok:
             kept = self.desired.state.checkout.revision if self.desired.state else ""
             rev = self.condition.to_dict()["revision"]
-            return [f"source failed: {self.condition.error}" + (f" (revision {rev})" if rev else "")
-                    + (f"; keeping revision {kept}" if kept else "")]
+            return [
+                f"source failed: {self.condition.error}"
+                + (f" (revision {rev})" if rev else "")
+                + (f"; keeping revision {kept}" if kept else "")
+            ]
         if self.desired.state is None:
             return ["source not loaded yet"]
         return []
@@ -483,14 +561,19 @@ class SourceReconciler:
             errors = list(self.pass_errors)
         source = self.condition.to_dict()
         if not self.condition.ok:
-            errors.insert(0, f"source: {source['error']}" + (f" (revision {source['revision']})"
-                                                              if source["revision"] else ""))
+            errors.insert(
+                0, f"source: {source['error']}" + (f" (revision {source['revision']})" if source["revision"] else "")
+            )
         if not cluster.ok:
             errors.insert(0, f"cluster: {cluster.error}")
         cs = ChangeSet(
-            revision=src.checkout.revision if src else "", source=self.applied[1] if self.applied else "",
-            entries=entries, errors=errors, dry_run=not self.spec.self_heal,
-            inventory=self.inventory_name, inventory_namespace=self.inventory_namespace,
+            revision=src.checkout.revision if src else "",
+            source=self.applied[1] if self.applied else "",
+            entries=entries,
+            errors=errors,
+            dry_run=not self.spec.self_heal,
+            inventory=self.inventory_name,
+            inventory_namespace=self.inventory_namespace,
             source_identity=self.desired.identity.text,
         )
         doc = cs.to_dict()

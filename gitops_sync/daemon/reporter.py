@@ -52,8 +52,16 @@ class KeyQueue(Protocol):
 class Reporter:
     """Per-source memory of what was already said, so each drift, conflict or error is reported once."""
 
-    def __init__(self, *, events: EventRecorder, metrics: Metrics, queue: KeyQueue, field_manager: str,
-                 forcing: bool, live: Callable[[ObjectKey], Manifest | None]) -> None:
+    def __init__(
+        self,
+        *,
+        events: EventRecorder,
+        metrics: Metrics,
+        queue: KeyQueue,
+        field_manager: str,
+        forcing: bool,
+        live: Callable[[ObjectKey], Manifest | None],
+    ) -> None:
         self.events = events
         self.metrics = metrics
         self.queue = queue
@@ -64,6 +72,7 @@ class Reporter:
         self.converged: dict[ObjectKey, str] = {}  # key -> digest it was last seen in sync at
         self.deleted: set[ObjectKey] = set()  # desired objects someone deleted (seen through the watch)
         self.added: set[ObjectKey] = set()  # desired objects the latest revision added (not in the one before)
+        self.foreign_seen: dict[ObjectKey, tuple[tuple[str, str], ...]] = {}  # foreign fields last said
 
     def forget(self, keys: set[ObjectKey]) -> None:
         """These objects left Git: nothing about them is news any more."""
@@ -71,6 +80,7 @@ class Reporter:
             self.reported.pop(key, None)
             self.converged.pop(key, None)
             self.deleted.discard(key)
+            self.foreign_seen.pop(key, None)
 
     def report(self, digest: str, revision: str, e: Entry, *, applied: bool, retry: bool = True) -> None:
         key = e.key
@@ -88,8 +98,11 @@ class Reporter:
                 log.warning("would prune", object=str(key), message=e.message)
             return
         fields = list({c.path: c for c in e.drift + e.conflicts}.values())  # a conflict is also a drift
-        sig = (e.action.value, e.message if e.action is Action.ERROR else "",
-               tuple(sorted((c.path, json.dumps(c.live, default=str), c.manager) for c in fields)))
+        sig = (
+            e.action.value,
+            e.message if e.action is Action.ERROR else "",
+            tuple(sorted((c.path, json.dumps(c.live, default=str), c.manager) for c in fields)),
+        )
         if e.action is Action.ERROR:
             if retry:
                 self.queue.add_rate_limited(key)
@@ -104,11 +117,15 @@ class Reporter:
         foreign = any(c.manager and c.manager != self.field_manager for c in fields)
         # Git moved on rather than the cluster: the object was in sync at an earlier revision (or is new in
         # this one) and nobody else owns what differs. Not drift, also in --detect-only.
-        new_revision = not deleted and not foreign and (
-            (key in self.converged and self.converged[key] != digest)
-            or (e.action is Action.CREATE and key in self.added))
-        out_of_band = (deleted or self.converged.get(key) == digest or foreign
-                       or (not applied and not new_revision))
+        new_revision = (
+            not deleted
+            and not foreign
+            and (
+                (key in self.converged and self.converged[key] != digest)
+                or (e.action is Action.CREATE and key in self.added)
+            )
+        )
+        out_of_band = deleted or self.converged.get(key) == digest or foreign or (not applied and not new_revision)
         if applied:
             self.converged[key] = digest
             self.deleted.discard(key)
@@ -121,15 +138,21 @@ class Reporter:
         rev = short_revision(revision) or "(plain directory)"
         if e.action is Action.UPDATE and not fields:
             # Only our bookkeeping (membership label, intent hash) differed: not a field anyone drifted.
-            log.info("ownership recorded" if applied else "ownership record would be restored (detect-only)",
-                     object=str(key), revision=revision)
+            log.info(
+                "ownership recorded" if applied else "ownership record would be restored (detect-only)",
+                object=str(key),
+                revision=revision,
+            )
         elif conflict and not (self.forcing and not applied):
             self.metrics.conflicts.inc()
             log.warning("conflict", object=str(key), message=e.message, fields=log_fields)
             self.event(e, "Conflict", WARNING, f"{e.message}: {detail}")
         elif out_of_band:
-            what = "deleted out of band; recreated" if deleted and applied else (
-                "deleted out of band" if deleted else detail)
+            what = (
+                "deleted out of band; recreated"
+                if deleted and applied
+                else ("deleted out of band" if deleted else detail)
+            )
             if applied:
                 self.metrics.drift.labels("corrected").inc()
                 log.warning("drift corrected", object=str(key), fields=log_fields, deleted=deleted)
@@ -139,51 +162,131 @@ class Reporter:
                 log.warning("drift detected", object=str(key), fields=log_fields, missing=e.action is Action.CREATE)
                 if e.action is Action.CREATE:
                     what = "missing from the cluster" if not deleted else what
-                self.event(e, "DriftDetected", WARNING, f"differs from Git {rev} (not corrected: "
-                           f"detect-only): {what}")
+                self.event(e, "DriftDetected", WARNING, f"differs from Git {rev} (not corrected: detect-only): {what}")
         elif not applied:
-            log.info("new revision not applied (detect-only)", object=str(key), revision=revision,
-                     missing=e.action is Action.CREATE, fields=log_fields)
+            log.info(
+                "new revision not applied (detect-only)",
+                object=str(key),
+                revision=revision,
+                missing=e.action is Action.CREATE,
+                fields=log_fields,
+            )
         else:
-            log.info("applied" if e.action is not Action.CREATE else "created", object=str(key),
-                     revision=revision, fields=log_fields)
+            log.info(
+                "applied" if e.action is not Action.CREATE else "created",
+                object=str(key),
+                revision=revision,
+                fields=log_fields,
+            )
         if applied and not conflict:
             self.reported.pop(key, None)  # corrected: the next drift of the same field is news again
 
     def event(self, e: Entry, reason: str, etype: str, message: str) -> None:
         live = self.live(e.key)
         meta = (live or {}).get("metadata") or {}
-        self.events.record(EventSpec(
-            key=e.key, api_version=e.api_version, reason=reason, message=message, type=etype,
-            series=",".join(sorted(c.path for c in e.drift + e.conflicts)),
-            uid=str(meta.get("uid") or ""), resource_version=resource_version(live),
-        ))
+        self.events.record(
+            EventSpec(
+                key=e.key,
+                api_version=e.api_version,
+                reason=reason,
+                message=message,
+                type=etype,
+                series=",".join(sorted(c.path for c in e.drift + e.conflicts)),
+                uid=str(meta.get("uid") or ""),
+                resource_version=resource_version(live),
+            )
+        )
 
     def fight(self, fight: Fight, live: Manifest) -> None:
         self.metrics.fights.inc()
-        log.warning("field fight", object=str(fight.key), field=fight.path, managers=fight.managers,
-                    changes=fight.changes, values=[{"manager": r.manager, "value": r.value,
-                                                    "time": r.time} for r in fight.records[-10:]])
+        log.warning(
+            "field fight",
+            object=str(fight.key),
+            field=fight.path,
+            managers=fight.managers,
+            changes=fight.changes,
+            values=[{"manager": r.manager, "value": r.value, "time": r.time} for r in fight.records[-10:]],
+        )
         meta = live.get("metadata") or {}
-        self.events.record(EventSpec(
-            key=fight.key, api_version=str(live.get("apiVersion", "")), reason="FieldFight",
-            message=fight.message(), type=WARNING, series=fight.path, uid=str(meta.get("uid") or ""),
-            resource_version=resource_version(live),
-        ))
+        self.events.record(
+            EventSpec(
+                key=fight.key,
+                api_version=str(live.get("apiVersion", "")),
+                reason="FieldFight",
+                message=fight.message(),
+                type=WARNING,
+                series=fight.path,
+                uid=str(meta.get("uid") or ""),
+                resource_version=resource_version(live),
+            )
+        )
+
+    def foreign(self, e: Entry) -> None:
+        """Fields others added that Git does not declare: said once per new set (log line and Normal Event)."""
+        sig = tuple(sorted((f.path, f.manager) for f in e.foreign))
+        if self.foreign_seen.get(e.key, ()) == sig:
+            return
+        self.foreign_seen[e.key] = sig
+        if not sig:
+            return
+        log.info(
+            "fields added by other managers (not in Git)",
+            object=str(e.key),
+            fields=[
+                {
+                    "path": f.path,
+                    "manager": f.manager,
+                    "operation": f.operation,
+                    "subresource": f.subresource,
+                    "time": f.time,
+                }
+                for f in e.foreign
+            ],
+        )
+        text = "; ".join(f"{f.path} by {f.manager} at {f.time}" for f in e.foreign[:5])
+        more = f" and {len(e.foreign) - 5} more" if len(e.foreign) > 5 else ""
+        meta = (self.live(e.key) or {}).get("metadata") or {}
+        self.events.record(
+            EventSpec(
+                key=e.key,
+                api_version=e.api_version,
+                reason="ForeignFields",
+                type=NORMAL,
+                series="foreign",
+                message=f"fields not in Git, added by other managers: {text}{more}",
+                uid=str(meta.get("uid") or ""),
+                resource_version=str(meta.get("resourceVersion") or ""),
+            )
+        )
 
     def yielded(self, y: Yield, live: Manifest) -> None:
         """A field left to another manager: said once, in the log and as a Warning Event."""
         self.metrics.yields.inc()
-        log.warning("yielding field", object=str(y.key), field=y.path, reason=y.reason, manager=y.manager,
-                    operation=y.operation, subresource=y.subresource,
-                    autoscaler=y.autoscaler.to_dict() if y.autoscaler else None,
-                    **({} if is_secret(y.key) else {"desired": y.desired, "live": y.live}), advice=y.advice())
+        log.warning(
+            "yielding field",
+            object=str(y.key),
+            field=y.path,
+            reason=y.reason,
+            manager=y.manager,
+            operation=y.operation,
+            subresource=y.subresource,
+            autoscaler=y.autoscaler.to_dict() if y.autoscaler else None,
+            **({} if is_secret(y.key) else {"desired": y.desired, "live": y.live}),
+            advice=y.advice(),
+        )
         meta = live.get("metadata") or {}
-        self.events.record(EventSpec(
-            key=y.key, api_version=str(live.get("apiVersion", "")), reason="FieldYielded", message=y.message(),
-            type=WARNING, series=y.path, uid=str(meta.get("uid") or ""),
-            resource_version=str(meta.get("resourceVersion") or ""),
-        ))
+        self.events.record(
+            EventSpec(
+                key=y.key,
+                api_version=str(live.get("apiVersion", "")),
+                reason="FieldYielded",
+                message=y.message(),
+                type=WARNING,
+                series=y.path,
+                uid=str(meta.get("uid") or ""),
+                resource_version=str(meta.get("resourceVersion") or ""),
+            )
+        )
 
     def resumed(self, y: Yield, why: str, api_version: str, active: bool) -> None:
         """A yielded field is Git's again: look at the object now; the Event only where passes run."""
@@ -192,11 +295,18 @@ class Reporter:
         if not active:
             return
         meta = (self.live(y.key) or {}).get("metadata") or {}
-        self.events.record(EventSpec(
-            key=y.key, api_version=api_version, reason="FieldResumed", type=NORMAL, series=y.path,
-            message=f"correcting {y.path} again (was left to {y.actor}): {why}",
-            uid=str(meta.get("uid") or ""), resource_version=str(meta.get("resourceVersion") or ""),
-        ))
+        self.events.record(
+            EventSpec(
+                key=y.key,
+                api_version=api_version,
+                reason="FieldResumed",
+                type=NORMAL,
+                series=y.path,
+                message=f"correcting {y.path} again (was left to {y.actor}): {why}",
+                uid=str(meta.get("uid") or ""),
+                resource_version=str(meta.get("resourceVersion") or ""),
+            )
+        )
 
 
 def masked(exc: BaseException, redact: Redactor) -> str:
@@ -245,8 +355,7 @@ def describe(key: ObjectKey, fields: list[FieldChange], limit: int = 5) -> str:
 
 
 def field_log(key: ObjectKey, c: FieldChange) -> dict[str, Any]:
-    out: dict[str, Any] = {"path": c.path, "manager": c.manager, "operation": c.operation,
-                           "subresource": c.subresource}
+    out: dict[str, Any] = {"path": c.path, "manager": c.manager, "operation": c.operation, "subresource": c.subresource}
     if not is_secret(key):
         out["live"], out["desired"] = c.live, c.desired
     for name in ("reason", "since", "source"):  # why it differs and where Git says it

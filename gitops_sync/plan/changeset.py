@@ -72,8 +72,10 @@ class FieldChange:
         """`live-changed by kubectl (Update/scale) at 2026-…`: the reason in one phrase, for tables and logs."""
         if self.reason == LIVE_CHANGED:
             how = "/".join(p for p in (self.operation, self.subresource) if p)
-            return f"{self.reason} by {self.manager}" + (f" ({how})" if how else "") + (
-                f" at {self.since}" if self.since else ""
+            return (
+                f"{self.reason} by {self.manager}"
+                + (f" ({how})" if how else "")
+                + (f" at {self.since}" if self.since else "")
             )
         return self.reason
 
@@ -157,6 +159,29 @@ class Ignored(FieldChange):
 
 
 @dataclass
+class Foreign:
+    """A field Git does not declare that another manager added to a managed object after our apply
+    (a label, an env var, a ConfigMap key, a changed default): informational, never drift."""
+
+    path: str
+    value: Any
+    manager: str
+    operation: str
+    subresource: str
+    time: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "value": self.value,
+            "manager": self.manager,
+            "operation": self.operation,
+            "subresource": self.subresource,
+            "time": self.time,
+        }
+
+
+@dataclass
 class Entry:
     key: ObjectKey
     api_version: str
@@ -170,6 +195,7 @@ class Entry:
     shared: SharedWith | None = None  # a `shared` conflict: already a member of another ApplySet
     yielded: list[Yielded] = field(default_factory=list)  # fields left to another manager (daemon)
     ignored: list[Ignored] = field(default_factory=list)  # fields ignore rules left to the cluster
+    foreign: list[Foreign] = field(default_factory=list)  # fields others added that Git does not declare
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -192,6 +218,8 @@ class Entry:
             out["yielded"] = [y.to_dict() for y in self.yielded]
         if self.ignored:
             out["ignored"] = [i.to_dict() for i in self.ignored]
+        if self.foreign:
+            out["foreign"] = [f.to_dict() for f in self.foreign]
         return out
 
 

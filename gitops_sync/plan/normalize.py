@@ -30,7 +30,6 @@ __all__ = [
 ]
 
 
-
 def strip_server_fields(obj: Manifest) -> Manifest:
     """A copy without what the server fills in (status, bookkeeping metadata, kubectl annotations).
 

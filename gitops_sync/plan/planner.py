@@ -26,6 +26,7 @@ from gitops_sync.conventions import (
     PART_OF,
     PRUNE,
     PRUNE_DISABLED,
+    SERVER_ANNOTATIONS,
     ConflictPolicy,
 )
 from gitops_sync.errors import RenderError
@@ -39,6 +40,7 @@ from gitops_sync.plan.changeset import (
     CoOwner,
     Entry,
     FieldChange,
+    Foreign,
     SharedWith,
 )
 from gitops_sync.plan.masking import MASK, VALUES_DIFFER, mask_diff
@@ -278,7 +280,59 @@ def explain(
         entry.message = f"{verb}record gitops-sync ownership (no field value changes)"
     # A plan describes today's owners; an apply describes the owners it left behind.
     entry.co_owners = co_owners(target.manifest, live if dry_run or result is None else result, field_manager)
+    entry.foreign = foreign_fields(target.key, target.manifest, live, field_manager)
     return entry
+
+
+def _is_item_key(path: str) -> bool:
+    """`...env[name="FOO"].name`: a key field of a list item (named by the item's path already)."""
+    elements = fieldpath.parse(path)
+    if len(elements) < 2:
+        return False
+    last, parent = elements[-1], elements[-2]
+    if not isinstance(last, fieldpath.Field) or not isinstance(parent, fieldpath.Key):
+        return False
+    return last.name in {name for name, _ in parent.items}
+
+
+# Written by the server or its controllers on every object of a kind, whoever applies it: never news.
+_NOT_FOREIGN = tuple(f".metadata.annotations.{a}" for a in SERVER_ANNOTATIONS)
+
+
+def foreign_fields(key: ObjectKey, desired: Manifest, live: Manifest, field_manager: str) -> list[Foreign]:
+    """Fields Git does not declare that another manager owns and wrote after our last apply (its
+    managedFields time is later than ours); status and server bookkeeping excluded. Secret values masked."""
+    entries = ownership.managed_fields(live)
+    ours = next((e for e in entries if e.identity == (field_manager, "Apply", "")), None)
+    if ours is None:
+        return []  # never applied by us: everything on it is someone else's
+    later = [
+        e
+        for e in entries
+        if e is not ours and e.subresource != "status" and e.time and (not ours.time or e.time > ours.time)
+    ]
+    if not later:
+        return []
+    whole = {leaf.format() for leaf, _ in fieldpath.leaves(desired)}  # values Git sets as one
+    declared = whole | {prefix.format() for leaf, _ in fieldpath.leaves(desired) for prefix in leaf.prefixes()}
+    out = []
+    for e in later:
+        for path in sorted(e.owned_paths):
+            if path in declared or path.startswith(_NOT_FOREIGN) or path in BOOKKEEPING:
+                continue
+            if any(path.startswith((w + ".", w + "[")) for w in whole):
+                continue  # inside a value Git sets whole
+            if any(o.startswith((path + ".", path + "[")) for o in e.owned_paths):
+                continue  # an interior node: its leaves are listed
+            if _is_item_key(path):
+                continue  # `env[name="FOO"].name`: the item's name, already in its path
+            value = fieldpath.get(live, path)
+            if value is fieldpath.MISSING:
+                continue
+            if key.kind == "Secret" and not key.group:
+                value = MASK
+            out.append(Foreign(path, value, e.manager, e.operation, e.subresource, e.time))
+    return out
 
 
 def _only_intent_changed(result: Manifest, live: Manifest) -> bool:

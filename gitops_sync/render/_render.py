@@ -270,8 +270,11 @@ def _string_map_problems(value: Any, what: str) -> list[str]:
         return []
     if not isinstance(value, dict):
         return [f"{what} must be a mapping of strings (found {_type_name(value)})"]
-    wrong = [f"{what}.{key} must be a string (found {_type_name(v)})" for key, v in value.items()
-             if not isinstance(v, str) and v is not None]
+    wrong = [
+        f"{what}.{key} must be a string (found {_type_name(v)})"
+        for key, v in value.items()
+        if not isinstance(v, str) and v is not None
+    ]
     if len(wrong) > 3:
         wrong[3:] = [f"and {len(wrong) - 3} more in {what}"]
     return wrong

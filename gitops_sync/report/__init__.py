@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 from gitops_sync import jsoncodec
 from gitops_sync.formatting import truncate
 from gitops_sync.plan import actors
-from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange, Ignored
+from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange, Foreign, Ignored
 from gitops_sync.source import short_revision
 
 if TYPE_CHECKING:  # rich is imported by the table only: `-o json` and markdown never pay for it
@@ -153,6 +153,12 @@ def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int 
             fields_text = ", ".join(o.fields[:6] if many else o.fields) + (" …" if many else "")
             ot.add_row(Text(str(e.key)), Text(o.manager), Text(op), Text(fields_text))
         console.print(ot)
+    foreign = [(e, f) for e in shown for f in e.foreign] if verbose else []
+    if foreign:
+        ft = _table("added by other managers, not in Git (informational)", "object", "path", "value", "by", "time")
+        for e, f in foreign:
+            ft.add_row(Text(str(e.key)), Text(f.path), Text(short(f.value, limit)), Text(_by(f)), Text(f.time))
+        console.print(ft)
     for err in cs.errors:
         console.print(Text(f"error: {err}", style="bold red"))
 
@@ -199,11 +205,24 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
             for e, o in co
         ]
         lines += ["", "</details>", ""]
+    foreign = [(e, f) for e in cs.sorted_entries() for f in e.foreign]
+    if foreign:
+        lines += [f"<details><summary>{len(foreign)} field(s) added by other managers, not in Git</summary>", ""]
+        lines += [
+            f"- {_code(str(e.key))}: {_code(f.path)} = {_code(short(f.value))} by **{_md(_by(f))}** at {_md(f.time)}"
+            for e, f in foreign
+        ]
+        lines += ["", "</details>", ""]
     lines += [f"> **error:** {_md(err)}" for err in cs.errors]
     return "\n".join(lines).rstrip() + "\n"
 
 
 _KIND_STYLE: Final = {"drift": "yellow", "ignored": "dim"}
+
+
+def _by(f: Foreign) -> str:
+    """`kubectl-label (Update)`, `kube-controller-manager (Update, scale)`."""
+    return f"{f.manager} ({', '.join(p for p in (f.operation, f.subresource) if p)})"
 
 
 def _field_groups(e: Entry, verbose: bool) -> list[tuple[str, list[FieldChange]]]:

@@ -66,6 +66,11 @@ class Checkout:
     repo_root: Path | None = None
     # Which source this is, however `repo` was spelled (names the inventory); set by `fetch`.
     identity: SourceIdentity | None = field(default=None, compare=False)
+    # The files of a commit (materialised in the cache, never edited): the repository's git directory and the
+    # rendered root's path inside the commit ("" for its top), so the render cache can key on the Git tree.
+    # None for a plain directory or a work tree, whose files may differ from any commit.
+    git_dir: Path | None = field(default=None, compare=False)
+    git_path: str | None = field(default=None, compare=False)
 
 
 def mask_url(text: str) -> str:
@@ -160,6 +165,12 @@ def knows_commit(repo: str, sha: str) -> bool:
     return True
 
 
+def cache_root(cache_dir: Path | None) -> Path:
+    """The clone cache's directory: `cache_dir` or `$XDG_CACHE_HOME/gitops-sync/repos` (the render cache
+    keeps its entries in a sub-directory of it)."""
+    return (cache_dir if cache_dir is not None else _default_cache_dir()).expanduser().resolve()
+
+
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "gitops-sync" / "repos"
@@ -176,8 +187,19 @@ def _fetch_remote(url: str, revision: str | None, path: str | None, cache: Path,
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
         if revision is None:
             refspecs.append(f"+HEAD:{_REMOTE_HEAD}")
-        _run(bare, timeout, url, remote.env, "fetch", "--prune", "--force", "--no-write-fetch-head", "--",
-             remote.url, *refspecs)
+        _run(
+            bare,
+            timeout,
+            url,
+            remote.env,
+            "fetch",
+            "--prune",
+            "--force",
+            "--no-write-fetch-head",
+            "--",
+            remote.url,
+            *refspecs,
+        )
         sha = _resolve(bare, revision or _REMOTE_HEAD, masked, timeout)
         if sha is None and revision is not None and re.fullmatch(r"[0-9a-fA-F]{40}", revision):
             # A commit no branch or tag points at: servers that allow it hand it out by SHA.
@@ -187,7 +209,8 @@ def _fetch_remote(url: str, revision: str | None, path: str | None, cache: Path,
         if sha is None:
             raise SourceError(f"unknown revision {revision!r} in {masked} (not a branch, tag or commit)")
         tree = _materialise(bare, sha, repo_cache / "trees", masked, timeout)
-    return Checkout(_sub_path(tree, path, masked), sha, url, revision or "", tree)
+    root = _sub_path(tree, path, masked)
+    return Checkout(root, sha, url, revision or "", tree, git_dir=Path(bare.git_dir), git_path=_inside(root, tree))
 
 
 def _fetch_local(repo: str, revision: str | None, path: str | None, cache: Path, timeout: float) -> Checkout:
@@ -222,7 +245,17 @@ def _fetch_local(repo: str, revision: str | None, path: str | None, cache: Path,
     base = tree / given.relative_to(top) if given.is_relative_to(top) else tree
     if not base.is_dir():
         raise SourceError(f"{repo}: directory {given.relative_to(top)} does not exist at revision {sha}")
-    return Checkout(_sub_path(base, path, repo), sha, repo, revision or "", base)
+    root = _sub_path(base, path, repo)
+    return Checkout(root, sha, repo, revision or "", base, git_dir=Path(local.git_dir), git_path=_inside(root, tree))
+
+
+def _inside(root: Path, tree: Path) -> str | None:
+    """`root`'s path inside the materialised commit `tree` (posix, "" for the top); None if it left it."""
+    real, top = root.resolve(), tree.resolve()
+    if not real.is_relative_to(top):
+        return None
+    rel = real.relative_to(top).as_posix()
+    return "" if rel == "." else rel
 
 
 def _work_tree_revision(local: git.Repo, root: Path, name: str) -> str:

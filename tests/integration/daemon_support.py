@@ -66,16 +66,24 @@ class GitRepo:
 
 
 def deployment(name: str, replicas: int, image: str = "registry.invalid/web:1.0") -> str:
-    return json.dumps({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}},
-                         "spec": {"containers": [{"name": "web", "image": image}]}},
-        },
-    }) + "\n"
+    return (
+        json.dumps(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "labels": {"app": name}},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "web", "image": image}]},
+                    },
+                },
+            }
+        )
+        + "\n"
+    )
 
 
 def configmap(name: str, data: dict[str, str], namespace: str | None = None) -> str:
@@ -91,11 +99,21 @@ class Daemon:
     def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
         self.port = free_port()
         self.log_path = log_path
-        self.args = [sys.executable, "-m", "gitops_sync", "run", "--http-addr", f"127.0.0.1:{self.port}",
-                     "--log-format", "json", *args]
+        self.args = [
+            sys.executable,
+            "-m",
+            "gitops_sync",
+            "run",
+            "--http-addr",
+            f"127.0.0.1:{self.port}",
+            "--log-format",
+            "json",
+            *args,
+        ]
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(self.args, env=env, cwd=REPO_ROOT, stdout=self._log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            self.args, env=env, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
 
     # -- HTTP -------------------------------------------------------------------------------
 
@@ -107,8 +125,7 @@ class Daemon:
             return int(e.code), e.read()
 
     def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=body, headers=headers,
-                                     method="POST")
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=5) as r:
                 return int(r.status), r.read()
@@ -224,8 +241,14 @@ def restart_apiserver(state_dir: Path, down_for: float, *, ready_timeout: float 
     Uses the launcher's own functions, so the restarted server has exactly the original flags.
     """
     lc = _launcher()
-    cfg = lc.make_config(argparse.Namespace(dir=str(state_dir), cache_dir=os.environ.get("LOCAL_CLUSTER_CACHE"),
-                                            timeout=ready_timeout, command="restart"))
+    cfg = lc.make_config(
+        argparse.Namespace(
+            dir=str(state_dir),
+            cache_dir=os.environ.get("LOCAL_CLUSTER_CACHE"),
+            timeout=ready_timeout,
+            command="restart",
+        )
+    )
     procs = [p for p in lc.read_pids(cfg) if p.name == "kube-apiserver"]
     assert procs, f"no kube-apiserver pid recorded in {cfg.pids}"
     lc.stop_together(procs, 15.0)
@@ -237,8 +260,13 @@ def restart_apiserver(state_dir: Path, down_for: float, *, ready_timeout: float 
 
 def start_private_cluster(state_dir: Path) -> dict[str, str]:
     """`cluster.py --dir state_dir up --auto-ports`; returns an env with KUBECONFIG and PATH set."""
-    r = subprocess.run([sys.executable, str(LAUNCHER), "--dir", str(state_dir), "up", "--auto-ports"],
-                       capture_output=True, text=True, check=False, timeout=600)
+    r = subprocess.run(
+        [sys.executable, str(LAUNCHER), "--dir", str(state_dir), "up", "--auto-ports"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     if r.returncode != 0:
         pytest.fail(f"cluster.py up failed ({r.returncode}):\n{r.stderr[-3000:]}")
     env = dict(os.environ)
@@ -248,5 +276,6 @@ def start_private_cluster(state_dir: Path) -> dict[str, str]:
 
 
 def stop_private_cluster(state_dir: Path) -> None:
-    subprocess.run([sys.executable, str(LAUNCHER), "--dir", str(state_dir), "down"], capture_output=True,
-                   check=False, timeout=120)
+    subprocess.run(
+        [sys.executable, str(LAUNCHER), "--dir", str(state_dir), "down"], capture_output=True, check=False, timeout=120
+    )

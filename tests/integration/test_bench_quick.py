@@ -23,9 +23,23 @@ pytestmark = pytest.mark.cluster
 def test_bench_quick_produces_every_figure(kube: KubeCluster, tmp_path: Path) -> None:
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
     r = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--kubeconfig", str(kube.kubeconfig),
-         "--json", str(out_json), "--output", str(out_md)],
-        env=kube.env, capture_output=True, text=True, timeout=840, check=False, cwd=REPO,
+        [
+            sys.executable,
+            str(REPO / "bench" / "run.py"),
+            "--quick",
+            "--kubeconfig",
+            str(kube.kubeconfig),
+            "--json",
+            str(out_json),
+            "--output",
+            str(out_md),
+        ],
+        env=kube.env,
+        capture_output=True,
+        text=True,
+        timeout=840,
+        check=False,
+        cwd=REPO,
     )
     assert out_json.is_file(), f"no results (exit {r.returncode}):\n{r.stderr[-4000:]}"
     doc = json.loads(out_json.read_text())

@@ -44,8 +44,14 @@ def events(kube: KubeCluster, ns: str, reason: str) -> list[dict[str, Any]]:
 
 def edit(kube: KubeCluster, ns: str, what: str, sed: str) -> None:
     """`kubectl edit` with a sed script as the editor: the manager is `kubectl-edit`, as for a person."""
-    r = subprocess.run([str(kube.bin_dir / "kubectl"), "edit", what, "-n", ns], env=kubectl_edit_env(kube.env, sed),
-                       capture_output=True, text=True, check=False, timeout=30)
+    r = subprocess.run(
+        [str(kube.bin_dir / "kubectl"), "edit", what, "-n", ns],
+        env=kubectl_edit_env(kube.env, sed),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
     assert r.returncode == 0 and "edited" in r.stdout, r.stdout + r.stderr
 
 
@@ -74,8 +80,9 @@ def test_self_heal_corrects_a_kubectl_edit_within_2s_and_reports_it(
         got = (field["path"], field["manager"], field["live"], field["desired"])
         assert got == (".spec.replicas", "kubectl-edit", 7, 2)
         dep = get(kube, "deployment", "web", "-n", namespace)
-        owners = [m["manager"] for m in dep["metadata"]["managedFields"]
-                  if "f:replicas" in m["fieldsV1"].get("f:spec", {})]
+        owners = [
+            m["manager"] for m in dep["metadata"]["managedFields"] if "f:replicas" in m["fieldsV1"].get("f:spec", {})
+        ]
         assert owners == ["gitops-sync"], "force: Git took the field back"
 
         wait_until("a DriftCorrected Event", lambda: events(kube, namespace, "DriftCorrected"), 2.0)
@@ -100,10 +107,12 @@ def test_self_heal_corrects_a_kubectl_edit_within_2s_and_reports_it(
 
         # an object deleted out of band is recreated and reported as such
         kube.kubectl("delete", "configmap", "settings", "-n", namespace, "--wait=false")
-        wait_until("the ConfigMap recreated", lambda: kube.kubectl(
-            "get", "configmap", "settings", "-n", namespace, check=False).returncode == 0, 2.0)
-        wait_until("the deletion reported", lambda: any(
-            e.get("deleted") for e in d.logged("drift corrected")), 2.0)
+        wait_until(
+            "the ConfigMap recreated",
+            lambda: kube.kubectl("get", "configmap", "settings", "-n", namespace, check=False).returncode == 0,
+            2.0,
+        )
+        wait_until("the deletion reported", lambda: any(e.get("deleted") for e in d.logged("drift corrected")), 2.0)
         assert d.stop() == 0
 
 
@@ -111,8 +120,14 @@ def test_detect_only_reports_a_kubectl_edit_within_2s_and_leaves_it(
     kube: KubeCluster, namespace: str, tmp_path: Path
 ) -> None:
     repo = GitRepo(tmp_path / "repo", {"web.yaml": deployment("web", 2)})
-    sync = subprocess.run([sys.executable, "-m", "gitops_sync", "sync", "--repo", str(repo.path), "-n", namespace],
-                          env=kube.env, capture_output=True, text=True, check=False, timeout=60)
+    sync = subprocess.run(
+        [sys.executable, "-m", "gitops_sync", "sync", "--repo", str(repo.path), "-n", namespace],
+        env=kube.env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert sync.returncode == 0, sync.stdout + sync.stderr
     with start(kube, tmp_path, repo.path, namespace, "--detect-only") as d:
         assert d.entry("Deployment", "web")["action"] == "unchanged"  # type: ignore[index]
@@ -198,15 +213,21 @@ def test_a_broken_commit_keeps_the_last_good_state_and_is_never_a_reason_to_prun
 
         # the last good state is still enforced: drift is corrected meanwhile
         kube.kubectl("patch", "configmap", "b", "-n", namespace, "--type=merge", "-p", '{"data":{"v":"x"}}')
-        wait_until("b corrected from the last good revision",
-                   lambda: get(kube, "configmap", "b", "-n", namespace)["data"]["v"] == "1", 2.0)
+        wait_until(
+            "b corrected from the last good revision",
+            lambda: get(kube, "configmap", "b", "-n", namespace)["data"]["v"] == "1",
+            2.0,
+        )
         time.sleep(1)
         assert kube.kubectl("get", "configmap", "b", "-n", namespace, check=False).returncode == 0, "not pruned"
 
         # a good commit that removes b: now b is pruned
         fixed = repo.commit({"a.yaml": configmap("a", {"v": "2"})}, "fixed")
-        wait_until("b pruned after the fixed commit",
-                   lambda: kube.kubectl("get", "configmap", "b", "-n", namespace, check=False).returncode != 0, 3.0)
+        wait_until(
+            "b pruned after the fixed commit",
+            lambda: kube.kubectl("get", "configmap", "b", "-n", namespace, check=False).returncode != 0,
+            3.0,
+        )
         assert d.status()["daemon"]["appliedRevision"] == fixed
         assert d.status()["daemon"]["source"]["error"] == ""
         assert d.stop() == 0
@@ -221,8 +242,18 @@ def test_webhook_push_to_a_remote_repository_is_applied_without_waiting_for_the_
     secret_file = tmp_path / "secret"
     secret_file.write_text("hook-secret\n")
     url = f"file://{tmp_path / 'remote.git'}"
-    with start(kube, tmp_path, url, namespace, "--interval", "3600", "--webhook-secret-file", str(secret_file),
-               "--cache-dir", str(tmp_path / "cache")) as d:
+    with start(
+        kube,
+        tmp_path,
+        url,
+        namespace,
+        "--interval",
+        "3600",
+        "--webhook-secret-file",
+        str(secret_file),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    ) as d:
         assert get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "1"
         sha = work.commit({"cm.yaml": configmap("settings", {"v": "2"})}, "v2")
         work.repo.remote("origin").push("main")
@@ -239,8 +270,11 @@ def test_webhook_push_to_a_remote_repository_is_applied_without_waiting_for_the_
         t0 = time.monotonic()
         code, answer = d.post("/hooks/git", body, {"X-Hub-Signature-256": sig, "X-GitHub-Event": "push"})
         assert code == 202, answer
-        wait_until("the pushed commit applied",
-                   lambda: get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "2", 5.0)
+        wait_until(
+            "the pushed commit applied",
+            lambda: get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "2",
+            5.0,
+        )
         print(f"webhook to applied: {time.monotonic() - t0:.3f} s")
         sha3 = work.commit({"cm.yaml": configmap("settings", {"v": "3"})}, "v3")
         work.repo.remote("origin").push("main")
@@ -257,14 +291,18 @@ def test_remote_repository_is_polled_and_an_unreachable_remote_keeps_the_last_go
     remote = tmp_path / "remote.git"
     git.Repo.init(remote, bare=True, initial_branch="main")
     work.repo.create_remote("origin", str(remote)).push("main")
-    with start(kube, tmp_path, f"file://{remote}", namespace, "--interval", "2", "--cache-dir",
-               str(tmp_path / "cache")) as d:
+    with start(
+        kube, tmp_path, f"file://{remote}", namespace, "--interval", "2", "--cache-dir", str(tmp_path / "cache")
+    ) as d:
         good = d.status()["revision"]
         sha = work.commit({"cm.yaml": configmap("settings", {"v": "2"})}, "v2")
         t0 = time.monotonic()
         work.repo.remote("origin").push("main")
-        wait_until("the pushed commit applied within one poll interval (2 s ± 10%)",
-                   lambda: get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "2", 2.2 + 1.0)
+        wait_until(
+            "the pushed commit applied within one poll interval (2 s ± 10%)",
+            lambda: get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "2",
+            2.2 + 1.0,
+        )
         print(f"push to applied by polling: {time.monotonic() - t0:.2f} s")
         assert d.status()["daemon"]["appliedRevision"] == sha != good
 
@@ -274,8 +312,11 @@ def test_remote_repository_is_polled_and_an_unreachable_remote_keeps_the_last_go
         assert doc["revision"] == sha and "gone" not in doc["daemon"]["source"]["error"]
         assert d.metric("gitops_sync_source_healthy") == 0 and d.get("/healthz")[0] == 200
         kube.kubectl("patch", "configmap", "settings", "-n", namespace, "--type=merge", "-p", '{"data":{"v":"x"}}')
-        wait_until("drift still corrected from the last good revision",
-                   lambda: get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "2", 2.0)
+        wait_until(
+            "drift still corrected from the last good revision",
+            lambda: get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "2",
+            2.0,
+        )
         (tmp_path / "gone.git").rename(remote)
         wait_until("the source healthy again", lambda: d.status()["daemon"]["source"]["error"] == "", 10.0)
         assert d.metric("gitops_sync_source_healthy") == 1
@@ -317,15 +358,32 @@ def test_helm_versus_kubectl_scale_fight_is_reported_with_both_managers(
 def test_secret_drift_is_corrected_and_reported_without_its_values(
     kube: KubeCluster, namespace: str, tmp_path: Path
 ) -> None:
-    secret = json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
-                         "stringData": {"password": "git-secret-value"}})
+    secret = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "creds"},
+            "stringData": {"password": "git-secret-value"},
+        }
+    )
     repo = GitRepo(tmp_path / "repo", {"secret.yaml": secret})
     with start(kube, tmp_path, repo.path, namespace) as d:
         out_of_band = "b3V0LW9mLWJhbmQtdmFsdWU="  # base64("out-of-band-value")
-        kube.kubectl("patch", "secret", "creds", "-n", namespace, "--type=merge",
-                     "-p", json.dumps({"data": {"password": out_of_band}}))
-        wait_until("the Secret corrected", lambda: get(kube, "secret", "creds", "-n", namespace)["data"]["password"]
-                   != out_of_band, 2.0)
+        kube.kubectl(
+            "patch",
+            "secret",
+            "creds",
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            json.dumps({"data": {"password": out_of_band}}),
+        )
+        wait_until(
+            "the Secret corrected",
+            lambda: get(kube, "secret", "creds", "-n", namespace)["data"]["password"] != out_of_band,
+            2.0,
+        )
         wait_until("a DriftCorrected Event", lambda: events(kube, namespace, "DriftCorrected"), 2.0)
         message = events(kube, namespace, "DriftCorrected")[0]["message"]
         assert ".data.password" in message and "kubectl-patch" in message, message
@@ -340,9 +398,18 @@ def test_probes_metrics_and_sigterm(kube: KubeCluster, namespace: str, tmp_path:
     with start(kube, tmp_path, repo.path, namespace) as d:
         assert d.get("/healthz")[0] == 200 and d.get("/readyz")[0] == 200
         exposition = d.get("/metrics")[1].decode()
-        for name in ("passes_total", "pass_duration_seconds", "objects", "drift_total", "conflicts_total",
-                     "field_fights_total", "watch_restarts_total", "queue_depth", "last_applied_revision_info",
-                     "leader"):
+        for name in (
+            "passes_total",
+            "pass_duration_seconds",
+            "objects",
+            "drift_total",
+            "conflicts_total",
+            "field_fights_total",
+            "watch_restarts_total",
+            "queue_depth",
+            "last_applied_revision_info",
+            "leader",
+        ):
             assert f"# HELP gitops_sync_{name} " in exposition, name
         assert d.metric("gitops_sync_passes_total", kind="full", result="success") >= 1
         assert d.metric("gitops_sync_objects", state="synced") == 1

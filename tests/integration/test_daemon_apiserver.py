@@ -77,19 +77,31 @@ def test_api_server_down_for_10s_then_back_the_daemon_converges(
         wait_until("/status on the new revision", lambda: d.status()["daemon"]["appliedRevision"] == sha, 10)
         # Every watch comes back, each after its own backoff (capped at 8 s, +20 % jitter), so wait for
         # the slowest rather than expecting them all at the moment the first object converged.
-        wait_until("every watch synced again",
-                   lambda: all(w["state"] == "synced" for w in d.status()["daemon"]["watches"]), 15)
+        wait_until(
+            "every watch synced again", lambda: all(w["state"] == "synced" for w in d.status()["daemon"]["watches"]), 15
+        )
         watches = d.status()["daemon"]["watches"]
         assert sum(w["restarts"] for w in watches) >= 2, watches
         assert d.metric("gitops_sync_watch_restarts_total", resource="ConfigMap", reason="error") >= 1
 
         # the watches are live again: an edit is corrected at once
-        r = subprocess.run(["kubectl", "edit", "deployment/web", "-n", ns],
-                           env=kubectl_edit_env(env, "s/replicas: 2$/replicas: 4/"), capture_output=True,
-                           text=True, check=False, timeout=30)
+        r = subprocess.run(
+            ["kubectl", "edit", "deployment/web", "-n", ns],
+            env=kubectl_edit_env(env, "s/replicas: 2$/replicas: 4/"),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
         assert r.returncode == 0, r.stderr
-        wait_until("the edit corrected after the restart", lambda: json.loads(
-            kubectl(env, "get", "deployment", "web", "-n", ns, "-o", "json").stdout)["spec"]["replicas"] == 2, 2.0)
+        wait_until(
+            "the edit corrected after the restart",
+            lambda: (
+                json.loads(kubectl(env, "get", "deployment", "web", "-n", ns, "-o", "json").stdout)["spec"]["replicas"]
+                == 2
+            ),
+            2.0,
+        )
 
         # and it settles: no write loop, nothing applied again and again
         writes = d.status()["daemon"]["requests"]["writes"]

@@ -72,11 +72,19 @@ def test_kustomize_variant_applies_with_server_side_dry_run(kube: KubeCluster, n
 
     # the Namespace as it is, the rest in a namespace that exists (a dry-run persists no Namespace)
     ns_doc = next(d for d in docs if d["kind"] == "Namespace")
-    r = kube.kubectl("apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-",
-                     input=as_list([ns_doc]))
+    r = kube.kubectl(
+        "apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-", input=as_list([ns_doc])
+    )
     assert "serverside-applied (server dry run)" in r.stdout, r.stdout
-    r = kube.kubectl("apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-",
-                     input=as_list(relocate(docs, namespace, f"-{namespace}")))
+    r = kube.kubectl(
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "--field-manager=test",
+        "-f",
+        "-",
+        input=as_list(relocate(docs, namespace, f"-{namespace}")),
+    )
     applied = [line for line in r.stdout.splitlines() if "serverside-applied (server dry run)" in line]
     assert len(applied) == len(docs) - 1, r.stdout + r.stderr
 
@@ -102,7 +110,9 @@ def sa_kubeconfig(kube: KubeCluster, ns: str, path: Path) -> Path:
         ca_file = ca_path if ca_path.is_absolute() else kube.kubeconfig.parent / ca_path
         ca = base64.b64encode(ca_file.read_bytes()).decode()
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "sa",
         "clusters": [{"name": "c", "cluster": {"server": cluster["server"], "certificate-authority-data": ca}}],
         "users": [{"name": "sa", "user": {"token": token}}],
         "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": ns}}],
@@ -122,12 +132,19 @@ def test_daemon_with_the_service_account_token_works_in_its_namespace_and_is_ref
     try:
         kubeconfig = sa_kubeconfig(kube, namespace, tmp_path / "sa.kubeconfig")
         sa = f"system:serviceaccount:{namespace}:gitops-sync"
-        assert kube.kubectl("auth", "can-i", "patch", "configmaps", "-n", other_namespace, f"--as={sa}",
-                            check=False).stdout.strip() == "no"
-        repo = GitRepo(tmp_path / "repo", {
-            "inside.yaml": configmap("inside", {"v": "1"}),
-            "outside.yaml": configmap("outside", {"v": "1"}, namespace=other_namespace),
-        })
+        assert (
+            kube.kubectl(
+                "auth", "can-i", "patch", "configmaps", "-n", other_namespace, f"--as={sa}", check=False
+            ).stdout.strip()
+            == "no"
+        )
+        repo = GitRepo(
+            tmp_path / "repo",
+            {
+                "inside.yaml": configmap("inside", {"v": "1"}),
+                "outside.yaml": configmap("outside", {"v": "1"}, namespace=other_namespace),
+            },
+        )
         env = {**kube.env, "KUBECONFIG": str(kubeconfig)}
         args = ["--repo", str(repo.path), "-n", namespace, "--leader-elect"]
         with Daemon(args, env, tmp_path / "daemon.log") as d:
@@ -151,8 +168,16 @@ def test_daemon_with_the_service_account_token_works_in_its_namespace_and_is_ref
 
             # its job inside works: drift is seen through its own per-namespace watch and corrected
             kube.kubectl("patch", "configmap", "inside", "-n", namespace, "--type=merge", "-p", '{"data":{"v":"x"}}')
-            wait_until("the drift corrected by the ServiceAccount", lambda: json.loads(kube.kubectl(
-                "get", "configmap", "inside", "-n", namespace, "-o", "json").stdout)["data"]["v"] == "1", 2.0)
+            wait_until(
+                "the drift corrected by the ServiceAccount",
+                lambda: (
+                    json.loads(kube.kubectl("get", "configmap", "inside", "-n", namespace, "-o", "json").stdout)[
+                        "data"
+                    ]["v"]
+                    == "1"
+                ),
+                2.0,
+            )
             time.sleep(1)
             assert d.proc.poll() is None, "no crash"
             assert d.stop() == 0

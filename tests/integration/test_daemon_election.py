@@ -75,9 +75,14 @@ def leader_of(daemons: list[Daemon]) -> Daemon | None:
 
 
 def edit_replicas(kube: KubeCluster, ns: str, to: int) -> None:
-    r = subprocess.run([str(kube.bin_dir / "kubectl"), "edit", "deployment/web", "-n", ns],
-                       env=kubectl_edit_env(kube.env, f"s/replicas: 2$/replicas: {to}/"),
-                       capture_output=True, text=True, check=False, timeout=30)
+    r = subprocess.run(
+        [str(kube.bin_dir / "kubectl"), "edit", "deployment/web", "-n", ns],
+        env=kubectl_edit_env(kube.env, f"s/replicas: 2$/replicas: {to}/"),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
 
 

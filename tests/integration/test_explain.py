@@ -82,3 +82,30 @@ def test_kustomize_origin_and_helm_source_name_the_file(kube: KubeCluster, names
     assert (a["reason"], a["source"]) == ("live-changed", "kust/cm.yaml")
     greeting = fields(rep, "ConfigMap/hello-config")[".data.greeting"]
     assert (greeting["reason"], greeting["source"]) == ("live-changed", "charts/hello/templates/configmap.yaml")
+
+
+def test_fields_other_managers_added_are_listed_but_change_no_exit_code(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: '1'}\n"
+    repo = write(tmp_path / "repo", {"cm.yaml": cm, "web.yaml": deployment("web", 2)})
+    assert gs(kube, "sync", "--repo", str(repo), "-n", namespace).returncode == 0
+    kube.kubectl("label", "configmap", "settings", "team=a", "-n", namespace)
+    kube.kubectl("patch", "configmap", "settings", "-n", namespace, "--type=merge", "-p", '{"data":{"extra":"x"}}')
+    kube.kubectl("set", "env", "deployment/web", "FOO=bar", "-n", namespace)
+
+    r = gs(kube, "diff", "--repo", str(repo), "-n", namespace, "-o", "json")
+    assert r.returncode == 0, "informational: " + r.stdout
+    objs = by_name(report(r))
+    got = {(f["path"], f["value"], f["manager"]) for f in objs["ConfigMap/settings"]["foreign"]}
+    assert got == {(".metadata.labels.team", "a", "kubectl-label"), (".data.extra", "x", "kubectl-patch")}, got
+    env = [f for f in objs["Deployment/web"]["foreign"] if f["manager"] == "kubectl-set"]
+    assert [f["path"] for f in env] == ['.spec.template.spec.containers[name="api"].env[name="FOO"].value'], env
+    assert all(f["time"] for f in env)
+    assert not any("deployment.kubernetes.io/revision" in f["path"] for f in objs["Deployment/web"]["foreign"])
+
+    verbose = gs(kube, "diff", "--repo", str(repo), "-n", namespace, "-v")
+    assert "added by other managers" in verbose.stdout and ".data.extra" in verbose.stdout, verbose.stdout
+    assert "added by other managers" not in gs(kube, "diff", "--repo", str(repo), "-n", namespace).stdout
+    md = gs(kube, "diff", "--repo", str(repo), "-n", namespace, "-o", "markdown")
+    assert md.returncode == 0 and "<details><summary>" in md.stdout and "added by other managers" in md.stdout

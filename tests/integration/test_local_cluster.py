@@ -18,19 +18,21 @@ CHART = REPO / "tests" / "fixtures" / "charts" / "hello"
 
 
 def deployment(name: str, replicas: int) -> str:
-    return json.dumps({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "web", "image": "registry.invalid/web:1.0"}]},
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "web", "image": "registry.invalid/web:1.0"}]},
+                },
             },
-        },
-    })
+        }
+    )
 
 
 def get(kube: KubeCluster, *args: str) -> Any:
@@ -58,21 +60,33 @@ def managers(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def apply_deployment(kube: KubeCluster, ns: str, name: str, replicas: int) -> None:
-    kube.kubectl("apply", "--server-side", "--field-manager=local-cluster-test", "-n", ns, "-f", "-",
-                 input=deployment(name, replicas))
+    kube.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=local-cluster-test",
+        "-n",
+        ns,
+        "-f",
+        "-",
+        input=deployment(name, replicas),
+    )
 
 
 def test_server_side_applied_deployment_becomes_available_on_the_kwok_node(kube: KubeCluster, namespace: str) -> None:
     apply_deployment(kube, namespace, "web", 3)
-    took = wait_until("Deployment web Available with 3 replicas",
-                      lambda: available(kube, namespace, "web", 3), timeout=60)
+    took = wait_until(
+        "Deployment web Available with 3 replicas", lambda: available(kube, namespace, "web", 3), timeout=60
+    )
 
     d = get(kube, "deployment", "web", "-n", namespace)
     assert ("local-cluster-test", "Apply", "") in managers(d)
     pods = get(kube, "pods", "-n", namespace, "-l", "app=web")["items"]
     assert len(pods) == 3
-    fake_nodes = {n["metadata"]["name"] for n in get(kube, "nodes")["items"]
-                  if n["metadata"].get("annotations", {}).get("kwok.x-k8s.io/node") == "fake"}
+    fake_nodes = {
+        n["metadata"]["name"]
+        for n in get(kube, "nodes")["items"]
+        if n["metadata"].get("annotations", {}).get("kwok.x-k8s.io/node") == "fake"
+    }
     assert fake_nodes, "no kwok node in the cluster"
     for pod in pods:
         assert pod["spec"]["nodeName"] in fake_nodes, "scheduled by kube-scheduler onto the kwok node"

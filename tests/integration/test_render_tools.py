@@ -120,10 +120,13 @@ def test_examples_repo_is_namespaced_to_demo_whatever_the_default(tools: Tools) 
 
 def test_walk_matches_the_tools_own_output(tools: Tools) -> None:
     """What we render for a kustomization is exactly what `kubectl kustomize` prints."""
-    expected = list(yaml.safe_load_all(
-        subprocess.run([tools.kubectl, "kustomize", str(EXAMPLES / "greeter")], capture_output=True, text=True,
-                       check=True).stdout
-    ))
+    expected = list(
+        yaml.safe_load_all(
+            subprocess.run(
+                [tools.kubectl, "kustomize", str(EXAMPLES / "greeter")], capture_output=True, text=True, check=True
+            ).stdout
+        )
+    )
     got = [o.manifest for o in render(EXAMPLES, tools.options()) if o.origin == "greeter (kustomize)"]
     assert got == expected
 
@@ -199,10 +202,16 @@ def test_helm_includes_crds_skips_test_hooks_and_uses_the_namespace(tools: Tools
 @pytest.mark.parametrize(
     ("files", "message", "cause"),
     [
-        ({"apps/broken/kustomization.yaml": "resources:\n  - missing.yaml\n"},
-         r"^apps/broken \(kustomize\): `.*kubectl kustomize` failed", "missing.yaml"),
-        ({"c/Chart.yaml": "apiVersion: v2\nname: c\nversion: 0.1.0\n", "c/templates/x.yaml": "{{ .Values.a.b }}\n"},
-         r"^c \(helm\): `.*helm template` failed", "nil pointer"),
+        (
+            {"apps/broken/kustomization.yaml": "resources:\n  - missing.yaml\n"},
+            r"^apps/broken \(kustomize\): `.*kubectl kustomize` failed",
+            "missing.yaml",
+        ),
+        (
+            {"c/Chart.yaml": "apiVersion: v2\nname: c\nversion: 0.1.0\n", "c/templates/x.yaml": "{{ .Values.a.b }}\n"},
+            r"^c \(helm\): `.*helm template` failed",
+            "nil pointer",
+        ),
     ],
 )
 def test_tool_failure_names_the_directory_and_the_cause(

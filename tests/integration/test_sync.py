@@ -147,6 +147,8 @@ def test_diff_reports_kubectl_scale_and_edit_drift_with_owner(
         "operation": "Update",
         "subresource": "scale",
         "actor": "kubectl scale",
+        "reason": "live-changed",  # the scale subresource records no time: no `since`
+        "source": "app.yaml:8:13",
     }
     cm = objs["ConfigMap/settings"]
     drift = {d["path"]: d for d in cm["drift"] + cm["conflicts"]}
@@ -183,6 +185,8 @@ def test_helm_versus_kubectl_scale_scenario(kube: KubeCluster, namespace: str, t
         "operation": "Update",
         "subresource": "scale",
         "actor": "kubectl scale",
+        "reason": "live-changed",
+        "source": "deploy.yaml:8:13",
     } in obj["conflicts"]
     helm = [o for o in obj["coOwners"] if o["manager"] == "helm"]
     assert helm and '.spec.template.spec.containers[name="api"].image' in helm[0]["fields"], obj["coOwners"]

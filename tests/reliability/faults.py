@@ -30,8 +30,9 @@ class PrivateCluster:
 
     def _cfg(self) -> Any:
         lc = _launcher()
-        args = argparse.Namespace(dir=str(self.state_dir), cache_dir=os.environ.get("LOCAL_CLUSTER_CACHE"),
-                                  timeout=90.0, command="fault")
+        args = argparse.Namespace(
+            dir=str(self.state_dir), cache_dir=os.environ.get("LOCAL_CLUSTER_CACHE"), timeout=90.0, command="fault"
+        )
         return lc.running_config(lc.make_config(args))
 
     def _procs(self, name: str) -> list[Any]:

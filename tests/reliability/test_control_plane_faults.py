@@ -228,8 +228,11 @@ def test_watch_connections_cut_by_proxy(private_cluster: PrivateCluster, reliabi
     text = private_cluster.kubeconfig.read_text()
     m = re.search(r"server: https://127\.0\.0\.1:(\d+)", text)
     assert m, "the private kubeconfig names no loopback server"
-    repo = GitRepo(tmp_path / "repo", {**configmap_files(10, "v1"), "web.json": deployment("web", 2)})
     cuts, corrections = 4, []
+    # One Deployment and one ConfigMap per cut: the same field taken three times is a fight the daemon
+    # yields (--fight-threshold), and this test is about connections, not fights.
+    webs = {f"web-{i}.json": deployment(f"web-{i}", 2) for i in range(cuts)}
+    repo = GitRepo(tmp_path / "repo", {**configmap_files(10, "v1"), **webs})
     with CuttingProxy(("127.0.0.1", int(m.group(1))), lifetime=300) as proxy:
         proxied = tmp_path / "proxied.kubeconfig"
         proxied.write_text(text.replace(m.group(0), f"server: https://{proxy.address}"))
@@ -241,11 +244,12 @@ def test_watch_connections_cut_by_proxy(private_cluster: PrivateCluster, reliabi
                 time.sleep(3)
                 assert proxy.cut_all() >= 2, "no live connections to cut (the watches should be open)"
                 # Drift at once, while the watches are down or relisting: only a relist can show it.
-                kubectl(env, "scale", "deployment/web", f"--replicas={5 + i}", "-n", ns)
-                drift_configmap(env, ns, "cm-003")
+                web, cm = f"web-{i}", f"cm-00{i}"
+                kubectl(env, "scale", f"deployment/{web}", "--replicas=5", "-n", ns)
+                drift_configmap(env, ns, cm)
                 took = wait_until(
                     f"drift corrected after cut {i + 1}",
-                    lambda: _replicas(env, ns) == 2 and cm_version(env, ns, "cm-003") == "v1",
+                    lambda web=web, cm=cm: _replicas(env, ns, web) == 2 and cm_version(env, ns, cm) == "v1",
                     60,
                     0.1,
                 )

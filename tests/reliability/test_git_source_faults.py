@@ -202,16 +202,16 @@ def test_git_faults_under_daemon(kube: KubeCluster, namespace: str, reliability:
         good = _uids(kube, ns)
         assert len(good) == 6
 
-        def failing(what: str) -> tuple[str, float]:
+        def failing(what: str, drifted: str) -> tuple[str, float]:
             t0 = time.monotonic()
             wait_until(f"/status to report {what}", lambda: bool(d.status()["daemon"]["source"]["error"]), 30, 0.1)
             took = time.monotonic() - t0
             assert d.metric("gitops_sync_source_healthy") == 0
             assert d.get("/healthz")[0] == 200
             # The last good state is still enforced: drift is corrected while the source is broken.
-            drift_configmap(env, ns, "c-1")
+            drift_configmap(env, ns, drifted)  # another object each time: 3 edits of one field are a fight
             wait_until(
-                "drift corrected while the source is broken", lambda: cm_version(env, ns, "c-1") == "v1", 20, 0.1
+                "drift corrected while the source is broken", lambda: cm_version(env, ns, drifted) == "v1", 20, 0.1
             )
             time.sleep(2)  # a few more polls of the broken source
             assert _uids(kube, ns) == good, f"{what}: something was deleted or replaced"
@@ -226,7 +226,7 @@ def test_git_faults_under_daemon(kube: KubeCluster, namespace: str, reliability:
             )
 
         remote.move_away()
-        msg, took = failing("the unreachable remote")
+        msg, took = failing("the unreachable remote", "c-1")
         remote.move_back()
         rows.append(
             (
@@ -237,7 +237,7 @@ def test_git_faults_under_daemon(kube: KubeCluster, namespace: str, reliability:
         )
 
         remote.delete_branch()
-        msg, took = failing("the deleted branch")
+        msg, took = failing("the deleted branch", "c-2")
         remote.push()
         rows.append(
             ("branch deleted on the remote", msg, f"reported in {took:.1f} s; recovered in {healthy_again(a):.1f} s")
@@ -245,7 +245,7 @@ def test_git_faults_under_daemon(kube: KubeCluster, namespace: str, reliability:
 
         bad = remote.commit({"broken.yaml": BROKEN, "c-5.json": None}, "broken")
         remote.push()
-        msg, took = failing("the broken commit")
+        msg, took = failing("the broken commit", "c-3")
         status = d.status()["daemon"]
         assert status["source"]["errorRevision"] == bad and status["appliedRevision"] == a
         assert "broken.yaml" in msg

@@ -81,9 +81,15 @@ def until(cond: Any, timeout: float = 3.0) -> None:
 def make(api: ScriptedApi) -> tuple[WatchCache, list[tuple[EventType, ObjectKey | None, Any]], list[str]]:
     events: list[tuple[EventType, ObjectKey | None, Any]] = []
     restarts: list[str] = []
-    cache = WatchCache(api, on_event=lambda t, k, o: events.append((t, k, o)),  # type: ignore[arg-type]
-                       on_restart=lambda r, why: restarts.append(why), backoff_base=0.01, backoff_cap=0.05,
-                       forbidden_retry=0.05, watch_timeout=(1, 1))
+    cache = WatchCache(
+        api,
+        on_event=lambda t, k, o: events.append((t, k, o)),  # type: ignore[arg-type]
+        on_restart=lambda r, why: restarts.append(why),
+        backoff_base=0.01,
+        backoff_cap=0.05,
+        forbidden_retry=0.05,
+        watch_timeout=(1, 1),
+    )
     return cache, events, restarts
 
 

@@ -22,8 +22,14 @@ class Clock:
 
 
 def mf(manager: str, fields: dict[str, Any], *, op: str = "Update", sub: str = "", at: str = "") -> dict[str, Any]:
-    entry = {"manager": manager, "operation": op, "apiVersion": "apps/v1", "time": at or "2024-01-01T00:00:00Z",
-             "fieldsType": "FieldsV1", "fieldsV1": fields}
+    entry = {
+        "manager": manager,
+        "operation": op,
+        "apiVersion": "apps/v1",
+        "time": at or "2024-01-01T00:00:00Z",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    }
     if sub:
         entry["subresource"] = sub
     return entry
@@ -31,7 +37,8 @@ def mf(manager: str, fields: dict[str, Any], *, op: str = "Update", sub: str = "
 
 def deployment(replicas: int, managed: list[dict[str, Any]], rv: int, image: str = "web:1") -> dict[str, Any]:
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
         "metadata": {"name": "web", "namespace": "ns", "resourceVersion": str(rv), "managedFields": managed},
         "spec": {"replicas": replicas, "template": {"spec": {"containers": [{"name": "web", "image": image}]}}},
     }
@@ -42,9 +49,14 @@ PATHS = [".spec.replicas", '.spec.template.spec.containers[name="web"].image']
 
 def test_tracked_paths_skip_identity_and_bookkeeping() -> None:
     desired = {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "x", "namespace": "ns", "labels": {"app": "x", "applyset.kubernetes.io/part-of": "id"},
-                     "annotations": {"gitops-sync.io/intent-hash": "h"}},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "x",
+            "namespace": "ns",
+            "labels": {"app": "x", "applyset.kubernetes.io/part-of": "id"},
+            "annotations": {"gitops-sync.io/intent-hash": "h"},
+        },
         "data": {"a": "1"},
     }
     assert tracked_paths(desired) == [".metadata.labels.app", ".data.a"]
@@ -116,10 +128,17 @@ def test_old_changes_fall_out_of_the_window() -> None:
 def test_secret_values_are_never_stored() -> None:
     h = OwnershipHistory()
     key = ObjectKey("", "Secret", "ns", "s")
-    secret = {"apiVersion": "v1", "kind": "Secret",
-              "metadata": {"name": "s", "namespace": "ns", "resourceVersion": "1",
-                           "managedFields": [mf("kubectl-edit", {"f:data": {"f:password": {}}})]},
-              "data": {"password": "c2VjcmV0"}}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "s",
+            "namespace": "ns",
+            "resourceVersion": "1",
+            "managedFields": [mf("kubectl-edit", {"f:data": {"f:password": {}}})],
+        },
+        "data": {"password": "c2VjcmV0"},
+    }
     h.observe(key, [".data.password"], secret)
     records = h.fields(key)[".data.password"]
     assert records[0].value == MASK and records[0].manager == "kubectl-edit"

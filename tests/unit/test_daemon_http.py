@@ -32,13 +32,16 @@ def server() -> Iterator[tuple[HttpServer, list[bytes], dict[str, bool]]]:
             hooks.append(body)
         return result
 
-    srv = HttpServer("127.0.0.1:0", Endpoints(
-        healthy=lambda: (True, "ok"),
-        ready=lambda: (state["ready"], "ok" if state["ready"] else "first sync not complete"),
-        metrics=metrics.exposition,
-        status=lambda full_history=False: {"revision": "abc", "objects": [], "fullHistory": full_history},
-        webhook=webhook,
-    )).start()
+    srv = HttpServer(
+        "127.0.0.1:0",
+        Endpoints(
+            healthy=lambda: (True, "ok"),
+            ready=lambda: (state["ready"], "ok" if state["ready"] else "first sync not complete"),
+            metrics=metrics.exposition,
+            status=lambda full_history=False: {"revision": "abc", "objects": [], "fullHistory": full_history},
+            webhook=webhook,
+        ),
+    ).start()
     try:
         yield srv, hooks, state
     finally:
@@ -48,8 +51,12 @@ def server() -> Iterator[tuple[HttpServer, list[bytes], dict[str, bool]]]:
 def call(
     srv: HttpServer, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
 ) -> tuple[int, bytes]:
-    req = urllib.request.Request(f"http://127.0.0.1:{srv.port}{path}", data=body, headers=headers or {},
-                                 method="POST" if body is not None else "GET")
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{srv.port}{path}",
+        data=body,
+        headers=headers or {},
+        method="POST" if body is not None else "GET",
+    )
     try:
         with urllib.request.urlopen(req, timeout=5) as r:
             return int(r.status), r.read()
@@ -99,18 +106,25 @@ def test_event_text_names_fields_and_managers_but_never_secret_values() -> None:
     text = _describe(ObjectKey("", "Secret", "ns", "s"), [change])
     assert ".data.password" in text and "kubectl-edit" in text
     assert "bmV3" not in text and "b2xk" not in text
-    scale = FieldChange(".spec.replicas", desired=3, live=10, manager="kubectl", operation="Update",
-                        subresource="scale")
+    scale = FieldChange(
+        ".spec.replicas", desired=3, live=10, manager="kubectl", operation="Update", subresource="scale"
+    )
     assert _describe(ObjectKey("apps", "Deployment", "ns", "d"), [scale]) == (
         ".spec.replicas: 10 (kubectl, Update/scale) -> 3"
     )
 
 
 def test_fingerprint_ignores_status_and_bookkeeping_only() -> None:
-    obj = {"metadata": {"name": "a", "resourceVersion": "1", "managedFields": [1]}, "spec": {"x": 1},
-           "status": {"ready": 0}}
-    same = {"metadata": {"name": "a", "resourceVersion": "2", "managedFields": [2]}, "spec": {"x": 1},
-            "status": {"ready": 3}}
+    obj = {
+        "metadata": {"name": "a", "resourceVersion": "1", "managedFields": [1]},
+        "spec": {"x": 1},
+        "status": {"ready": 0},
+    }
+    same = {
+        "metadata": {"name": "a", "resourceVersion": "2", "managedFields": [2]},
+        "spec": {"x": 1},
+        "status": {"ready": 3},
+    }
     changed = {**same, "spec": {"x": 2}}
     assert _fingerprint(obj) == _fingerprint(same) != _fingerprint(changed)
 
@@ -140,15 +154,27 @@ def test_run_reads_every_option_from_gitops_sync_variables(monkeypatch: pytest.M
         raise click.exceptions.Exit(0)
 
     monkeypatch.setattr(command, "Daemon", fake_daemon)
-    env = {"GITOPS_SYNC_REPO": "https://git.example/r.git", "GITOPS_SYNC_PATH": "apps", "GITOPS_SYNC_NAME": "inv",
-           "GITOPS_SYNC_NAMESPACE": "apps", "GITOPS_SYNC_PRUNE": "true", "GITOPS_SYNC_INTERVAL": "30",
-           "GITOPS_SYNC_LEADER_ELECT": "true", "GITOPS_SYNC_LEADER_ELECT_IDENTITY": "pod-0",
-           "POD_NAMESPACE": "gitops-sync", "GITOPS_SYNC_WEBHOOK_SECRET": "s"}
+    env = {
+        "GITOPS_SYNC_REPO": "https://git.example/r.git",
+        "GITOPS_SYNC_PATH": "apps",
+        "GITOPS_SYNC_NAME": "inv",
+        "GITOPS_SYNC_NAMESPACE": "apps",
+        "GITOPS_SYNC_PRUNE": "true",
+        "GITOPS_SYNC_INTERVAL": "30",
+        "GITOPS_SYNC_LEADER_ELECT": "true",
+        "GITOPS_SYNC_LEADER_ELECT_IDENTITY": "pod-0",
+        "POD_NAMESPACE": "gitops-sync",
+        "GITOPS_SYNC_WEBHOOK_SECRET": "s",
+    }
     result = CliRunner().invoke(command.run, [], env=env)
     assert result.exit_code == 0, result.output
     opts = seen["opts"]
     assert (opts.source.repo, opts.source.path, opts.pass_opts.name, opts.pass_opts.namespace) == (
-        "https://git.example/r.git", "apps", "inv", "apps")
+        "https://git.example/r.git",
+        "apps",
+        "inv",
+        "apps",
+    )
     assert opts.pass_opts.prune and opts.interval == 30 and opts.leader_elect
     assert (opts.identity, opts.leader_namespace, opts.webhook_secret) == ("pod-0", "gitops-sync", b"s")
     assert opts.self_heal and opts.pass_opts.policy.value == "force"

@@ -115,8 +115,9 @@ def test_leader_stops_writing_at_the_renew_deadline_before_anyone_may_take_over(
     stopped: list[str] = []
     store = MemoryLeases()
     ca = Clock()
-    a = LeaderElector(store, "a", CFG, clock=ca, on_started=lambda: started.append("a"),
-                      on_stopped=lambda: stopped.append("a"))
+    a = LeaderElector(
+        store, "a", CFG, clock=ca, on_started=lambda: started.append("a"), on_stopped=lambda: stopped.append("a")
+    )
     assert a.step() and started == ["a"]
     store.down = True  # A cannot renew
     advance(9.9, ca)

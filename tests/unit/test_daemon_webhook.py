@@ -72,7 +72,11 @@ def test_poll_jitter_spreads_around_the_interval() -> None:
 
 def test_non_ascii_signatures_and_tokens_are_a_mismatch_not_an_error() -> None:
     """Header values are latin-1 text that may hold anything; compare_digest raised on non-ASCII str."""
-    for headers in ({"X-Hub-Signature-256": "sha256=é"}, {"X-Hub-Signature-256": GITHUB_EXAMPLE + "\u00ff"},
-                    {"X-Gitlab-Token": "é"}, {"X-Gitlab-Token": "\udcff"}):
+    for headers in (
+        {"X-Hub-Signature-256": "sha256=é"},
+        {"X-Hub-Signature-256": GITHUB_EXAMPLE + "\u00ff"},
+        {"X-Gitlab-Token": "é"},
+        {"X-Gitlab-Token": "\udcff"},
+    ):
         r = verify_webhook(headers, BODY, SECRET)
         assert (r.ok, r.status) == (False, 401), headers

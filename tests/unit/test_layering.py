@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "gitops_sync.plan": 3,
     "gitops_sync.apply": 4,
     "gitops_sync.report": 4,
+    "gitops_sync.rendercache": 4,  # fetch + render results, keyed by Git trees; the engine uses it
     "gitops_sync.web": 4,  # the web page's views and templates; the daemon serves them, cli writes -o html
     "gitops_sync.engine": 5,
     "gitops_sync.options": 6,

@@ -153,16 +153,25 @@ def test_error_names_the_right_document(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
-        ("l.yaml", "apiVersion: v1\nkind: List\nitems:\n- {kind: ConfigMap, metadata: {name: x}}\n",
-         r"^l\.yaml#1 items\[0\], ConfigMap/x: missing apiVersion$"),
+        (
+            "l.yaml",
+            "apiVersion: v1\nkind: List\nitems:\n- {kind: ConfigMap, metadata: {name: x}}\n",
+            r"^l\.yaml#1 items\[0\], ConfigMap/x: missing apiVersion$",
+        ),
         ("tab.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n\tname: x\n", r"^tab\.yaml:4:1: invalid YAML"),
-        ("d.yaml", CM.format(name="c") + "data:\n  a: 1\n  a: 2\n",
-         r"^d\.yaml:7:3, ConfigMap/c: invalid YAML: duplicate key 'a'$"),
+        (
+            "d.yaml",
+            CM.format(name="c") + "data:\n  a: 1\n  a: 2\n",
+            r"^d\.yaml:7:3, ConfigMap/c: invalid YAML: duplicate key 'a'$",
+        ),
         ("t.yaml", CM.format(name="c") + "data: !Ref other\n", r"^t\.yaml:5:7, ConfigMap/c: invalid YAML: .*'!Ref'"),
         ("r.yaml", CM.format(name="c") + "data: &d {self: *d}\n", r"^r\.yaml:5:7, ConfigMap/c: recursive YAML alias"),
         ("o.json", '{\n  "apiVersion": "v1",\n  "kind": ConfigMap\n}\n', r"^o\.json:3:11: invalid JSON"),
-        ("o.json", '{"apiVersion": "v1", "kind": "A", "kind": "B", "metadata": {"name": "x"}}',
-         r"^o\.json: invalid JSON: duplicate key 'kind'$"),
+        (
+            "o.json",
+            '{"apiVersion": "v1", "kind": "A", "kind": "B", "metadata": {"name": "x"}}',
+            r"^o\.json: invalid JSON: duplicate key 'kind'$",
+        ),
     ],
 )
 def test_bad_files_are_named_with_position(tmp_path: Path, name: str, text: str, message: str) -> None:
@@ -190,8 +199,11 @@ def test_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
 
 def test_duplicate_objects_name_both_origins(tmp_path: Path) -> None:
     write(tmp_path, {"a.yaml": CM.format(name="same"), "b/c.yaml": "---\n" + CM.format(name="same")})
-    with pytest.raises(RenderError, match=r"^b/c\.yaml#1, ConfigMap/same: duplicate object ConfigMap/same: "
-                       r"also defined in a\.yaml#1$"):
+    with pytest.raises(
+        RenderError,
+        match=r"^b/c\.yaml#1, ConfigMap/same: duplicate object ConfigMap/same: "
+        r"also defined in a\.yaml#1$",
+    ):
         render(tmp_path)
 
 
@@ -376,8 +388,11 @@ def test_chart_dir_is_rendered_by_helm_template(tmp_path: Path) -> None:
     helm = echo_tool(tmp_path / "helm", "from-helm")
     repo = write(
         tmp_path / "repo",
-        {"charts/web/Chart.yaml": "apiVersion: v2\nname: web\nversion: 0.1.0\n", "charts/web/values.yaml": "x: 1\n",
-         "charts/web/prod.yaml": "replicas: 3\n"},  # in the chart's directory: not walked as manifests
+        {
+            "charts/web/Chart.yaml": "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+            "charts/web/values.yaml": "x: 1\n",
+            "charts/web/prod.yaml": "replicas: 3\n",
+        },  # in the chart's directory: not walked as manifests
     )
     opts = RenderOptions(helm=str(helm), namespace="demo", helm_values=(Path("charts/web/prod.yaml"),))
     [obj] = render(repo, opts)
@@ -397,8 +412,11 @@ def test_missing_values_file_is_named(tmp_path: Path) -> None:
 
 
 def test_tool_failure_names_the_directory_and_stderr_tail(tmp_path: Path) -> None:
-    kubectl = fake_tool(tmp_path / "kubectl", "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo noise $i >&2; done\n"
-                                              "echo 'Error: accumulating resources: missing.yaml' >&2; exit 1\n")
+    kubectl = fake_tool(
+        tmp_path / "kubectl",
+        "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo noise $i >&2; done\n"
+        "echo 'Error: accumulating resources: missing.yaml' >&2; exit 1\n",
+    )
     repo = write(tmp_path / "repo", {"app/kustomization.yaml": "resources: [missing.yaml]\n"})
     with pytest.raises(RenderError, match=r"^app \(kustomize\): `.*kubectl kustomize` failed \(exit 1\)") as err:
         render(repo, RenderOptions(kubectl=str(kubectl)))
@@ -422,8 +440,9 @@ def test_tool_output_is_validated_and_bounded(tmp_path: Path) -> None:
         render(repo, RenderOptions(kubectl=str(kubectl)))
 
 
-@pytest.mark.parametrize(("kustomization", "link"), [("k/kustomization.yaml", "k/secret.txt"),
-                                                    ("kustomization.yaml", "secret.txt")])
+@pytest.mark.parametrize(
+    ("kustomization", "link"), [("k/kustomization.yaml", "k/secret.txt"), ("kustomization.yaml", "secret.txt")]
+)
 def test_symlink_out_of_a_kustomization_is_rejected_before_running_the_tool(
     tmp_path: Path, outside: Path, kustomization: str, link: str
 ) -> None:
@@ -451,8 +470,7 @@ def test_to_yaml_never_emits_aliases_and_quotes_ambiguous_strings() -> None:
     shared = {"a": "b"}
     text = to_yaml([{"kind": "X", "x": shared, "y": shared, "v": "1.10", "on": "yes", "long": "w " * 100}])
     assert "&" not in text and "*" not in text
-    assert yaml.safe_load(text) == {"kind": "X", "x": shared, "y": shared, "v": "1.10", "on": "yes",
-                                    "long": "w " * 100}
+    assert yaml.safe_load(text) == {"kind": "X", "x": shared, "y": shared, "v": "1.10", "on": "yes", "long": "w " * 100}
     assert to_yaml([]) == ""
 
 
