@@ -22,6 +22,7 @@ from gitops_sync.cluster.client import APPLY_PATCH, Client, object_path
 
 FLOOR = "floor"
 FLOOR_USER_AGENT = "gitops-sync-bench-floor"
+_SELECTOR = "bench.gitops-sync.io/set=bench"  # the workload's objects (not the namespace's kube-root-ca.crt)
 # The kinds bench/workload.py writes: (apiVersion, kind) -> (URL base, plural)
 _KINDS = {
     ("v1", "ConfigMap"): ("/api/v1", "configmaps"),
@@ -70,7 +71,8 @@ def noop_floor(cluster: BenchCluster, namespace: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         with ThreadPoolExecutor(len(_KINDS)) as pool:  # gitops-sync lists the kinds in parallel too
             listed = pool.map(
-                lambda bp: len(c.list_collection(object_path(bp[0], namespace, bp[1])).items), _KINDS.values()
+                lambda bp: len(c.list_collection(object_path(bp[0], namespace, bp[1]), label_selector=_SELECTOR).items),
+                _KINDS.values(),
             )
             items = sum(listed)
         seconds = time.perf_counter() - t0

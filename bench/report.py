@@ -293,6 +293,10 @@ median ÷ kubectl median from the same run. Re-run `make bench` to refresh this 
    `kubectl diff --server-side --force-conflicts -f DIR` (the drifted fields belong to `bench-drift` now, so
    without `--force-conflicts` kubectl diff stops at the first 409 and reports nothing). Both must find
    exactly the 10 objects.
+- **÷ floor** rows (bench/floor.py): the API server's own share, measured in a third namespace. Cold: the
+  same N server-side applies sent by a minimal client (urllib3, bodies encoded before the clock starts, no
+  rendering or planning, the same concurrency as gitops-sync); no-op: one LIST per kind (the reads a no-op
+  cannot avoid). Request time only, no process start-up; the ratio is gitops-sync's whole command ÷ that.
 4. **Daemon** (`gitops-sync run`, local Git work tree): (a) `--detect-only` on objects already in sync; from
    just before an out-of-band PATCH to the daemon's `drift detected` log line for that object, over 50
    changes spread over the three kinds; (b) `--self-heal`; from just before rewriting a file and `git commit`

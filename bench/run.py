@@ -32,6 +32,7 @@ from bench.cases import Measure, Runner, Tools
 from bench.env import REPO, BenchCluster, log, machine, versions
 from bench.report import case_rows, daemon_rows, markdown, text_table
 from bench.workload import generate
+from gitops_sync.log import configure as configure_logging
 
 NOT_AVAILABLE = "not measured: daemon not available"
 
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, cluster: BenchCluster, workdir: Path, started: float) -> int:
+    configure_logging("auto", "warning")  # the bench's own client requests are not worth a line each
     gs = gitops_sync_argv(args.python)
     log(
         f"cluster {cluster.kubeconfig} (audit log: {cluster.audit_log or 'none, using /metrics'}); "

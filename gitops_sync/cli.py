@@ -7,6 +7,7 @@ conflicts, 2 any error. Reports go to stdout, logs to stderr.
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import sys
 import time
@@ -263,6 +264,11 @@ def main(logs: LogChoices) -> None:
 
 def _load(attempt: _Attempt, source: SourceOptions) -> tuple[Checkout, list[DesiredObject]]:
     """Fetch and render, then register the Secret values so that no later message can show them."""
+    # A one-shot command keeps everything it renders and reads until it exits, and the cyclic collector's
+    # full passes walk all of it again and again: with the default thresholds a plan of 20,000 objects
+    # spent 4.3 CPU-s instead of 3.2 (5,000: 0.9 vs 0.8), the growth faster than linear. Our objects hold
+    # no cycles worth collecting early, so the young generation is collected 140x less often.
+    gc.set_threshold(100_000, 50, 100)
     # Before any cluster access: a broken source never touches the cluster.
     checkout, objects = load(source, disk_render_cache(source))
     attempt.checkout = checkout
