@@ -56,11 +56,23 @@ SHARD_LEASE_PREFIX = "gitops-sync-shard-"
 
 
 class SourceClient(FencedClient):
-    """A source's API client: writes fenced on its shard, every request as its ServiceAccount when set."""
+    """A source's API client: writes fenced on its shard, every request as its ServiceAccount when set.
 
-    def __init__(self, *args: Any, impersonate: str = "", **kwargs: Any) -> None:
+    With `share`, it sends through that client's connection pool and breaker (one pool for every source:
+    a pool each kept ~8 idle TLS connections per source, 1.2 MB of RSS per source at 200 sources) and
+    keeps only its fence, its impersonation and its request counters."""
+
+    def __init__(self, *args: Any, impersonate: str = "", share: Client | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.impersonate = impersonate
+        self._shared = share is not None
+        if share is not None:
+            super().close()  # the pool just made is not used
+            self._conn, self.breaker = share._conn, share.breaker
+
+    def close(self) -> None:
+        if not self._shared:
+            super().close()
 
     def _prepare(
         self, method: str, path: str, query: Any, content_type: str | None, accept: str | None
@@ -177,7 +189,8 @@ class Fleet:
         self._stop = threading.Event()
         self._stopping = False
         self._abandon = False
-        self.client = Client(opts.kubeconfig, opts.context, pool_size=16)
+        # Every source sends through this client's pool (SourceClient `share`): size it for all workers.
+        self.client = Client(opts.kubeconfig, opts.context, pool_size=max(16, opts.workers * opts.concurrency))
         self.aux = Client(opts.kubeconfig, opts.context, pool_size=4, timeout=10)
         self.watch_client = Client(opts.kubeconfig, opts.context, pool_size=64)
         self.discovery = Discovery(self.client)
@@ -430,9 +443,10 @@ class Fleet:
         client = SourceClient(
             opts.kubeconfig,
             opts.context,
-            pool_size=max(opts.concurrency, 4),
+            pool_size=1,
             may_write=may_write,
             impersonate=gs.impersonate,
+            share=self.client,
         )
         engine = Engine(
             client, field_manager=opts.field_manager, concurrency=opts.concurrency, discovery=self.discovery

@@ -51,18 +51,17 @@ class CuttingProxy:
 
     def cut_all(self) -> int:
         """Reset every live connection (RST, no orderly close); returns how many client connections."""
-        with self._lock:
+        with self._lock:  # count in the same step that empties `live`, so a reader never sees one without the other
             socks = list(self._live)
             self._live.clear()
             self._cut.update(socks)
+            self.cut += len(socks) // 2
         for s in socks:  # every socket gets SO_LINGER 0 before any is closed (a closing one wakes its pumps)
             with contextlib.suppress(OSError):
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         for s in socks:
             _reset(s)
-        n = len(socks) // 2
-        self.cut += n
-        return n
+        return len(socks) // 2
 
     def stop(self) -> None:
         self._stop.set()
