@@ -32,7 +32,7 @@ from gitops_sync.engine import Engine, PassOptions, SourceOptions
 from gitops_sync.errors import ApiError, ClusterError, GitOpsError
 from gitops_sync.formatting import rfc3339
 from gitops_sync.plan.autoscaler import Autoscaler, find_autoscaler, scaled_by_controller_manager
-from gitops_sync.plan.changeset import ChangeSet, Entry
+from gitops_sync.plan.changeset import LIVE_CHANGED, ChangeSet, Entry
 from gitops_sync.plan.masking import Redactor
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
@@ -349,6 +349,7 @@ class SourceReconciler:
             )
             for e in cs.entries:
                 e.yielded = [y.to_field() for y in self.yields.of(e.key)]
+                self._since_from_history(e)
         except GitOpsError as exc:
             if isinstance(exc, ClusterError):
                 self.cluster_trouble(exc)
@@ -450,6 +451,18 @@ class SourceReconciler:
         return [
             self.yields.body(t, self.cache.get(t.key)[1]) if (only is None or t.key in only) else t for t in src.targets
         ]
+
+    def _since_from_history(self, e: Entry) -> None:
+        """A live-changed field whose writer's managedFields entry has no time (the scale subresource records
+        none): when the watch saw that manager write it (the ownership history)."""
+        missing = [c for c in e.drift + e.conflicts if c.reason == LIVE_CHANGED and not c.since]
+        if not missing:
+            return
+        records = self.history.fields(e.key)
+        for c in missing:
+            seen = [r for r in records.get(c.path, ()) if r.manager == c.manager]
+            if seen:
+                c.since = rfc3339(seen[-1].observed)
 
     def _autoscaler_of(self, key: ObjectKey, hpas: dict[str, list[Manifest] | None]) -> tuple[bool, Autoscaler | None]:
         """(known, the HPA scaling `key`): the namespace's HPAs are listed once per pass; a refused or

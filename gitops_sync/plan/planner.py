@@ -301,37 +301,48 @@ _NOT_FOREIGN = tuple(f".metadata.annotations.{a}" for a in SERVER_ANNOTATIONS)
 
 def foreign_fields(key: ObjectKey, desired: Manifest, live: Manifest, field_manager: str) -> list[Foreign]:
     """Fields Git does not declare that another manager owns and wrote after our last apply (its
-    managedFields time is later than ours); status and server bookkeeping excluded. Secret values masked."""
-    entries = ownership.managed_fields(live)
-    ours = next((e for e in entries if e.identity == (field_manager, "Apply", "")), None)
-    if ours is None:
+    managedFields time is not earlier than ours: the times have one-second resolution); status and server
+    bookkeeping excluded. Secret values masked.
+
+    Called for every object of every pass (the fast path too), so it leaves as early as it can: without a
+    later writer (read from the raw entries), and without a candidate field, before walking `desired`."""
+    raw = (live.get("metadata") or {}).get("managedFields") or []
+    ours_time = next(
+        (str(e.get("time") or "") for e in raw if e.get("manager") == field_manager and e.get("operation") == "Apply"),
+        None,
+    )
+    if ours_time is None:
         return []  # never applied by us: everything on it is someone else's
-    later = [
-        e
-        for e in entries
-        if e is not ours and e.subresource != "status" and e.time and (not ours.time or e.time > ours.time)
+    if not any(
+        e.get("subresource") != "status" and str(e.get("time") or "") >= ours_time
+        for e in raw
+        if not (e.get("manager") == field_manager and e.get("operation") == "Apply")
+    ):
+        return []
+    candidates = [
+        (e, path)
+        for e in ownership.managed_fields(live)
+        if e.identity != (field_manager, "Apply", "") and e.subresource != "status" and e.time >= ours_time
+        for path in sorted(e.owned_paths)
+        if e.owns_whole(path)
+        and not path.startswith(_NOT_FOREIGN)
+        and path not in BOOKKEEPING
+        and not _is_item_key(path)
     ]
-    if not later:
+    if not candidates:
         return []
     whole = {leaf.format() for leaf, _ in fieldpath.leaves(desired)}  # values Git sets as one
     declared = whole | {prefix.format() for leaf, _ in fieldpath.leaves(desired) for prefix in leaf.prefixes()}
     out = []
-    for e in later:
-        for path in sorted(e.owned_paths):
-            if path in declared or path.startswith(_NOT_FOREIGN) or path in BOOKKEEPING:
-                continue
-            if any(path.startswith((w + ".", w + "[")) for w in whole):
-                continue  # inside a value Git sets whole
-            if any(o.startswith((path + ".", path + "[")) for o in e.owned_paths):
-                continue  # an interior node: its leaves are listed
-            if _is_item_key(path):
-                continue  # `env[name="FOO"].name`: the item's name, already in its path
-            value = fieldpath.get(live, path)
-            if value is fieldpath.MISSING:
-                continue
-            if key.kind == "Secret" and not key.group:
-                value = MASK
-            out.append(Foreign(path, value, e.manager, e.operation, e.subresource, e.time))
+    for e, path in candidates:
+        if path in declared or any(path.startswith((w + ".", w + "[")) for w in whole):
+            continue  # Git sets it (drift, not an addition), or it is inside a value Git sets whole
+        value = fieldpath.get(live, path)
+        if value is fieldpath.MISSING:
+            continue
+        if key.kind == "Secret" and not key.group:
+            value = MASK
+        out.append(Foreign(path, value, e.manager, e.operation, e.subresource, e.time))
     return out
 
 

@@ -77,6 +77,14 @@ def test_bench_quick_produces_every_figure(kube: KubeCluster, tmp_path: Path) ->
         assert rss["peak_bytes"] and rss["peak_bytes"] > 0
 
     rows = doc["rows"]
-    assert len(rows) == 6 and not [row for row in rows if row["result"] == "ERROR"], rows
+    # cases 1-3, the cold and no-op floors (bench/floor.py), 4a, 4b, 5
+    assert len(rows) == 8 and not [row for row in rows if row["result"] == "ERROR"], rows
+    assert [row["case"] for row in rows if "floor" in row["case"]] == [
+        "1. cold sync ÷ floor",
+        "2. no-op re-sync ÷ floor",
+    ]
+    for case in ("cold", "noop"):
+        [floor] = doc["cases"][case]["100"]["floor"]
+        assert floor["ok"] and floor["seconds"] > 0, floor
     assert r.returncode == 0, r.stderr[-4000:]
     assert "| 2. no-op re-sync |" in out_md.read_text()

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, GitRepo, deployment, wait_until
 from tests.integration.test_daemon import events, get, replicas
+from tests.integration.test_sync import gs
 
 pytestmark = pytest.mark.cluster
 
@@ -176,4 +177,27 @@ def test_a_manager_that_keeps_taking_a_field_wins_after_three_takes_until_it_sto
         print(f"resumed {took:.1f} s after the rogue stopped (window 8 s)")
         assert d.status()["yields"] == []
         assert "has not written it" in d.logged("resuming field")[-1]["why"]
+        assert d.stop() == 0
+
+
+def test_status_explains_a_scale_with_reason_source_and_the_time_the_watch_saw_it(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    repo = GitRepo(tmp_path / "repo", {"web.yaml": deployment("web", 2)})
+    assert gs(kube, "sync", "--repo", str(repo.path), "-n", namespace).returncode == 0
+    with start(kube, tmp_path, repo.path, namespace, "--detect-only") as d:
+        wait_until("the first pass", lambda: d.entry("Deployment", "web"), 10.0)
+        kube.kubectl("scale", "deployment/web", "--replicas=4", "-n", namespace)
+
+        def scaled() -> dict[str, Any] | None:
+            e = d.entry("Deployment", "web")
+            found = [
+                f for f in (e or {}).get("drift", []) + (e or {}).get("conflicts", []) if f["path"] == ".spec.replicas"
+            ]
+            return found[0] if found else None
+
+        wait_until("the scale on /status", scaled, 5.0)
+        f = scaled()
+        assert f is not None and (f["reason"], f["manager"], f["subresource"]) == ("live-changed", "kubectl", "scale")
+        assert f["source"].startswith("web.yaml:") and f["since"].endswith("Z"), f
         assert d.stop() == 0
