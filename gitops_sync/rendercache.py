@@ -49,9 +49,11 @@ class Store(Protocol):
 
 
 class MemoryStore:
-    """The daemon's store: the last `max_entries` renders, least recently used dropped first."""
+    """The daemon's store: the last `max_entries` renders, least recently used dropped first. Two by default:
+    the commit being reconciled and the one before it (a revert); an entry is ~0.35 MB per 1,000 objects of
+    the bench workload, and the daemon's memory budget is tight (BENCHMARKS.md, case 5)."""
 
-    def __init__(self, max_entries: int = 8) -> None:
+    def __init__(self, max_entries: int = 2) -> None:
         self.max_entries = max_entries
         self._entries: OrderedDict[str, bytes] = OrderedDict()
         self._lock = threading.Lock()

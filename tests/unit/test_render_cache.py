@@ -128,6 +128,7 @@ def test_a_corrupt_entry_is_ignored_and_rewritten(tmp_path: Path, monkeypatch: p
     src = source(repo, tmp_path)
     load(src, engine.disk_render_cache(src))
     [entry] = (tmp_path / "cache" / "renders").glob("*.json")
+    assert entry.stat().st_mode & 0o077 == 0  # rendered Secrets: readable by this user only
     good = entry.read_bytes()
     entry.write_bytes(good.replace(b'"name":"a"', b'"name":"z"'))  # same length, digest no longer matches
     _, objects = load(src, engine.disk_render_cache(src))
