@@ -241,6 +241,31 @@ class Engine:
             self._wait(cs, targets, opts.timeout, on_ready)
         return cs
 
+    def collect(self, name: str, namespace: str, identity: str) -> tuple[ChangeSet, bool]:
+        """A deleted source's garbage collection: prune every member of its inventory, then the parent.
+
+        Every guard of a prune holds (members only: objects of another ApplySet are not ours; adopted
+        ones are released, not deleted; `prune: disabled` kept; the cascade guard). (change set, whether
+        anything was due): nothing is due, and nothing is touched, when the inventory is absent or never
+        recorded a clean pass (a source that never applied cleanly may have adopted what it only tried).
+        """
+        cs = ChangeSet(
+            revision="",
+            source="",
+            dry_run=False,
+            inventory=name,
+            inventory_namespace=namespace,
+            source_identity=identity,
+        )
+        inv = inventory.load(self.client, name, namespace, identity)
+        if not inv.exists or not inv.recorded.get(conventions.APPLIED_REVISION):
+            return cs, False
+        opts = PassOptions(prune=True, allow_empty=True, name=name, inventory_namespace=namespace)
+        pruned_all = self._prune(cs, [inv], [], opts, False, None)
+        if pruned_all and not cs.has_errors:
+            inventory.delete_parent(self.client, inv)
+        return cs, True
+
     def _ignoring(
         self,
         t: Target,

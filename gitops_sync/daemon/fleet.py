@@ -33,7 +33,7 @@ from gitops_sync.daemon.access import ReadAccess
 from gitops_sync.daemon.auth import KubernetesAuth
 from gitops_sync.daemon.cache import EventType, WatchCache
 from gitops_sync.daemon.conditions import ClusterProbe, Condition
-from gitops_sync.daemon.events import EventRecorder
+from gitops_sync.daemon.events import WARNING, EventRecorder
 from gitops_sync.daemon.gitsync import GitSync, InvalidSpec
 from gitops_sync.daemon.http import Endpoints, HttpServer
 from gitops_sync.daemon.leader import ApiLeaseStore, LeaderElector
@@ -45,7 +45,8 @@ from gitops_sync.daemon.reporter import FULL, SOURCE, QueueKey
 from gitops_sync.daemon.supervisor import Supervisor, describe_crash
 from gitops_sync.daemon.triggers import WebhookResult, verify_webhook
 from gitops_sync.engine import Engine
-from gitops_sync.errors import ApiError, ClusterError
+from gitops_sync.errors import ApiError, ClusterError, GitOpsError
+from gitops_sync.plan.changeset import Action, Entry
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source import mask_url
@@ -368,8 +369,9 @@ class Fleet:
                 self.objects.pop(ref, None)
                 old = self.sources.pop(ref, None)
             if old is not None:
-                # Nothing is pruned: the objects stay, labelled with their ApplySet; say so once.
-                log.info("GitSync deleted: no longer reconciled (its objects are left in place)", gitsync=ref)
+                # Gone from the API: pruned before, through the finalizer, or left in place (prune off,
+                # detect-only, suspended). Either way it is no longer reconciled.
+                log.info("GitSync deleted: no longer reconciled", gitsync=ref)
                 self._reindex()
                 if old.client is not None:
                     old.client.close()
@@ -388,8 +390,13 @@ class Fleet:
                     stub = _stub(obj)
                     self.sources[ref] = _Source(gs=stub, shard=shard, reconciler=None, client=None, invalid=str(exc))
             log.error("invalid GitSync", gitsync=ref, error=str(exc))
+            if gitsync.is_deleting(obj) and self.shards.can_write(shard):  # a spec not understood prunes nothing
+                self._set_finalizer(ref, obj, present=False)
+                return
             self._write_status(ref)
             return
+        # Deleting, or prune switched on/off: the finalizer is the shard holder's work (_run_source).
+        finalizing = gitsync.is_deleting(obj) or (gitsync.FINALIZER in gitsync.finalizers(obj)) != gs.wants_finalizer
         with self._lock:
             cur = self.sources.get(ref)
             rebuild = cur is None or cur.invalid or cur.gs.spec_doc != gs.spec_doc or cur.gs.uid != gs.uid
@@ -406,6 +413,8 @@ class Fleet:
                 requested = gs.reconcile_requested != src.gs.reconcile_requested
                 suspend_changed = gs.suspend != src.gs.suspend
                 src.gs = gs
+                if finalizing:
+                    self.queue.add((ref, FULL))  # the work of the shard's holder (_run_source)
                 if not (requested or suspend_changed):
                     return
         if rebuild:
@@ -424,6 +433,8 @@ class Fleet:
             self.queue.add((ref, FULL))
         else:
             self._write_status(ref)
+            if finalizing:
+                self.queue.add((ref, FULL))
 
     def _build(self, gs: GitSync, shard: int) -> _Source:
         opts = self.opts
@@ -552,10 +563,18 @@ class Fleet:
         try:
             with self._lock:
                 src = self.sources.get(ref)
-            if src is None or src.reconciler is None or src.gs.suspend or self._stopping:
+            if src is None or src.reconciler is None or self._stopping:
                 return
             if not self.shards.can_write(src.shard):
                 return  # another replica holds this shard
+            with self._lock:
+                obj = self.objects.get(ref) or {}
+            if gitsync.is_deleting(obj):
+                self._finalize(ref, src, obj)
+                return
+            self._set_finalizer(ref, obj, present=src.gs.wants_finalizer)
+            if src.gs.suspend:
+                return
             r = src.reconciler
             waiting = self._dependencies_waiting(src)
             if waiting != src.waiting_for:
@@ -579,6 +598,60 @@ class Fleet:
                 held = self._held.pop(ref, set())
             for key in held:
                 self.queue.add((ref, key))
+
+    # -- deletion -------------------------------------------------------------------------------
+
+    def _set_finalizer(self, ref: str, obj: Manifest, *, present: bool) -> None:
+        patch = gitsync.finalizer_patch(obj, present=present)
+        if patch is None:
+            return
+        ns, name = ref.split("/", 1)
+        try:
+            self.client.request(
+                "PATCH", gitsync.object_path(ns, name), body=patch, content_type="application/merge-patch+json"
+            )
+        except ClusterError as exc:  # changed meanwhile (409) or gone: its next event tries again
+            log.info("cannot update the GitSync's finalizer", gitsync=ref, error=mask_url(str(exc)))
+
+    def _finalize(self, ref: str, src: _Source, obj: Manifest) -> None:
+        """A GitSync being deleted: prune what it applied (prune: true, self-heal, not suspended), then let
+        it go. A prune that fails or is refused keeps the finalizer and is retried with backoff."""
+        if gitsync.FINALIZER not in gitsync.finalizers(obj):
+            return
+        gs, r = src.gs, cast(SourceReconciler, src.reconciler)
+        if gs.wants_finalizer and not gs.suspend:
+            entries: list[Entry] = []
+            try:
+                cs, due = r.engine.collect(r.inventory_name, r.inventory_namespace, r.desired.identity.text)
+                entries = cs.entries
+                errors = [*cs.errors, *(f"{e.key}: {e.message}" for e in entries if e.action is Action.ERROR)]
+            except GitOpsError as exc:
+                due, errors = True, [mask_url(str(exc))]
+            if errors:
+                delay = self.queue.add_rate_limited((ref, FULL))
+                log.error(
+                    "GitSync deleted: prune failed; keeping it until it succeeds",
+                    gitsync=ref,
+                    errors=errors[:5],
+                    retry_in=round(delay, 2),
+                )
+                r.source_event("PruneFailed", WARNING, f"deleting: objects not pruned, retrying: {errors[0]}")
+                return
+            done = entries
+            log.info(
+                "GitSync deleted: its objects were pruned"
+                if due
+                else "GitSync deleted: nothing applied cleanly, nothing pruned",
+                gitsync=ref,
+                pruned=sum(1 for e in done if e.action is Action.PRUNE and "release" not in e.message),
+                released=sum(1 for e in done if "release" in e.message),
+                kept=sum(1 for e in done if e.action is not Action.PRUNE),
+            )
+        else:
+            why = "suspended" if gs.suspend else "prune is off" if not gs.prune else "detect-only"
+            log.info("GitSync deleted: its objects are left in place", gitsync=ref, reason=why)
+        self.queue.forget((ref, FULL))
+        self._set_finalizer(ref, obj, present=False)
 
     def _dependencies_waiting(self, src: _Source) -> str:
         """The first dependency that is not Ready (as its status says), or ""."""

@@ -27,6 +27,9 @@ PLURAL = "gitsyncs"
 API_VERSION = f"{GROUP}/{VERSION}"
 RECONCILE_ANNOTATION = RECONCILE_REQUESTED  # every key lives in conventions.py
 CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Drifted", "Conflicted")
+# On a GitSync whose deletion prunes its objects (prune: true, self-heal): the controller garbage-collects
+# them before the API server lets the GitSync go (as Flux's Kustomization finalizer does).
+FINALIZER = "gitops-sync.io/finalizer"
 
 
 class InvalidSpec(ValueError):
@@ -69,6 +72,11 @@ class GitSync:
     @property
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def wants_finalizer(self) -> bool:
+        """Only a source that prunes and writes collects its objects when deleted; the rest orphan them."""
+        return self.prune and self.self_heal
 
     @property
     def key(self) -> ObjectKey:
@@ -159,6 +167,25 @@ def parse(obj: Manifest) -> GitSync:
         reconcile_requested=str(annotations.get(RECONCILE_ANNOTATION) or ""),
         spec_doc=dict(spec),
     )
+
+
+def is_deleting(obj: Manifest) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def finalizers(obj: Manifest) -> list[str]:
+    return [str(f) for f in (obj.get("metadata") or {}).get("finalizers") or []]
+
+
+def finalizer_patch(obj: Manifest, *, present: bool) -> Manifest | None:
+    """A merge patch adding or removing FINALIZER (guarded by resourceVersion: other finalizers are kept
+    as read, and a GitSync changed meanwhile is a 409, retried on its next event); None: nothing to do."""
+    have = finalizers(obj)
+    if (FINALIZER in have) == present:
+        return None
+    want = [*have, FINALIZER] if present else [f for f in have if f != FINALIZER]
+    rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return {"metadata": {"finalizers": want, "resourceVersion": rv}}
 
 
 def shard_of(namespace: str, name: str, shards: int) -> int:
@@ -296,6 +323,7 @@ def without_times(conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
 __all__ = [
     "API_VERSION",
     "CONDITION_TYPES",
+    "FINALIZER",
     "GROUP",
     "KIND",
     "PLURAL",

@@ -135,3 +135,24 @@ def test_the_crd_declares_the_status_subresource_and_printer_columns() -> None:
         "wait",
         "timeout",
     } <= set(spec)
+
+
+def test_the_finalizer_patch_keeps_other_finalizers_and_is_guarded_by_resource_version() -> None:
+    obj = {"metadata": {"name": "web", "resourceVersion": "7", "finalizers": ["other.io/keep"]}}
+    assert gitsync.finalizer_patch(obj, present=True) == {
+        "metadata": {"finalizers": ["other.io/keep", gitsync.FINALIZER], "resourceVersion": "7"}
+    }
+    assert gitsync.finalizer_patch(obj, present=False) is None  # not there: nothing to remove
+    obj["metadata"]["finalizers"] = [gitsync.FINALIZER, "other.io/keep"]
+    assert gitsync.finalizer_patch(obj, present=False) == {
+        "metadata": {"finalizers": ["other.io/keep"], "resourceVersion": "7"}
+    }
+    assert gitsync.is_deleting({"metadata": {"deletionTimestamp": "2026-12-01T00:00:00Z"}})
+
+
+def test_only_a_pruning_self_healing_source_wants_the_finalizer() -> None:
+    base = {"apiVersion": gitsync.API_VERSION, "kind": "GitSync", "metadata": {"name": "a", "namespace": "n"}}
+    spec = {"repository": "/r"}
+    assert not gitsync.parse({**base, "spec": spec}).wants_finalizer
+    assert gitsync.parse({**base, "spec": {**spec, "prune": True}}).wants_finalizer
+    assert not gitsync.parse({**base, "spec": {**spec, "prune": True, "mode": "detect-only"}}).wants_finalizer

@@ -1,0 +1,108 @@
+"""Deleting a GitSync on the real API server: prune: true collects its objects through a finalizer (every
+prune guard holds); prune: false, detect-only and suspended sources leave them in place."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import KubeCluster
+from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
+from tests.integration.test_fleet import cm_data, crd, gitsync
+
+__all__ = ["crd"]  # the module-scoped fixture, shared
+
+FINALIZER = "gitops-sync.io/finalizer"
+
+
+def _meta(kube: KubeCluster, kind: str, namespace: str, name: str) -> dict[str, object] | None:
+    r = kube.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
+    if r.returncode != 0:
+        return None
+    meta: dict[str, object] = json.loads(r.stdout)["metadata"]
+    return meta
+
+
+def _finalizers(kube: KubeCluster, namespace: str, name: str) -> list[str]:
+    meta = _meta(kube, "gitsync", namespace, name) or {}
+    return list(meta.get("finalizers") or [])  # type: ignore[call-overload]
+
+
+def test_deleting_a_gitsync_prunes_only_with_prune_on(
+    kube: KubeCluster, crd: None, namespace: str, tmp_path: Path
+) -> None:
+    # Existed before any GitSync: adopted by "pruner", so released (label removed), never deleted.
+    kube.kubectl("apply", "-f", "-", input=configmap("pre", {"v": "0"}, namespace=namespace))
+    kept = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "kept", "annotations": {"gitops-sync.io/prune": "disabled"}},
+            "data": {"v": "1"},
+        }
+    )
+    pruner = GitRepo(
+        tmp_path / "pruner",
+        {"a.yaml": configmap("a", {"v": "1"}), "pre.yaml": configmap("pre", {"v": "1"}), "kept.yaml": kept},
+    )
+    orphaner = GitRepo(tmp_path / "orphaner", {"o.yaml": configmap("o", {"v": "1"})})
+    paused = GitRepo(tmp_path / "paused", {"p.yaml": configmap("p", {"v": "1"})})
+    # Never applies cleanly (one object's namespace does not exist): no applied revision, nothing to collect.
+    broken = GitRepo(
+        tmp_path / "broken",
+        {"g.yaml": configmap("g", {"v": "1"}), "x.yaml": configmap("x", {"v": "1"}, namespace=f"{namespace}-none")},
+    )
+    kube.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input="---\n".join(
+            [
+                gitsync("pruner", namespace, pruner.path, prune=True),
+                gitsync("orphaner", namespace, orphaner.path, prune=False),
+                gitsync("paused", namespace, paused.path, prune=True),
+                gitsync("broken", namespace, broken.path, prune=True),
+            ]
+        ),
+    )
+    with Daemon(["--watch-namespace", namespace], kube.env, tmp_path / "fleet.log") as d:
+        d.wait_ready(60)
+        for name in ("pruner", "orphaner", "paused"):
+            kube.kubectl(
+                "wait", "--for=condition=Ready", f"gitsync/{name}", "-n", namespace, "--timeout=60s", timeout=70
+            )
+        assert cm_data(kube, namespace, "a") == {"v": "1"}
+        wait_until("the finalizers", lambda: FINALIZER in _finalizers(kube, namespace, "pruner"), 20)
+        wait_until("the finalizers", lambda: FINALIZER in _finalizers(kube, namespace, "paused"), 20)
+        assert _finalizers(kube, namespace, "orphaner") == []  # prune: false orphans: no finalizer
+
+        # prune: true → its objects are collected before the GitSync goes, with every prune guard.
+        kube.kubectl("delete", "gitsync", "pruner", "-n", namespace, "--timeout=60s", timeout=70)
+        assert _meta(kube, "gitsync", namespace, "pruner") is None
+        assert cm_data(kube, namespace, "a") is None  # created by it: deleted
+        pre = _meta(kube, "configmap", namespace, "pre")
+        assert pre is not None, "an adopted object was deleted"
+        assert "applyset.kubernetes.io/part-of" not in (pre.get("labels") or {}), pre  # type: ignore[operator]
+        assert cm_data(kube, namespace, "kept") == {"v": "1"}  # gitops-sync.io/prune: disabled
+        assert _meta(kube, "configmap", namespace, "gitsync-pruner") is None  # its ApplySet parent too
+        assert d.logged("GitSync deleted: its objects were pruned")
+
+        # prune: false → objects and the ApplySet parent stay (orphaned, still labelled).
+        kube.kubectl("delete", "gitsync", "orphaner", "-n", namespace, "--timeout=60s", timeout=70)
+        assert cm_data(kube, namespace, "o") == {"v": "1"}
+        assert _meta(kube, "configmap", namespace, "gitsync-orphaner") is not None
+
+        # Never applied cleanly → nothing is collected (what it created may have been meant as adopted).
+        wait_until("the broken source's object", lambda: cm_data(kube, namespace, "g") == {"v": "1"}, 60)
+        wait_until("the finalizers", lambda: FINALIZER in _finalizers(kube, namespace, "broken"), 20)
+        kube.kubectl("delete", "gitsync", "broken", "-n", namespace, "--timeout=60s", timeout=70)
+        assert cm_data(kube, namespace, "g") == {"v": "1"}
+        assert d.logged("GitSync deleted: nothing applied cleanly, nothing pruned")
+
+        # Suspended → nothing is written, deletion included: the finalizer goes, the objects stay.
+        kube.kubectl("patch", "gitsync", "paused", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+        kube.kubectl("delete", "gitsync", "paused", "-n", namespace, "--timeout=60s", timeout=70)
+        assert cm_data(kube, namespace, "p") == {"v": "1"}
+        assert any(
+            line.get("reason") == "suspended" for line in d.logged("GitSync deleted: its objects are left in place")
+        )
