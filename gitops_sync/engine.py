@@ -10,7 +10,7 @@ import json
 import posixpath
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -130,8 +130,12 @@ class Engine:
         on_entry: OnEntry | None = None,
         only: set[ObjectKey] | None = None,
         on_ready: Callable[[ObjectKey], None] | None = None,
+        refused: Mapping[ObjectKey, str] | None = None,
     ) -> ChangeSet:
         """Plan (apply=False or opts.dry_run) or converge. Per-object failures land in the change set.
+
+        `refused` (a tenant's source: what its ServiceAccount may not read, with the refusal) are error
+        entries planned without reading, diffing or sending them; they stay desired, so never pruned.
 
         `on_ready` hears of each object that becomes healthy during `--wait`.
         `only` narrows the pass to some objects (the daemon's per-object work items); such a partial
@@ -149,6 +153,10 @@ class Engine:
             source_identity=identity_text,
         )
         targets = list(all_targets) if only is None else [t for t in all_targets if t.key in only]
+        refused = refused or {}
+        denied = [t for t in targets if t.key in refused]
+        wanted = targets  # what prune keeps and the inventory records: the refused too
+        targets = [t for t in targets if t.key not in refused]
         inv = inventory.load(self.client, name, inv_ns, identity_text, identity.inventory_name())
         legacy = None if opts.name else self._legacy(inv, checkout, identity, cs.source)
         live = (live_of or self.manager.fetch_live)(targets)
@@ -160,13 +168,13 @@ class Engine:
             planner.finalize(t, live.get(t.key), inv.id, legacy.id if legacy else None)
         # Members of an old inventory of this very source being taken over are ours, not shared.
         shared, taken = self._shared(targets, live, {inv.id, *([legacy.id] if legacy else [])}, opts)
-        group_kinds = {t.key.group_kind for t in targets}
-        namespaces = {t.key.namespace for t in targets if t.key.namespace}
+        group_kinds = {t.key.group_kind for t in wanted}
+        namespaces = {t.key.namespace for t in wanted if t.key.namespace}
         old_kinds = inv.group_kinds | (legacy.group_kinds if legacy else set())
         old_namespaces = inv.namespaces | (legacy.namespaces if legacy else set())
 
         partial = only is not None
-        record = not dry_run and bool(targets) and not partial
+        record = not dry_run and bool(wanted) and not partial
         if record:
             # The parent records the union first, so a crash mid-pass never hides a member from prune.
             cs.entries += self._ensure_inventory_namespace(inv, targets, live, opts, on_entry)
@@ -184,6 +192,11 @@ class Engine:
                 cs.entries.append(entry)
                 if on_entry:
                     on_entry(entry)
+        for t in denied:  # nothing of the live object is read: the entry is the refusal alone
+            entry = Entry(t.key, t.info.api_version, Action.ERROR, message=refused[t.key], origin=t.origin)
+            cs.entries.append(entry)
+            if on_entry:
+                on_entry(entry)
         done = {e.key for e in cs.entries}
         cs.entries += self.manager.apply_all(
             [t for t in targets if t.key not in done], live, policy=opts.policy, dry_run=dry_run, on_entry=on_entry
@@ -194,7 +207,7 @@ class Engine:
             cs.errors.append(f"stopped early: {len(skipped)} of {len(targets)} object(s) not attempted: {why}")
         for e in cs.entries:
             e.ignored = ignored.get(e.key, [])
-        _locate(cs.entries, targets, checkout.root)
+        _locate(cs.entries, wanted, checkout.root)
         for e in cs.entries:
             if e.key in taken and e.action is not Action.ERROR:
                 verb = "would take" if dry_run else "took"
@@ -202,7 +215,7 @@ class Engine:
 
         pruned_all = True
         if opts.prune and not partial:
-            pruned_all = self._prune(cs, [inv, *([legacy] if legacy else [])], targets, opts, dry_run, on_entry)
+            pruned_all = self._prune(cs, [inv, *([legacy] if legacy else [])], wanted, opts, dry_run, on_entry)
         if record and pruned_all and not cs.has_errors:
             if legacy is not None and not opts.prune:
                 self._adopt_legacy_members(cs, inv, legacy, targets)

@@ -29,6 +29,7 @@ from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon import gitsync
+from gitops_sync.daemon.access import ReadAccess
 from gitops_sync.daemon.auth import KubernetesAuth
 from gitops_sync.daemon.cache import EventType, WatchCache
 from gitops_sync.daemon.conditions import ClusterProbe, Condition
@@ -451,6 +452,17 @@ class Fleet:
         engine = Engine(
             client, field_manager=opts.field_manager, concurrency=opts.concurrency, discovery=self.discovery
         )
+        access = None
+        if gs.impersonate:  # its reads of the shared cache are checked as its ServiceAccount (access.py)
+            reviewer = SourceClient(
+                opts.kubeconfig,
+                opts.context,
+                pool_size=1,
+                may_write=lambda: True,  # an access review changes nothing
+                impersonate=gs.impersonate,
+                share=self.client,
+            )
+            access = ReadAccess(reviewer, gs.impersonate)
         r = SourceReconciler(
             gs.source_spec(opts.source, debounce=opts.debounce),
             engine=engine,
@@ -460,6 +472,7 @@ class Fleet:
             may_write=may_write,
             field_manager=opts.field_manager,
             subject=(gs.key, gitsync.API_VERSION),
+            read_access=access,
         )
         r.on_loaded = lambda _r: self._reindex()
         src = _Source(gs=gs, shard=shard, reconciler=r, client=client, next_poll=time.monotonic() + gs.interval)

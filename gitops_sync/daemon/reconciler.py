@@ -19,6 +19,7 @@ import structlog
 
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.conventions import ConflictPolicy
+from gitops_sync.daemon.access import ReadAccess
 from gitops_sync.daemon.cache import EventType, WatchCache
 from gitops_sync.daemon.conditions import ClusterProbe, Condition
 from gitops_sync.daemon.desired import DesiredSource, DesiredState, digest
@@ -79,8 +80,13 @@ class SourceReconciler:
         may_write: Callable[[], bool],
         field_manager: str,
         subject: tuple[ObjectKey, str] | None = None,
+        read_access: ReadAccess | None = None,
     ) -> None:
         self.spec = spec
+        # A tenant's source (impersonating): what its ServiceAccount may not read, with the refusal. The
+        # shared cache reads with the controller's rights, so nothing of these objects is used or reported.
+        self.read_access = read_access
+        self.refused: dict[ObjectKey, str] = {}
         self.engine = engine
         self.queue = queue
         self.shared = shared
@@ -102,7 +108,7 @@ class SourceReconciler:
             queue=queue,
             field_manager=field_manager,
             forcing=self.forcing,
-            live=lambda k: shared.cache.get(k)[1],
+            live=lambda k: None if k in self.refused else shared.cache.get(k)[1],
         )
         # Events about the whole source: on the GitSync, or (run --repo) the inventory parent ConfigMap.
         self.subject = subject or (ObjectKey("", "ConfigMap", self.inventory_namespace, self.inventory_name), "v1")
@@ -186,6 +192,8 @@ class SourceReconciler:
         try:
             self.engine.discovery.refresh()  # a new revision may bring CRDs, the cluster new kinds
             targets = self.engine.resolve(objects, self.spec.pass_opts)
+            # Known before the cache is asked to watch them: on_watch never observes a refused object.
+            self._set_refused(targets, full=True)
         except ClusterError as exc:
             self.cluster_trouble(exc)
             self.set_source_health(checkout.revision, load_error="")  # Git is fine; keep SOURCE's backoff
@@ -295,6 +303,26 @@ class SourceReconciler:
         if not isinstance(exc, ApiError):
             self.shared.probe.poke()
 
+    # -- tenant read access -----------------------------------------------------------------
+
+    def _set_refused(self, targets: Sequence[Target], *, full: bool) -> None:
+        """Ask again (answers are cached for seconds); forget all that was observed of a newly refused object."""
+        if self.read_access is None:
+            return
+        asked = {t.key for t in targets}
+        desired = self.desired.state.by_key if self.desired.state and not full else asked
+        refused = {k: v for k, v in self.refused.items() if k not in asked and k in desired}
+        refused.update(self.read_access.refused(targets))
+        newly = set(refused) - set(self.refused)
+        self.refused = refused
+        if newly:
+            log.info("objects this source may not read: planned as forbidden", objects=len(newly), **self._log_name())
+            self.history.forget(newly)
+            self.yields.forget(newly)
+            self.reporter.forget(newly)
+            for key in newly:
+                self.fingerprints.pop(key, None)
+
     # -- passes -----------------------------------------------------------------------------
 
     def run_pass(self, src: DesiredState, only: set[ObjectKey] | None) -> None:
@@ -307,9 +335,17 @@ class SourceReconciler:
         t0 = time.monotonic()
         self.attempted = src.checkout.revision
         try:
+            scope = src.targets if only is None else [t for t in src.targets if t.key in only]
+            self._set_refused(scope, full=only is None)
             targets = self._yielding(src, only)
             cs = self.engine.run(
-                src.checkout, targets, opts, apply=self.spec.self_heal, live_of=self._live_of, only=only
+                src.checkout,
+                targets,
+                opts,
+                apply=self.spec.self_heal,
+                live_of=self._live_of,
+                only=only,
+                refused=self.refused,
             )
             for e in cs.entries:
                 e.yielded = [y.to_field() for y in self.yields.of(e.key)]
@@ -387,7 +423,7 @@ class SourceReconciler:
         hpas: dict[str, list[Manifest] | None] = {}
         autoscaled = self.yields.autoscaled_keys()
         for t in scope:
-            live = self.cache.get(t.key)[1]
+            live = None if t.key in self.refused else self.cache.get(t.key)[1]
             if live is None or not self.spec.autoscaler_wins:
                 continue
             if self.yields.suppressed(t.key):
@@ -522,8 +558,8 @@ class SourceReconciler:
     def on_watch(self, etype: EventType, key: ObjectKey, obj: Manifest | None) -> None:
         """An object this source wants changed (on a cache thread: only bookkeeping and queueing)."""
         src = self.desired.state
-        if src is None or key not in src.by_key:
-            return
+        if src is None or key not in src.by_key or key in self.refused:
+            return  # a refused object: not observed, not queued (each full pass asks again)
         if obj is not None:
             fights = self.history.observe(key, src.paths.get(key, ()), obj)
             if fights and self.active():

@@ -109,3 +109,33 @@ def test_fields_other_managers_added_are_listed_but_change_no_exit_code(
     assert "added by other managers" not in gs(kube, "diff", "--repo", str(repo), "-n", namespace).stdout
     md = gs(kube, "diff", "--repo", str(repo), "-n", namespace, "-o", "markdown")
     assert md.returncode == 0 and "<details><summary>" in md.stdout and "added by other managers" in md.stdout
+
+
+def test_git_writing_down_a_default_is_ownership_only(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    repo = write(tmp_path / "repo", {"web.yaml": deployment("web", 2)})
+    assert gs(kube, "sync", "--repo", str(repo), "-n", namespace).returncode == 0
+    write(
+        repo,
+        {
+            "web.yaml": deployment("web", 2).replace(
+                "  replicas: 2\n", "  replicas: 2\n      revisionHistoryLimit: 10\n"
+            )
+        },
+    )
+    r = gs(kube, "diff", "--repo", str(repo), "-n", namespace, "-o", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    web = by_name(report(r))["Deployment/web"]
+    assert web["action"] == "unchanged" and web["drift"] == []
+    assert web["message"] == (
+        "ownership only: would record gitops-sync ownership of .spec.revisionHistoryLimit "
+        "(live value already equals Git)"
+    )
+    assert "ownership only" in gs(kube, "diff", "--repo", str(repo), "-n", namespace, "-v").stdout
+    s = gs(kube, "sync", "--repo", str(repo), "-n", namespace, "-o", "json")
+    assert s.returncode == 0 and by_name(report(s))["Deployment/web"]["message"].startswith("ownership only: record")
+    owned = [
+        m for m in get(kube, "deployment/web", namespace)["metadata"]["managedFields"] if m["manager"] == "gitops-sync"
+    ]
+    assert "f:revisionHistoryLimit" in owned[0]["fieldsV1"]["f:spec"], "sync recorded the ownership"
+    again = gs(kube, "diff", "--repo", str(repo), "-n", namespace, "-o", "json")
+    assert by_name(report(again))["Deployment/web"]["message"] == "", "a no-op now"

@@ -61,6 +61,23 @@ def cm_data(kube: KubeCluster, namespace: str, name: str) -> dict[str, str] | No
     return data
 
 
+def tenant_account(kube: KubeCluster, namespace: str) -> None:
+    """ServiceAccount `tenant` that may do anything with ConfigMaps of `namespace` and nothing else."""
+    kube.kubectl("create", "serviceaccount", "tenant", "-n", namespace)
+    kube.kubectl(
+        "create",
+        "role",
+        "tenant",
+        "-n",
+        namespace,
+        "--verb=get,list,watch,create,update,patch,delete",
+        "--resource=configmaps",
+    )
+    kube.kubectl(
+        "create", "rolebinding", "tenant", "-n", namespace, "--role=tenant", f"--serviceaccount={namespace}:tenant"
+    )
+
+
 def gs_cli(kube: KubeCluster, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gitops_sync", *args, "--kubeconfig", str(kube.kubeconfig)],
@@ -160,19 +177,7 @@ def test_a_tenant_source_is_confined_to_its_service_account(
     other = f"{namespace}-x"[:63]
     kube.kubectl("create", "namespace", other)
     try:
-        kube.kubectl("create", "serviceaccount", "tenant", "-n", namespace)
-        kube.kubectl(
-            "create",
-            "role",
-            "tenant",
-            "-n",
-            namespace,
-            "--verb=get,list,watch,create,update,patch,delete",
-            "--resource=configmaps",
-        )
-        kube.kubectl(
-            "create", "rolebinding", "tenant", "-n", namespace, "--role=tenant", f"--serviceaccount={namespace}:tenant"
-        )
+        tenant_account(kube, namespace)
         tenant = GitRepo(
             tmp_path / "tenant",
             {
