@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,9 @@ def parse_path(text: str) -> str:
     return path.format()
 
 
+_BARE_WORD = re.compile(r"[A-Za-z][A-Za-z-]*")
+
+
 def parse_flag(text: str) -> IgnoreRule:
     """`[GROUP/]KIND:[NAMESPACE/]NAME:PATH[:MODE]`, globs allowed: `apps/Deployment:*:.spec.replicas`,
     `ConfigMap:team-a/*:/data/generated:always`. A kind without a group matches any group; `core/Kind`
@@ -98,6 +102,10 @@ def parse_flag(text: str) -> IgnoreRule:
     parts = text.split(":")
     if len(parts) > 3 and parts[-1] in MODES:
         mode, parts = parts[-1], parts[:-1]
+    elif len(parts) > 3 and _BARE_WORD.fullmatch(parts[-1]):
+        # A path never ends in a bare word after a colon (keys holding `:` are quoted list keys), so this is a
+        # misspelt mode: refuse it rather than fold it into a path that then matches nothing.
+        raise ValueError(f"{text!r}: unknown mode {parts[-1]!r} (expected one of: {', '.join(sorted(MODES))})")
     else:
         mode = IF_OWNED
     if len(parts) < 3:

@@ -132,3 +132,14 @@ def test_always_keeps_the_live_value_when_only_we_own_it() -> None:
     ]
     same = apply_rules(KEY, DESIRED, live(2, [OURS]), [rule], "gitops-sync")
     assert same.ignored == [], "equal values: nothing to say"
+
+
+@pytest.mark.parametrize("text", ["ConfigMap:*:.data.a:sometimes", "apps/Deployment:*:/spec/replicas:Always"])
+def test_a_misspelt_mode_is_refused_not_folded_into_the_path(text: str) -> None:
+    with pytest.raises(ValueError, match="unknown mode"):
+        parse_flag(text)
+
+
+def test_a_colon_inside_a_quoted_list_key_is_still_a_path() -> None:
+    rule = parse_flag('apps/Deployment:*:.spec.template.spec.containers[name="a:b"].image')
+    assert rule.paths == ('.spec.template.spec.containers[name="a:b"].image',) and rule.mode == "if-owned-by-others"
