@@ -302,6 +302,11 @@ class Fleet:
 
     def _on_shard(self, shard: int, leading: bool) -> None:
         log.info("shard acquired" if leading else "shard lost", shard=shard, identity=self.opts.identity)
+        if not leading:  # its holder now exports these sources' metrics
+            with self._lock:
+                lost = [ref for ref, s in self.sources.items() if s.shard == shard]
+            for ref in lost:
+                self.metrics.forget_source(ref)
         if leading:
             with self._lock:
                 refs = [ref for ref, s in self.sources.items() if s.shard == shard]
@@ -372,6 +377,7 @@ class Fleet:
                 # Gone from the API: pruned before, through the finalizer, or left in place (prune off,
                 # detect-only, suspended). Either way it is no longer reconciled.
                 log.info("GitSync deleted: no longer reconciled", gitsync=ref)
+                self.metrics.forget_source(ref)
                 self._reindex()
                 if old.client is not None:
                     old.client.close()
@@ -674,6 +680,7 @@ class Fleet:
         doc = gitsync.status_of(
             gs, src.reconciler, waiting_for=src.waiting_for, invalid=src.invalid, handled=handled, shard=src.shard
         )
+        self._export(ref, src, doc)
         compare = {**doc, "conditions": gitsync.without_times(doc["conditions"])}
         if compare == src.written:
             return
@@ -696,6 +703,23 @@ class Fleet:
             log.warning("cannot write GitSync status", gitsync=ref, error=mask_url(str(exc)))
             return
         src.written, src.conditions, src.handled = compare, doc["conditions"], handled
+
+    def _export(self, ref: str, src: _Source, doc: dict[str, Any]) -> None:
+        """The per-GitSync metrics, from the status just computed (only the shard's holder exports)."""
+        r = src.reconciler
+        entries: list[Entry] = []
+        if r is not None:
+            with r.state:
+                entries = list(r.entries.values())
+        self.metrics.set_source(
+            ref,
+            entries,
+            applied=r is not None and r.spec.self_heal,
+            forcing=r is not None and r.forcing,
+            revision=str(doc.get("lastAppliedRevision") or ""),
+            healthy=r is not None and r.condition.ok,
+            ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in doc.get("conditions") or []),
+        )
 
     # -- watch events -----------------------------------------------------------------------
 

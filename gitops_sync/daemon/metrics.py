@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter as _Tally
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -97,9 +98,36 @@ class Metrics:
         self.events_dropped = Counter(
             "gitops_sync_events_dropped", "Kubernetes Events not recorded (queue full or API refused).", registry=r
         )
+        # The fleet: one series set per GitSync (`source` = namespace/name), exported by the replica that
+        # holds its shard, removed when the GitSync is deleted or the shard lost (bounded cardinality:
+        # 8 series per source).
+        self.source_objects = Gauge(
+            "gitops_sync_gitsync_objects",
+            "Desired objects of a GitSync by state after its last pass.",
+            ["source", "state"],
+            registry=r,
+        )
+        self.source_revision = Gauge(
+            "gitops_sync_gitsync_last_applied_revision_info",
+            "The revision a GitSync last applied cleanly (value 1; the revision is a label).",
+            ["source", "revision"],
+            registry=r,
+        )
+        self.source_healthy = Gauge(
+            "gitops_sync_gitsync_source_healthy",
+            "1 when a GitSync's last fetch and render succeeded.",
+            ["source"],
+            registry=r,
+        )
+        self.source_ready = Gauge(
+            "gitops_sync_gitsync_ready", "1 while a GitSync's Ready condition is True.", ["source"], registry=r
+        )
         for state in OBJECT_STATES:
             self.objects.labels(state).set(0)
         self._revision_labels: tuple[str, str] | None = None
+        self._source_revisions: dict[str, str] = {}
+        self._exported: set[str] = set()
+        self._source_lock = threading.Lock()
 
     def set_revision(self, revision: str, source: str) -> None:
         if self._revision_labels is not None:
@@ -113,6 +141,50 @@ class Metrics:
         )
         for state in OBJECT_STATES:
             self.objects.labels(state).set(tally.get(state, 0))
+
+    def set_source(
+        self,
+        source: str,
+        entries: list[Entry],
+        *,
+        applied: bool,
+        forcing: bool,
+        revision: str,
+        healthy: bool,
+        ready: bool,
+    ) -> None:
+        """One GitSync's figures (the fleet): objects by state, revision, source health, readiness."""
+        tally = _Tally(
+            object_state(e, applied=applied, forcing=forcing) for e in entries if e.action is not Action.PRUNE
+        )
+        with self._source_lock:
+            self._exported.add(source)
+            for state in OBJECT_STATES:
+                self.source_objects.labels(source, state).set(tally.get(state, 0))
+            old = self._source_revisions.get(source)
+            if old is not None and old != revision:
+                self.source_revision.remove(source, old)
+            if revision:
+                self._source_revisions[source] = revision
+                self.source_revision.labels(source, revision).set(1)
+            else:
+                self._source_revisions.pop(source, None)
+            self.source_healthy.labels(source).set(1 if healthy else 0)
+            self.source_ready.labels(source).set(1 if ready else 0)
+
+    def forget_source(self, source: str) -> None:
+        """The GitSync is gone (or another replica now exports it): none of its series stays."""
+        with self._source_lock:
+            if source not in self._exported:
+                return
+            self._exported.discard(source)
+            for state in OBJECT_STATES:
+                self.source_objects.remove(source, state)
+            old = self._source_revisions.pop(source, None)
+            if old is not None:
+                self.source_revision.remove(source, old)
+            self.source_healthy.remove(source)
+            self.source_ready.remove(source)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -4,6 +4,7 @@ prune guard holds); prune: false, detect-only and suspended sources leave them i
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from tests.conftest import KubeCluster
@@ -76,6 +77,21 @@ def test_deleting_a_gitsync_prunes_only_with_prune_on(
         wait_until("the finalizers", lambda: FINALIZER in _finalizers(kube, namespace, "paused"), 20)
         assert _finalizers(kube, namespace, "orphaner") == []  # prune: false orphans: no finalizer
 
+        # Per-source metrics, labelled source=namespace/name, while it exists; none of its series after.
+        ref = f"{namespace}/pruner"
+        wait_until("pruner's metrics", lambda: d.metric("gitops_sync_gitsync_ready", source=ref) == 1, 20)
+        assert d.metric("gitops_sync_gitsync_objects", source=ref, state="synced") == 3
+        assert d.metric("gitops_sync_gitsync_source_healthy", source=ref) == 1
+        head = subprocess.run(
+            ["git", "-C", str(pruner.path), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        revision = [
+            line
+            for line in d.get("/metrics")[1].decode().splitlines()
+            if line.startswith("gitops_sync_gitsync_last_applied_revision_info{") and f'source="{ref}"' in line
+        ]
+        assert len(revision) == 1 and f'revision="{head}"' in revision[0], revision
+
         # prune: true → its objects are collected before the GitSync goes, with every prune guard.
         kube.kubectl("delete", "gitsync", "pruner", "-n", namespace, "--timeout=60s", timeout=70)
         assert _meta(kube, "gitsync", namespace, "pruner") is None
@@ -86,6 +102,8 @@ def test_deleting_a_gitsync_prunes_only_with_prune_on(
         assert cm_data(kube, namespace, "kept") == {"v": "1"}  # gitops-sync.io/prune: disabled
         assert _meta(kube, "configmap", namespace, "gitsync-pruner") is None  # its ApplySet parent too
         assert d.logged("GitSync deleted: its objects were pruned")
+        wait_until("pruner's series removed", lambda: f'source="{ref}"' not in d.get("/metrics")[1].decode(), 10)
+        assert f'source="{namespace}/orphaner"' in d.get("/metrics")[1].decode()  # the others stay
 
         # prune: false → objects and the ApplySet parent stay (orphaned, still labelled).
         kube.kubectl("delete", "gitsync", "orphaner", "-n", namespace, "--timeout=60s", timeout=70)
