@@ -214,8 +214,9 @@ class Engine:
                 e.message = f"{e.message}; {verb} it over from {taken[e.key].describe()} (adopted: prune releases it)"
 
         pruned_all = True
+        kept: set[ObjectKey] = set()  # members `prune: disabled` keeps: still ours, so still recorded
         if opts.prune and not partial:
-            pruned_all = self._prune(cs, [inv, *([legacy] if legacy else [])], wanted, opts, dry_run, on_entry)
+            pruned_all = self._prune(cs, [inv, *([legacy] if legacy else [])], wanted, opts, dry_run, on_entry, kept)
         if record and pruned_all and not cs.has_errors:
             if legacy is not None and not opts.prune:
                 self._adopt_legacy_members(cs, inv, legacy, targets)
@@ -230,7 +231,8 @@ class Engine:
                         "keeping unserved kinds in the inventory until their members are gone", kinds=sorted(unserved)
                     )
                     namespaces = namespaces | inv.namespaces
-                kinds, spaces = group_kinds | unserved, namespaces
+                kinds = group_kinds | unserved | {k.group_kind for k in kept}
+                spaces = namespaces | {k.namespace for k in kept if k.namespace}
             try:
                 self._record(inv, kinds, spaces, checkout, cs.source, applied=True)
             except ClusterError as exc:
@@ -262,6 +264,12 @@ class Engine:
             return cs, False
         opts = PassOptions(prune=True, allow_empty=True, name=name, inventory_namespace=namespace)
         pruned_all = self._prune(cs, [inv], [], opts, False, None)
+        unserved = inventory.unserved_kinds(self.discovery, inv)
+        if unserved:  # their members cannot be listed: the parent is how they are found once served again
+            cs.errors.append(
+                f"inventory kept: it records kinds not served now ({', '.join(sorted(unserved))}); "
+                "their members cannot be listed or pruned until the server serves them again"
+            )
         if pruned_all and not cs.has_errors:
             inventory.delete_parent(self.client, inv)
         return cs, True
@@ -406,7 +414,10 @@ class Engine:
         opts: PassOptions,
         dry_run: bool,
         on_entry: OnEntry | None,
+        kept: set[ObjectKey] | None = None,
     ) -> bool:
+        """Prune the members that left Git; True when every one went. `kept` hears of the members
+        `prune: disabled` keeps (still labelled ours: the inventory must go on recording them)."""
         if cs.has_errors:
             cs.errors.append(
                 "prune not evaluated: some objects could not be planned"
@@ -431,11 +442,13 @@ class Engine:
             )
             return False
         for m in [m for m in gone if planner.prune_disabled(m)]:  # gitops-sync.io/prune: disabled
-            kept = Entry(ObjectKey.of(m), str(m.get("apiVersion", "")), Action.UNCHANGED)
-            kept.message = f"left Git; kept ({conventions.PRUNE}: {conventions.PRUNE_DISABLED})"
-            cs.entries.append(kept)
+            entry = Entry(ObjectKey.of(m), str(m.get("apiVersion", "")), Action.UNCHANGED)
+            entry.message = f"left Git; kept ({conventions.PRUNE}: {conventions.PRUNE_DISABLED})"
+            cs.entries.append(entry)
+            if kept is not None:
+                kept.add(entry.key)
             if on_entry:
-                on_entry(kept)
+                on_entry(entry)
         gone = [m for m in gone if not planner.prune_disabled(m)]
         refused: list[Entry] = []
         if not opts.prune_cascade:

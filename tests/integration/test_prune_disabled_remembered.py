@@ -1,0 +1,52 @@
+"""A member kept by `gitops-sync.io/prune: disabled` stays recorded in its inventory, so it is never forgotten.
+
+Through the real CLI on the shared cluster: the parent's contains-group-kinds must keep the kept member's
+kind after the prune that kept it, so the next pass still finds (and reports) it, and a prune after the
+annotation is removed by hand deletes it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import KubeCluster
+from tests.integration.test_sync import by_name, deployment, get, gs, report, write
+
+pytestmark = pytest.mark.cluster
+
+KEEP = """
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: keep
+  annotations: {gitops-sync.io/prune: disabled}
+data: {a: "1"}
+"""
+
+
+def test_a_member_kept_by_prune_disabled_stays_in_the_inventory(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    repo = write(tmp_path / "repo", {"keep.yaml": KEEP, "web.yaml": deployment("web", 1)})
+    sync = ["sync", "--repo", str(repo), "-n", namespace, "--prune", "-o", "json"]
+    assert gs(kube, *sync).returncode == 0
+    (repo / "keep.yaml").unlink()
+
+    for attempt in (1, 2):  # the pass that keeps it, and the next one: both still see it
+        r = gs(kube, *sync)
+        assert r.returncode == 0, r.stdout + r.stderr
+        kept = by_name(report(r)).get("ConfigMap/keep")
+        assert kept is not None and "prune: disabled" in kept["message"], f"pass {attempt}: {r.stdout}"
+    parent = report(r)["inventory"]["name"]
+    kinds = get(kube, f"configmap/{parent}", namespace)["metadata"]["annotations"][
+        "applyset.kubernetes.io/contains-group-kinds"
+    ]
+    assert "ConfigMap" in kinds.split(","), kinds
+
+    kube.kubectl("annotate", "configmap/keep", "gitops-sync.io/prune-", "-n", namespace)
+    r = gs(kube, *sync)
+    assert r.returncode == 0 and by_name(report(r))["ConfigMap/keep"]["action"] == "prune", r.stdout
+    gone = kube.kubectl("get", "configmap/keep", "-n", namespace, "--ignore-not-found", "-o", "name")
+    assert gone.stdout.strip() == ""
