@@ -55,10 +55,15 @@ def refusals(
     if parent is not None:
         deleted.add(parent)
     out: list[Entry] = []
+    fresh = False
     for m in gone:
         key = ObjectKey.of(m)
         if key not in deleted or key.group not in ("", "apiextensions.k8s.io"):
             continue
+        if not fresh and key.kind in ("Namespace", "CustomResourceDefinition"):
+            # The daemon's snapshot may predate a CRD installed since: its resources must be listed too.
+            discovery.refresh()
+            fresh = True
         if key.kind == "Namespace" and not key.group:
             held = namespace_holdings(client, discovery, key.name, deleted)
             what = f"Namespace {key.name}"
