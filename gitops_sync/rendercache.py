@@ -3,7 +3,8 @@
 The key: the Git tree of the rendered path (the whole commit's tree when the path holds a kustomization or
 a symlink, which may read elsewhere in the repository), the path, the render options, the versions of the
 tools the path needs (kubectl for kustomize, helm for charts), the content of every --helm-values file,
-and gitops-sync's own version. Only the files of a commit are cached (a fetched or pinned revision,
+and gitops-sync's own version. Only the files of a commit are cached (a kustomization rendered with
+--kustomize-allow-external may read remote bases and outside paths: never cached) (a fetched or pinned revision,
 materialised read-only in the clone cache); a plain directory or a work tree — dirty or not — is always
 rendered, since its files may differ from any commit.
 
@@ -172,6 +173,8 @@ class RenderCache:
         except (OSError, subprocess.SubprocessError):
             return None
         uses_kustomize = any(n in _KUSTOMIZATION_FILES for n in names)
+        if uses_kustomize and opts.kustomize_allow_external:
+            return None  # remote bases and outside paths change without a commit: the tree does not decide
         uses_helm = "Chart.yaml" in names
         parts = {
             "format": FORMAT,
