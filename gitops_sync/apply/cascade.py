@@ -56,19 +56,24 @@ def refusals(
         deleted.add(parent)
     out: list[Entry] = []
     fresh = False
+    unknown: Holdings | None = None  # discovery could not be read again: no contents can be vouched for
     for m in gone:
         key = ObjectKey.of(m)
         if key not in deleted or key.group not in ("", "apiextensions.k8s.io"):
             continue
         if not fresh and key.kind in ("Namespace", "CustomResourceDefinition"):
             # The daemon's snapshot may predate a CRD installed since: its resources must be listed too.
-            discovery.refresh()
             fresh = True
+            try:
+                discovery.refresh()
+            except ClusterError as exc:
+                log.info("cannot refresh discovery for the cascade guard", error=str(exc))
+                unknown = Holdings([], unchecked=["the served kinds (discovery failed)"])
         if key.kind == "Namespace" and not key.group:
-            held = namespace_holdings(client, discovery, key.name, deleted)
+            held = unknown or namespace_holdings(client, discovery, key.name, deleted)
             what = f"Namespace {key.name}"
         elif key.kind == "CustomResourceDefinition" and key.group == "apiextensions.k8s.io":
-            held = crd_holdings(client, discovery, m, deleted)
+            held = unknown or crd_holdings(client, discovery, m, deleted)
             what = f"CustomResourceDefinition {key.name}"
         else:
             continue

@@ -1,4 +1,5 @@
-"""`Engine.collect` (a deleted GitSync's garbage collection) never forgets a member it cannot list.
+"""`Engine.collect` (a deleted GitSync's garbage collection) never forgets a member it cannot list, and the
+cascade guard never judges a Namespace on a discovery snapshot it could not renew.
 
 The API server is a script at the HTTP seam (tests/unit/fakes.py); collect through the fleet's finalizer
 on a real cluster is tested in tests/integration.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gitops_sync.apply import cascade
 from gitops_sync.apply.inventory import applyset_id
 from gitops_sync.conventions import APPLIED_REVISION, GROUP_KINDS, ID_LABEL, NAMESPACES, PART_OF
 from gitops_sync.engine import Engine
@@ -54,3 +56,15 @@ def test_collect_deletes_the_parent_once_every_recorded_kind_was_listed_and_prun
     cs, due = Engine(fake_client(api), discovery=StaticDiscovery()).collect("inv", "gitops", "")
     assert due and not cs.has_errors
     assert [c.path for c in api.sent("DELETE")] == ["/api/v1/namespaces/team/configmaps/a", PARENT]
+
+
+def test_a_namespace_is_not_pruned_when_discovery_cannot_be_read_again() -> None:
+    """The cascade guard reads discovery afresh (a CRD may have come since the snapshot); when that read
+    fails, what the Namespace holds is unknown: its prune is refused, not judged on the old snapshot."""
+    api = FakeApi().on("GET", "/api", (503, {"kind": "Status", "code": 503, "message": "down"}))
+    discovery = StaticDiscovery()
+    discovery._client = fake_client(api)
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team", "uid": "u-ns", "labels": {}}}
+    refused = cascade.refusals(fake_client(api), discovery, [ns])
+    assert [e.key.name for e in refused] == ["team"] and "discovery failed" in refused[0].message
+    assert [c.path for c in api.sent()] == ["/api"], "nothing listed on the strength of the old snapshot"
