@@ -218,7 +218,7 @@ class Engine:
         if opts.prune and not partial:
             pruned_all = self._prune(cs, [inv, *([legacy] if legacy else [])], wanted, opts, dry_run, on_entry, kept)
         if record and pruned_all and not cs.has_errors:
-            if legacy is not None and not opts.prune:
+            if legacy is not None and (not opts.prune or kept):  # what stays of the old one moves into ours
                 self._adopt_legacy_members(cs, inv, legacy, targets)
             # Shrink the recorded group-kinds only once every member outside them is gone; a kind the
             # server stopped serving stays recorded (with its namespaces): its members cannot be listed.
@@ -346,8 +346,8 @@ class Engine:
     def _adopt_legacy_members(
         self, cs: ChangeSet, inv: inventory.Inventory, legacy: inventory.Inventory, targets: Sequence[Target]
     ) -> None:
-        """Without --prune, members of the old inventory that left Git move into ours (label only), so a
-        later --prune still deletes them; those in Git moved when they were applied."""
+        """Members of the old inventory that left Git and stay (no --prune, or kept by `prune: disabled`)
+        move into ours (label only), so a later --prune still finds them; those in Git moved when applied."""
         wanted = {t.key for t in targets}
         left = [m for k, m in inventory.list_members(self.client, self.discovery, legacy).items() if k not in wanted]
         cs.errors += self.manager.relabel(left, inv.id)

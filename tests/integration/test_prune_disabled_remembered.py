@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from gitops_sync.apply.inventory import applyset_id
+from gitops_sync.conventions import PART_OF, SOURCE, SOURCE_IDENTITY
+from gitops_sync.source.identity import legacy_inventory_name
 from tests.conftest import KubeCluster
 from tests.integration.test_sync import by_name, deployment, get, gs, report, write
 
@@ -50,3 +53,31 @@ def test_a_member_kept_by_prune_disabled_stays_in_the_inventory(
     assert r.returncode == 0 and by_name(report(r))["ConfigMap/keep"]["action"] == "prune", r.stdout
     gone = kube.kubectl("get", "configmap/keep", "-n", namespace, "--ignore-not-found", "-o", "name")
     assert gone.stdout.strip() == ""
+
+
+def test_a_kept_member_of_an_old_inventory_moves_into_the_new_one(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """Taking over an inventory of the old naming with --prune deletes the old parent: a member that
+    `prune: disabled` keeps must move into the new inventory first, or nothing would record it any more."""
+    repo = write(tmp_path / "repo", {"apps/keep.yaml": KEEP, "apps/web.yaml": deployment("web", 1)})
+    legacy = legacy_inventory_name(str(repo), "apps")
+    old = ["sync", "--repo", str(repo), "--path", "apps", "-n", namespace, "--name", legacy, "--prune"]
+    assert gs(kube, *old).returncode == 0
+    kube.kubectl(  # what versions before source identities left behind
+        "annotate",
+        f"configmap/{legacy}",
+        "-n",
+        namespace,
+        f"{SOURCE_IDENTITY}-",
+        f"{SOURCE}={repo}//apps",
+        "--overwrite",
+    )
+    (repo / "apps" / "keep.yaml").unlink()
+    r = gs(kube, "sync", "--repo", str(repo), "--path", "apps", "-n", namespace, "--prune", "-o", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "prune: disabled" in by_name(report(r))["ConfigMap/keep"]["message"]
+    name = report(r)["inventory"]["name"]
+    assert name != legacy and kube.kubectl("get", f"configmap/{legacy}", "-n", namespace, check=False).returncode
+    labels = get(kube, "configmap/keep", namespace)["metadata"]["labels"]
+    assert labels[PART_OF] == applyset_id(name, namespace), "moved into the new inventory"
