@@ -218,8 +218,8 @@ class Engine:
         if opts.prune and not partial:
             pruned_all = self._prune(cs, [inv, *([legacy] if legacy else [])], wanted, opts, dry_run, on_entry, kept)
         if record and pruned_all and not cs.has_errors:
-            if legacy is not None and (not opts.prune or kept):  # what stays of the old one moves into ours
-                self._adopt_legacy_members(cs, inv, legacy, targets)
+            if legacy is not None:  # whatever still carries the old id moves into ours before it is retired
+                self._adopt_legacy_members(cs, inv, legacy)
             # Shrink the recorded group-kinds only once every member outside them is gone; a kind the
             # server stopped serving stays recorded (with its namespaces): its members cannot be listed.
             # Only now is the revision recorded as applied.
@@ -343,13 +343,15 @@ class Engine:
         inventory.delete_parent(self.client, legacy)
         log.info("old inventory taken over", legacy=where, inventory=name)
 
-    def _adopt_legacy_members(
-        self, cs: ChangeSet, inv: inventory.Inventory, legacy: inventory.Inventory, targets: Sequence[Target]
-    ) -> None:
-        """Members of the old inventory that left Git and stay (no --prune, or kept by `prune: disabled`)
-        move into ours (label only), so a later --prune still finds them; those in Git moved when applied."""
-        wanted = {t.key for t in targets}
-        left = [m for k, m in inventory.list_members(self.client, self.discovery, legacy).items() if k not in wanted]
+    def _adopt_legacy_members(self, cs: ChangeSet, inv: inventory.Inventory, legacy: inventory.Inventory) -> None:
+        """Members still labelled with the old inventory's id move into ours (label only), so a later --prune
+        still finds them: those that left Git without --prune or kept by `prune: disabled`, and those in Git
+        this pass did not apply (an existing create-only object, a skipped conflict). The applied ones moved."""
+        try:
+            left = list(inventory.list_members(self.client, self.discovery, legacy).values())
+        except ClusterError as exc:  # the old parent stays (retired only on a clean pass): tried again next pass
+            cs.errors.append(f"cannot list the members of the old inventory {legacy.name} to move them: {exc}")
+            return
         cs.errors += self.manager.relabel(left, inv.id)
 
     def _record(

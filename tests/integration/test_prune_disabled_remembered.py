@@ -61,18 +61,7 @@ def test_a_kept_member_of_an_old_inventory_moves_into_the_new_one(
     """Taking over an inventory of the old naming with --prune deletes the old parent: a member that
     `prune: disabled` keeps must move into the new inventory first, or nothing would record it any more."""
     repo = write(tmp_path / "repo", {"apps/keep.yaml": KEEP, "apps/web.yaml": deployment("web", 1)})
-    legacy = legacy_inventory_name(str(repo), "apps")
-    old = ["sync", "--repo", str(repo), "--path", "apps", "-n", namespace, "--name", legacy, "--prune"]
-    assert gs(kube, *old).returncode == 0
-    kube.kubectl(  # what versions before source identities left behind
-        "annotate",
-        f"configmap/{legacy}",
-        "-n",
-        namespace,
-        f"{SOURCE_IDENTITY}-",
-        f"{SOURCE}={repo}//apps",
-        "--overwrite",
-    )
+    legacy = _old_inventory(kube, repo, namespace)
     (repo / "apps" / "keep.yaml").unlink()
     r = gs(kube, "sync", "--repo", str(repo), "--path", "apps", "-n", namespace, "--prune", "-o", "json")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -81,3 +70,32 @@ def test_a_kept_member_of_an_old_inventory_moves_into_the_new_one(
     assert name != legacy and kube.kubectl("get", f"configmap/{legacy}", "-n", namespace, check=False).returncode
     labels = get(kube, "configmap/keep", namespace)["metadata"]["labels"]
     assert labels[PART_OF] == applyset_id(name, namespace), "moved into the new inventory"
+
+
+def test_a_create_only_member_of_an_old_inventory_moves_into_the_new_one(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """An existing create-only object is never applied again, so the apply does not move it: the takeover
+    must, or it keeps the old id after the old parent is deleted and no prune ever finds it."""
+    once = KEEP.replace("gitops-sync.io/prune: disabled", "gitops-sync.io/apply: create-only")
+    repo = write(tmp_path / "repo", {"apps/once.yaml": once, "apps/web.yaml": deployment("web", 1)})
+    legacy = _old_inventory(kube, repo, namespace)
+    r = gs(kube, "sync", "--repo", str(repo), "--path", "apps", "-n", namespace, "--prune", "-o", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    name = report(r)["inventory"]["name"]
+    assert kube.kubectl("get", f"configmap/{legacy}", "-n", namespace, check=False).returncode, "old parent retired"
+    assert get(kube, "configmap/keep", namespace)["metadata"]["labels"][PART_OF] == applyset_id(name, namespace)
+
+    (repo / "apps" / "once.yaml").unlink()
+    r = gs(kube, "sync", "--repo", str(repo), "--path", "apps", "-n", namespace, "--prune", "-o", "json")
+    assert r.returncode == 0 and by_name(report(r))["ConfigMap/keep"]["action"] == "prune", r.stdout
+
+
+def _old_inventory(kube: KubeCluster, repo: Path, namespace: str) -> str:
+    """Sync `repo//apps` as versions before source identities did: the old name, no identity recorded."""
+    legacy = legacy_inventory_name(str(repo), "apps")
+    old = ["sync", "--repo", str(repo), "--path", "apps", "-n", namespace, "--name", legacy, "--prune"]
+    assert gs(kube, *old).returncode == 0
+    ann = [f"{SOURCE_IDENTITY}-", f"{SOURCE}={repo}//apps", "--overwrite"]
+    kube.kubectl("annotate", f"configmap/{legacy}", "-n", namespace, *ann)
+    return legacy
