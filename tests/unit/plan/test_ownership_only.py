@@ -8,7 +8,7 @@ from typing import Any
 from gitops_sync.conventions import INTENT_HASH
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action
-from tests.unit.test_planner import StaticDiscovery, cm, objs
+from tests.unit.plan.test_planner import StaticDiscovery, cm, objs
 
 
 def owned(obj: dict[str, Any], fields: dict[str, Any], hash_: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gitops_sync.daemon.history import FieldRecord, OwnershipHistory
-from tests.unit.test_daemon_history import KEY, PATHS, REPLICAS, Clock, deployment, mf
+from tests.unit.daemon.test_daemon_history import KEY, PATHS, REPLICAS, Clock, deployment, mf
 
 
 def test_records_are_capped_at_max_records_keeping_the_newest() -> None:

@@ -16,7 +16,7 @@ from gitops_sync import cli
 from gitops_sync.engine import source_label
 from gitops_sync.options import parse_duration
 from gitops_sync.plan.masking import MASK, Redactor, mask_literals
-from tests.unit.test_cli_bad_input import KUBECONFIG
+from tests.unit.cli.test_cli_bad_input import KUBECONFIG
 
 SECRET_VALUE = "hunter2-correct-horse"
 

@@ -12,7 +12,7 @@ import pytest
 from gitops_sync.plan import diff as diff_module
 from gitops_sync.plan.diff import diff_intent
 from gitops_sync.plan.normalize import copy_json, prepare_desired, strip_server_fields
-from tests.unit.test_diff import deployment, live_of
+from tests.unit.plan.test_diff import deployment, live_of
 
 
 def _leaf_by_leaf(desired: dict[str, Any], live: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> list[Any]:

@@ -100,6 +100,6 @@ def test_describe_crash_names_type_and_place_only() -> None:
         int("hunter2")
     except ValueError as exc:
         text = describe_crash(exc)
-    assert text.startswith("ValueError at unit/test_daemon_supervisor.py:")
+    assert text.startswith("ValueError at daemon/test_daemon_supervisor.py:")
     assert "hunter2" not in text
     assert describe_crash(KeyError("x")) == "KeyError"

@@ -18,7 +18,7 @@ from gitops_sync.errors import RenderError
 from gitops_sync.render import RenderOptions, render, to_yaml
 from gitops_sync.resource import DesiredObject
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "render"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "render"
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n"
 
 

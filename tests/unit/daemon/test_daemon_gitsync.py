@@ -13,7 +13,7 @@ from gitops_sync.daemon import gitsync
 from gitops_sync.daemon.gitsync import InvalidSpec, parse, shard_of, status_of, with_transition_times
 from gitops_sync.engine import SourceOptions
 
-CRD = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "crd" / "gitsyncs.gitops-sync.io.yaml"
+CRD = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes" / "crd" / "gitsyncs.gitops-sync.io.yaml"
 
 
 def obj(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:

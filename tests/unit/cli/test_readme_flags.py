@@ -15,7 +15,7 @@ import pytest
 
 from gitops_sync.cli import main
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+README = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
 
 
 def _commands(command: click.Command, path: tuple[str, ...], ctx: click.Context) -> Iterator[tuple[str, click.Command]]:

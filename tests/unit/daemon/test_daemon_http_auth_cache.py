@@ -17,7 +17,7 @@ from gitops_sync.daemon.auth import Decision, KubernetesAuth, TtlCache
 from gitops_sync.daemon.http import Endpoints, HttpServer, ListenError
 from gitops_sync.daemon.triggers import verify_webhook
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 class Gate:

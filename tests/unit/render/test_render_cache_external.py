@@ -13,7 +13,7 @@ import pytest
 from gitops_sync import engine, rendercache
 from gitops_sync.engine import load
 from gitops_sync.render import RenderOptions
-from tests.unit.test_render_cache import CM, Counting, make_repo, source
+from tests.unit.render.test_render_cache import CM, Counting, make_repo, source
 
 
 def test_an_external_kustomization_is_rendered_every_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
