@@ -51,6 +51,7 @@ class Recorder:
 _recorders: dict[str, Recorder] = {}
 _selected: set[str] = set()
 _deselected: set[str] = set()
+_ran: set[str] = set()  # tests here whose call phase ran (not collect-only, not skipped at setup)
 
 
 @pytest.fixture
@@ -92,6 +93,8 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
+    if report.when == "call" and _here(item):
+        _ran.add(item.nodeid)
     rec = _recorders.get(item.nodeid)
     if rec is None:
         return
@@ -108,8 +111,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     ran_files = {Path(n.split("::", 1)[0]).name for n in _selected}
     if not _selected or _deselected or {f.name for f in files} - ran_files:
         return  # a partial run (a file not run, some tests deselected): keep the committed table
-    if session.testsfailed or session.shouldstop or session.shouldfail:
-        return
+    if session.testsfailed or session.shouldstop or session.shouldfail or _selected - _ran:
+        return  # a failure, or a test collected but never run (--collect-only, a setup that did not get through)
     write(sorted((r for rec in _recorders.values() for r in rec.rows), key=lambda r: (r.area, r.test)))
 
 
