@@ -50,7 +50,7 @@ demo: venv      ## start the local cluster (unless KUBECONFIG is set), sync exam
 # ---- end python -----------------------------------------------------------------------------------
 
 # ---- bench: gitops-sync vs kubectl on the local control plane (bench/) -------------------------------
-# `make bench` runs the full suite (N = 100, 1,000, 5,000, medians of 3; ~30 min) against a cluster of its
+# `make bench` runs the full suite (N = 100, 1,000, 5,000, medians of 3; case 6 at 20,000; ~45 min) against a cluster of its
 # own and rewrites BENCHMARKS.md; `make bench-quick` is the CI-sized run (N = 100, one repeat, no file).
 # BENCH_ARGS passes options through, e.g. `make bench BENCH_ARGS="--sizes 1000 --repeats 1"`.
 BENCH_ARGS ?=

@@ -233,7 +233,7 @@ def latency_cases(
             [*gitops_sync, "sync", *base, "-o", "json"], env=cluster.env, capture_output=True, check=True, timeout=1800
         )
         settle(cluster)
-        _detection(cluster, gitops_sync, workdir, c, base, namespace, n, changes, res)
+        detection(cluster, gitops_sync, workdir, c, base, namespace, n, changes, res)
         settle(cluster)
         _commit_to_applied(cluster, gitops_sync, workdir, c, base, directory, namespace, n, commits, res)
     finally:
@@ -242,7 +242,7 @@ def latency_cases(
     return res
 
 
-def _detection(
+def detection(
     cluster: BenchCluster,
     gitops_sync: list[str],
     workdir: Path,
@@ -328,6 +328,8 @@ class RssResult:
     rss_bytes: int | None = None
     peak_before_status_bytes: int | None = None  # before the first /status request (a 10k-object document)
     ready_seconds: float | None = None
+    corrected_seconds: list[float | None] = field(default_factory=list)  # out-of-band change → `drift corrected`
+    pass_seconds: list[float] = field(default_factory=list)  # every full pass, as the daemon logged it
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -337,22 +339,53 @@ class RssResult:
             "rss_bytes": self.rss_bytes,
             "peak_before_status_bytes": self.peak_before_status_bytes,
             "ready_seconds": self.ready_seconds,
+            "corrected_seconds": self.corrected_seconds,
+            "pass_seconds": self.pass_seconds,
             "notes": self.notes,
         }
 
 
-def rss_case(cluster: BenchCluster, gitops_sync: list[str], workdir: Path, n: int) -> RssResult:
+def _full_pass(ev: dict[str, Any]) -> bool:
+    return ev.get("event") == "pass" and ev.get("kind") == "full"
+
+
+def rss_case(
+    cluster: BenchCluster,
+    gitops_sync: list[str],
+    workdir: Path,
+    n: int,
+    *,
+    changes: int = 10,
+    resync: float | None = None,
+    directory: Path | None = None,
+    then: Callable[[Client, str], None] | None = None,
+) -> RssResult:
+    """Case 5 (and case 6's daemon at scale): with `resync`, the daemon also runs a full pass every `resync`
+    seconds and the bench waits for one after the drifts (the steady-state re-pass); `then(client, namespace)`
+    runs once the daemon has stopped, on the namespace it left in sync, before the namespace is deleted."""
     res = RssResult(objects=n)
-    directory = generate(workdir / f"rss-{n}", n)
+    directory = directory or generate(workdir / f"rss-{n}", n)
     namespace = f"bench-rss-{n}-{uuid.uuid4().hex[:5]}"
     c = client(cluster)
     create_namespace(c, namespace)
     settle(cluster)
-    log(f"case 5: daemon applying and managing {n} objects in {namespace}")
+    log(f"daemon applying and managing {n} objects in {namespace}")
+    extra = ["--resync", f"{resync:g}"] if resync else []
     d = DaemonProcess(
-        [*gitops_sync, "run", "--repo", str(directory), "-n", namespace, "--name", DAEMON_INVENTORY, "--self-heal"],
+        [
+            *gitops_sync,
+            "run",
+            "--repo",
+            str(directory),
+            "-n",
+            namespace,
+            "--name",
+            DAEMON_INVENTORY,
+            "--self-heal",
+            *extra,
+        ],
         cluster.env,
-        workdir / "daemon-rss.log",
+        workdir / f"daemon-rss-{n}.log",
     )
     try:
         ready = d.wait_ready(1800)
@@ -360,18 +393,30 @@ def rss_case(cluster: BenchCluster, gitops_sync: list[str], workdir: Path, n: in
             res.notes.append(f"daemon never became ready (exit {d.proc.poll()}); see {d.log_path}")
             return res
         res.ready_seconds = ready
-        log(f"case 5: ready after {ready:.1f} s (cold apply of {n} objects); drifting 10 and waiting for the fix")
-        for k, i in enumerate(_spread(n, 10)):
+        log(f"ready after {ready:.1f} s (cold apply of {n} objects); drifting {changes} and waiting for the fix")
+        for k, i in enumerate(_spread(n, changes)):
             drift = drift_for(i, f"rss-{k}")
             start = d.mark()
+            t0 = time.monotonic()
             apply_drift(c, namespace, drift)
-            d.wait_event(start, _corrected(namespace, drift.name), timeout=30)
+            t = d.wait_event(start, _corrected(namespace, drift.name), timeout=30)
+            res.corrected_seconds.append(None if t is None else t - t0)
+            time.sleep(0.1)  # the next change is a new event, not part of this one's debounce
+        if resync:
+            log(f"waiting for the next full pass (--resync {resync:g})")
+            if d.wait_event(d.mark(), _full_pass, timeout=resync * 2 + 600) is None:
+                res.notes.append(f"no full pass within {resync * 2 + 600:.0f} s after the drifts")
         res.peak_before_status_bytes = d.memory().get("VmHWM")
         d.status()  # the /status document of every object is part of what the daemon serves
         mem = d.memory()
         res.peak_bytes, res.rss_bytes = mem.get("VmHWM"), mem.get("VmRSS")
+        res.pass_seconds = [float(ev["seconds"]) for _t, ev in d.lines if _full_pass(ev) and "seconds" in ev]
     finally:
         d.stop()
-        c.close()
-        delete_namespaces(cluster, [namespace], timeout=900)
+        try:
+            if then is not None and res.ready_seconds is not None:
+                then(c, namespace)
+        finally:
+            c.close()
+            delete_namespaces(cluster, [namespace], timeout=900)
     return res

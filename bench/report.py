@@ -78,9 +78,11 @@ def _max_writes(ms: list[Measure]) -> int | None:
     return max(int(v or 0) for v in values)
 
 
-def case_rows(cases: dict[str, dict[str, dict[str, list[Measure]]]]) -> list[Row]:
+CASE_TITLES = {"cold": "1. cold sync", "noop": "2. no-op re-sync", "drift": "3. drift report (10 drifted)"}
+
+
+def case_rows(cases: dict[str, dict[str, dict[str, list[Measure]]]], titles: dict[str, str] = CASE_TITLES) -> list[Row]:
     rows: list[Row] = []
-    titles = {"cold": "1. cold sync", "noop": "2. no-op re-sync", "drift": "3. drift report (10 drifted)"}
     for case in ("cold", "noop", "drift"):
         for n, tools in sorted(cases.get(case, {}).items(), key=lambda kv: int(kv[0])):
             ours, theirs = tools.get(GITOPS_SYNC, []), tools.get(KUBECTL, [])
@@ -140,18 +142,7 @@ def daemon_rows(daemon: dict[str, Any], rss: dict[str, Any]) -> list[Row]:
             ("detection_seconds", "4a. daemon: drift → reported", TARGETS["detect_p95"]),
             ("commit_seconds", "4b. daemon: commit → applied", TARGETS["commit_p95"]),
         ):
-            values: list[float | None] = list(daemon.get(key) or [])
-            got = [v for v in values if v is not None]
-            missed = len(values) - len(got)
-            if not got:
-                note = "; ".join(daemon.get("notes") or []) or "no samples"
-                rows.append(Row(title, n, "no figures", DASH, DASH, f"p95 ≤ {target:g} s", "ERROR", note))
-                continue
-            p50, p95 = _pct(got, 50), _pct(got, 95)
-            ours = f"p50 {_s(p50)} / p95 {_s(p95)} ({len(values)} changes)"
-            result = "ERROR" if missed else ("PASS" if p95 <= target else "MISS")
-            note = f"{missed} change(s) never reported within 30 s" if missed else ""
-            rows.append(Row(title, n, ours, DASH, DASH, f"p95 ≤ {target:g} s", result, note))
+            rows.append(_latency_row(title, n, list(daemon.get(key) or []), target, daemon.get("notes") or []))
     if "not_measured" in rss:
         rows.append(Row("5. daemon peak RSS", DASH, str(rss["not_measured"]), DASH, DASH, "≤ 300 MB", "not measured"))
     else:
@@ -190,6 +181,76 @@ def daemon_rows(daemon: dict[str, Any], rss: dict[str, Any]) -> list[Row]:
                     note,
                 )
             )
+    return rows
+
+
+def _latency_row(title: str, n: str, values: list[float | None], target: float, notes: list[str]) -> Row:
+    """p50/p95 of latencies (None: never seen within the case's timeout), against a p95 target."""
+    got = [v for v in values if v is not None]
+    missed = len(values) - len(got)
+    if not got:
+        return Row(title, n, "no figures", DASH, DASH, f"p95 ≤ {target:g} s", "ERROR", "; ".join(notes) or "no samples")
+    p50, p95 = _pct(got, 50), _pct(got, 95)
+    ours = f"p50 {_s(p50)} / p95 {_s(p95)} ({len(values)} changes)"
+    result = "ERROR" if missed else ("PASS" if p95 <= target else "MISS")
+    note = f"{missed} change(s) never reported within 30 s" if missed else ""
+    return Row(title, n, ours, DASH, DASH, f"p95 ≤ {target:g} s", result, note)
+
+
+SCALE_TITLES = {
+    "cold": "6a. scale: cold sync (1 run)",
+    "noop": "6b. scale: no-op re-sync (1 run)",
+    "drift": "6c. scale: drift report (10 drifted, 1 run)",
+}
+
+
+def scale_rows(scale: list[dict[str, Any]]) -> list[Row]:
+    """Case 6 (bench/scale.py): the CLI rows as cases 1-3 (one run), then the daemon's at each size."""
+    rows: list[Row] = []
+    for res in scale:
+        n = str(res["objects"])
+        cli = {case: {n: {tool: [Measure(**m)] for tool, m in tools.items()}} for case, tools in res["cli"].items()}
+        rows += case_rows(cli, SCALE_TITLES)
+        daemon, detection = res.get("daemon"), res.get("detection")
+        if daemon is None:
+            continue
+        nn = f"{int(n):,}"
+        notes = list(daemon.get("notes") or []) + list((detection or {}).get("notes") or [])
+        reported = _latency_row(
+            "6d. scale: daemon drift → reported",
+            nn,
+            list((detection or {}).get("detection_seconds") or []),
+            TARGETS["detect_p95"],
+            notes,
+        )
+        corrected = [v for v in daemon.get("corrected_seconds") or [] if v is not None]
+        if corrected:
+            reported.note = "; ".join(
+                x
+                for x in (
+                    reported.note,
+                    f"self-heal, change → corrected: p50 {_s(_pct(corrected, 50))} / p95 {_s(_pct(corrected, 95))}",
+                )
+                if x
+            )
+        rows.append(reported)
+        ready, passes = daemon.get("ready_seconds"), list(daemon.get("pass_seconds") or [])
+        if ready is None or len(passes) < 2:
+            rows.append(
+                Row("6e. scale: daemon full pass", nn, "no figures", DASH, DASH, DASH, "ERROR", "; ".join(notes))
+            )
+        else:
+            ours = f"start → ready {_s(ready)} (first pass {_s(passes[0])}); re-pass {_s(passes[-1])}"
+            rows.append(Row("6e. scale: daemon full pass", nn, ours, DASH, DASH, DASH, DASH))
+        peak, before = daemon.get("peak_bytes"), daemon.get("peak_before_status_bytes")
+        if peak is None:
+            rows.append(
+                Row("6f. scale: daemon peak RSS", nn, "no figures", DASH, DASH, DASH, "ERROR", "; ".join(notes))
+            )
+        else:
+            ours = f"{peak / 1e6:.0f} MB" + (f" ({before / 1e6:.0f} MB before GET /status)" if before else "")
+            per = f"{peak / int(n) / 1e3:.1f} kB per object"
+            rows.append(Row("6f. scale: daemon peak RSS", nn, ours, DASH, DASH, DASH, DASH, per))
     return rows
 
 
@@ -304,6 +365,12 @@ median ÷ kubectl median from the same run. Re-run `make bench` to refresh this 
 5. **Daemon peak RSS**: the daemon started on an empty namespace applies the objects itself, watches them,
    corrects 10 drifts and serves `/status`; then the kernel's high-water mark (`VmHWM`) of its process.
    MB = 10^6 bytes.
+6. **Scale** (bench/scale.py, N = {", ".join(f"{int(s):,}" for s in opts.get("scale_objects") or [])}): (a-c) cases
+   1-3 at that size, one run each (kubectl's drift report alone takes minutes there), floors included; (d) the
+   `--detect-only` daemon of 4a on those objects, {opts.get("scale_changes")} changes; `drift corrected` latencies
+   of the self-heal daemon in the note; (e) a `--self-heal --resync 30` daemon started on an empty namespace:
+   start → `/readyz` (the cold apply of every object), the seconds of its first full pass and of a steady-state
+   full pass after the drifts, as it logs them; (f) that daemon's `VmHWM` after /status, and per object.
 
 ## Every run
 

@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/run.py                      # N = 100, 1,000, 5,000; medians of 3; BENCHMARKS.md
     .venv/bin/python bench/run.py --quick              # CI: N = 100, one run, smaller daemon cases, no file
+    .venv/bin/python bench/run.py --cases 6 --scale-objects 1000,5000,20000 --output /tmp/scale.md
+                                                       # case 6 alone, per-object figures across sizes
     .venv/bin/python bench/run.py --kubeconfig FILE    # reuse a running cluster instead of starting one
 
 Starts its own local control plane (deploy/local-cluster, `--auto-ports`, a state dir of its own) unless
@@ -30,11 +32,13 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `gitops_sync`
 from bench import daemon as daemon_cases
 from bench.cases import Measure, Runner, Tools
 from bench.env import REPO, BenchCluster, log, machine, versions
-from bench.report import case_rows, daemon_rows, markdown, text_table
+from bench.report import case_rows, daemon_rows, markdown, scale_rows, text_table
+from bench.scale import QUICK_RESYNC, RESYNC, scale_case
 from bench.workload import generate
 from gitops_sync.log import configure as configure_logging
 
 NOT_AVAILABLE = "not measured: daemon not available"
+ALL_CASES = (1, 2, 3, 4, 5, 6)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -46,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="CI mode: N=100, 1 repeat, 10 daemon changes and 3 commits at 100 objects, RSS at 500",
+        help="CI mode: N=100, 1 repeat, 10 daemon changes and 3 commits at 100 objects, RSS at 500, case 6 at 150",
     )
     p.add_argument("--kubeconfig", type=Path, default=None, help="reuse this cluster instead of starting one")
     p.add_argument(
@@ -63,11 +67,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="markdown file to write (default BENCHMARKS.md when every case runs and not --quick)",
     )
     p.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
-    p.add_argument("--cases", default="1,2,3,4,5", help="which cases to run (default all: 1,2,3,4,5)")
+    p.add_argument("--cases", default=None, help="which cases to run (default all: 1,2,3,4,5,6)")
     p.add_argument("--daemon-objects", type=int, default=None, help="objects in case 4 (default 1000)")
     p.add_argument("--daemon-changes", type=int, default=None, help="out-of-band changes in case 4a (default 50)")
     p.add_argument("--daemon-commits", type=int, default=None, help="commits in case 4b (default 20)")
     p.add_argument("--rss-objects", type=int, default=None, help="objects in case 5 (default 10000)")
+    p.add_argument(
+        "--scale-objects",
+        default=None,
+        help="comma-separated object counts of case 6, one run each (default 20000; --quick 150)",
+    )
+    p.add_argument("--scale-changes", type=int, default=None, help="out-of-band changes in case 6 (default 30)")
     p.add_argument("--concurrency", type=int, default=None, help="pass --concurrency to gitops-sync")
     p.add_argument("--python", default=sys.executable, help="the Python that has gitops-sync installed")
     args = p.parse_args(argv)
@@ -78,8 +88,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.daemon_changes = args.daemon_changes or (10 if quick else 50)
     args.daemon_commits = args.daemon_commits or (3 if quick else 20)
     args.rss_objects = args.rss_objects or (500 if quick else 10000)
-    args.cases = {int(c) for c in args.cases.split(",") if c.strip()}
-    if args.output is None and not quick and args.cases == {1, 2, 3, 4, 5}:
+    args.scale_objects = [int(s) for s in (args.scale_objects or ("150" if quick else "20000")).split(",") if s.strip()]
+    args.scale_changes = args.scale_changes or (3 if quick else 30)
+    args.cases = {int(c) for c in (args.cases or ",".join(map(str, ALL_CASES))).split(",") if c.strip()}
+    if args.output is None and not quick and args.cases == set(ALL_CASES):
         args.output = REPO / "BENCHMARKS.md"  # only a full run replaces the published table
     return args
 
@@ -127,6 +139,8 @@ def _run(args: argparse.Namespace, cluster: BenchCluster, workdir: Path, started
             "argv": shlex.join(sys.argv[1:]) or "defaults",
             "daemon_objects": args.daemon_objects,
             "rss_objects": args.rss_objects,
+            "scale_objects": args.scale_objects,
+            "scale_changes": args.scale_changes,
         },
     }
     cases: dict[str, dict[str, dict[str, list[Measure]]]] = {"cold": {}, "noop": {}, "drift": {}}
@@ -157,7 +171,9 @@ def _run(args: argparse.Namespace, cluster: BenchCluster, workdir: Path, started
     else:
         doc["rss"] = {"not_measured": NOT_AVAILABLE if not have_daemon else "not measured: case not selected"}
 
-    rows = case_rows(cases) + daemon_rows(doc["daemon"], doc["rss"])
+    doc["scale"] = _scale(args, cluster, gs, workdir, have_daemon) if 6 in args.cases else []
+
+    rows = case_rows(cases) + daemon_rows(doc["daemon"], doc["rss"]) + scale_rows(doc["scale"])
     doc["duration_seconds"] = time.monotonic() - started
     doc["rows"] = [r.to_dict() for r in rows]
     doc["cases"] = {
@@ -172,6 +188,22 @@ def _run(args: argparse.Namespace, cluster: BenchCluster, workdir: Path, started
         log(f"wrote {args.output}")
     log(f"done in {doc['duration_seconds'] / 60:.1f} min")
     return 1 if any(r.result == "ERROR" for r in rows) else 0
+
+
+def _scale(
+    args: argparse.Namespace, cluster: BenchCluster, gs: list[str], workdir: Path, have_daemon: bool
+) -> list[dict[str, Any]]:
+    """Case 6 at each --scale-objects size (the CLI, then the daemon when there is one)."""
+    runner = Runner(Tools(cluster, gs, args.concurrency), workdir)
+    out = []
+    try:
+        for n in args.scale_objects:
+            resync = QUICK_RESYNC if args.quick else RESYNC
+            res = scale_case(cluster, gs, workdir, runner, n, args.scale_changes, daemon=have_daemon, resync=resync)
+            out.append(res.to_dict())
+    finally:
+        runner.close()
+    return out
 
 
 __all__ = ["main"]

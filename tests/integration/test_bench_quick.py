@@ -19,7 +19,7 @@ from tests.conftest import REPO, KubeCluster
 pytestmark = pytest.mark.cluster
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1200)
 def test_bench_quick_produces_every_figure(kube: KubeCluster, tmp_path: Path) -> None:
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
     r = subprocess.run(
@@ -37,7 +37,7 @@ def test_bench_quick_produces_every_figure(kube: KubeCluster, tmp_path: Path) ->
         env=kube.env,
         capture_output=True,
         text=True,
-        timeout=840,
+        timeout=1140,
         check=False,
         cwd=REPO,
     )
@@ -76,12 +76,28 @@ def test_bench_quick_produces_every_figure(kube: KubeCluster, tmp_path: Path) ->
     else:
         assert rss["peak_bytes"] and rss["peak_bytes"] > 0
 
+    # Case 6 (scale) at the quick size: the CLI side by side with kubectl, then the daemon's figures.
+    [scale] = doc["scale"]
+    assert scale["objects"] == 150
+    for case in ("cold", "noop", "drift"):
+        for tool in ("gitops-sync", "kubectl"):
+            assert scale["cli"][case][tool]["ok"], scale["cli"][case][tool]["note"]
+    assert scale["cli"]["noop"]["gitops-sync"]["client_requests"].get("writes") == 0
+    if "not_measured" not in daemon:
+        assert scale["detection"]["detection_seconds"] and None not in scale["detection"]["detection_seconds"]
+        assert scale["daemon"]["corrected_seconds"] and None not in scale["daemon"]["corrected_seconds"]
+        assert len(scale["daemon"]["pass_seconds"]) >= 2, scale["daemon"]  # the first pass and a resync
+        assert scale["daemon"]["peak_bytes"] > 0 and scale["per_object"]["daemon peak kB"] > 0
+
     rows = doc["rows"]
-    # cases 1-3, the cold and no-op floors (bench/floor.py), 4a, 4b, 5
-    assert len(rows) == 8 and not [row for row in rows if row["result"] == "ERROR"], rows
+    # cases 1-3, the cold and no-op floors (bench/floor.py), 4a, 4b, 5; case 6: 3 CLI rows + 2 floors + 3 daemon
+    scale_daemon_rows = 0 if "not_measured" in daemon else 3
+    assert len(rows) == 8 + 5 + scale_daemon_rows and not [row for row in rows if row["result"] == "ERROR"], rows
     assert [row["case"] for row in rows if "floor" in row["case"]] == [
         "1. cold sync ÷ floor",
         "2. no-op re-sync ÷ floor",
+        "6a. scale: cold sync (1 run) ÷ floor",
+        "6b. scale: no-op re-sync (1 run) ÷ floor",
     ]
     for case in ("cold", "noop"):
         [floor] = doc["cases"][case]["100"]["floor"]
