@@ -134,9 +134,24 @@ class Yields:
         self._clock = clock
         self._lock = threading.Lock()
         self._yields: dict[tuple[ObjectKey, str], Yield] = {}
-        # Autoscaler fields resumed because Git changed: Git's new value is applied once before the HPA
-        # (which still owns the field until then) can be yielded to again.
-        self._suppressed: set[tuple[ObjectKey, str]] = set()
+        # The same yields by object: every pass asks per object (`has`, `of`, `body`), and a scan of all
+        # yields per object made a pass quadratic where many objects are autoscaled (20,000 objects of which
+        # 2,000 autoscaled: 14 s of look-ups per pass). Kept in step with `_yields` by `_put` and `_drop`.
+        self._by_key: dict[ObjectKey, dict[str, Yield]] = {}
+        # Autoscaler fields resumed because Git changed (object → paths): Git's new value is applied once
+        # before the HPA (which still owns the field until then) can be yielded to again.
+        self._suppressed: dict[ObjectKey, set[str]] = {}
+
+    def _put(self, k: tuple[ObjectKey, str], y: Yield) -> None:
+        self._yields[k] = y
+        self._by_key.setdefault(k[0], {})[k[1]] = y
+
+    def _drop(self, k: tuple[ObjectKey, str]) -> None:
+        del self._yields[k]
+        paths = self._by_key[k[0]]
+        del paths[k[1]]
+        if not paths:
+            del self._by_key[k[0]]
 
     # -- in ---------------------------------------------------------------------------------
 
@@ -176,7 +191,7 @@ class Yields:
                 last_write=last.observed,
                 records=recent,
             )
-            self._yields[key] = y
+            self._put(key, y)
             return y
 
     def for_autoscaler(self, target: Target, live: Manifest, hpa: Autoscaler) -> list[Yield]:
@@ -194,7 +209,7 @@ class Yields:
                     continue  # Git does not set it: nothing to fight over
                 value = fieldpath.get(live, path)
                 with self._lock:
-                    if (target.key, path) in self._yields or (target.key, path) in self._suppressed:
+                    if (target.key, path) in self._yields or path in self._suppressed.get(target.key, ()):
                         continue
                     y = Yield(
                         key=target.key,
@@ -209,16 +224,14 @@ class Yields:
                         last_write=now,
                         autoscaler=hpa,
                     )
-                    self._yields[(target.key, path)] = y
+                    self._put((target.key, path), y)
                 out.append(y)
         return out
 
     def noted_write(self, key: ObjectKey, records: Mapping[str, Sequence[FieldRecord]]) -> None:
         """The watch saw the object again: a yielded field the other manager wrote again stays yielded longer."""
         with self._lock:
-            for (k, path), y in self._yields.items():
-                if k != key:
-                    continue
+            for path, y in self._by_key.get(key, {}).items():
                 rs = records.get(path) or ()
                 if rs and rs[-1].manager == y.manager:
                     y.last_write = max(y.last_write, rs[-1].observed)
@@ -228,11 +241,11 @@ class Yields:
 
     def has(self, key: ObjectKey) -> bool:
         with self._lock:
-            return any(k == key for k, _ in self._yields)
+            return key in self._by_key
 
     def of(self, key: ObjectKey) -> list[Yield]:
         with self._lock:
-            return [y for (k, _), y in self._yields.items() if k == key]
+            return list(self._by_key.get(key, {}).values())
 
     def all(self) -> list[Yield]:
         with self._lock:
@@ -266,28 +279,32 @@ class Yields:
             for k, y in list(self._yields.items()):
                 target = targets.get(y.key)
                 if target is None:
-                    del self._yields[k]
+                    self._drop(k)
                     continue
                 value = fieldpath.get(target.manifest, y.path)
                 if value is fieldpath.MISSING or value != y.desired:
-                    del self._yields[k]
+                    self._drop(k)
                     out.append(y)
                     if y.reason == AUTOSCALER:
-                        self._suppressed.add(k)
+                        self._suppressed.setdefault(k[0], set()).add(k[1])
         return out
 
     def settle(self, key: ObjectKey, live: Manifest) -> None:
         """After a resume for a Git change: once our apply owns the field again, the HPA may be yielded to anew."""
         with self._lock:
-            waiting = [k for k in self._suppressed if k[0] == key]
-        for k in waiting:
-            if any(e.identity == (self.field_manager, "Apply", "") for e in ownership.owners(live, k[1])):
+            waiting = sorted(self._suppressed.get(key, ()))
+        for path in waiting:
+            if any(e.identity == (self.field_manager, "Apply", "") for e in ownership.owners(live, path)):
                 with self._lock:
-                    self._suppressed.discard(k)
+                    paths = self._suppressed.get(key)
+                    if paths is not None:
+                        paths.discard(path)
+                        if not paths:
+                            del self._suppressed[key]
 
     def suppressed(self, key: ObjectKey) -> bool:
         with self._lock:
-            return any(k[0] == key for k in self._suppressed)
+            return key in self._suppressed
 
     def expired(self) -> list[Yield]:
         """Fight yields whose other manager has not written the field for a whole window."""
@@ -296,7 +313,7 @@ class Yields:
         with self._lock:
             for k, y in list(self._yields.items()):
                 if y.reason == FIGHT and now - y.last_write > self.window:
-                    del self._yields[k]
+                    self._drop(k)
                     out.append(y)
         return out
 
@@ -311,18 +328,18 @@ class Yields:
         """The HPA that scaled `key` no longer points at it: Git's value applies again."""
         out = []
         with self._lock:
-            for k, y in list(self._yields.items()):
-                if k[0] == key and y.reason == AUTOSCALER:
-                    del self._yields[k]
+            for path, y in list(self._by_key.get(key, {}).items()):
+                if y.reason == AUTOSCALER:
+                    self._drop((key, path))
                     out.append(y)
         return out
 
     def forget(self, keys: Iterable[ObjectKey]) -> None:
-        gone = set(keys)
         with self._lock:
-            for k in [k for k in self._yields if k[0] in gone]:
-                del self._yields[k]
-            self._suppressed = {k for k in self._suppressed if k[0] not in gone}
+            for key in set(keys):
+                for path in list(self._by_key.get(key, ())):
+                    self._drop((key, path))
+                self._suppressed.pop(key, None)
 
 
 def takes(records: Sequence[FieldRecord], manager: str) -> int:

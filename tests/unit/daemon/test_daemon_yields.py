@@ -185,3 +185,45 @@ def test_secret_values_never_leave_a_yield() -> None:
     )
     text = str(y.to_dict()) + y.message()
     assert "c2VjcmV0" not in text and "b3RoZXI=" not in text and "***" in text
+
+
+def _named(name: str, replicas: int) -> tuple[Target, dict[str, Any]]:
+    """Deployment `name` wanting `replicas`, and its live state scaled by the HPA controller."""
+    t = target(replicas)
+    key = ObjectKey("apps", "Deployment", "ns", name)
+    manifest = {**t.manifest, "metadata": {"name": name, "namespace": "ns"}}
+    scaled = live(3, mf("kube-controller-manager", REPLICAS, sub="scale"), 5)
+    scaled["metadata"]["name"] = name
+    return Target(key=key, info=t.info, manifest=manifest, origin=t.origin), scaled
+
+
+def test_per_object_lookups_follow_every_way_in_and_out() -> None:
+    """`has`, `of`, `suppressed` answer per object (an index, not a scan): each way out forgets only its own."""
+    clock = Clock()
+    yields = Yields(threshold=3, window=60, field_manager="gitops-sync", clock=clock)
+    pairs = {name: _named(name, 1) for name in ("a", "b", "c", "d")}
+    for name, (t, scaled) in pairs.items():
+        assert len(yields.for_autoscaler(t, scaled, Autoscaler("ns", name, 2, 4))) == 1
+    history = OwnershipHistory(clock=clock)
+    flip(history, yields, clock, 3)  # KEY (ns/web) yields its replicas to a fight
+    keys = {name: t.key for name, (t, _) in pairs.items()}
+    assert all(yields.has(k) for k in [*keys.values(), KEY])
+    assert [y.path for y in yields.of(keys["a"])] == [".spec.replicas"] and yields.of(ObjectKey("", "x", "", "y")) == []
+
+    assert [y.key for y in yields.autoscaler_gone(keys["a"])] == [keys["a"]]
+    assert yields.autoscaler_gone(KEY) == [], "a fight is not an autoscaler's yield"
+    yields.forget([keys["b"]])
+    resumed = yields.resume_changed({t.key: t for name, (t, _) in pairs.items() if name != "d"} | {KEY: target(2)})
+    assert [y.key for y in resumed] == []  # d left Git (dropped, not resumed); c's value is unchanged
+    assert not yields.has(keys["d"]) and yields.has(keys["c"])
+    assert [y.key for y in yields.resume_changed({keys["c"]: _named("c", 7)[0], KEY: target(2)})] == [keys["c"]]
+    assert yields.suppressed(keys["c"]) and not yields.suppressed(keys["a"])
+    clock.now += 61
+    assert [y.key for y in yields.expired()] == [KEY]
+    assert [k for k in [*keys.values(), KEY] if yields.has(k) or yields.of(k)] == []
+    assert yields.all() == []
+
+    yields.settle(keys["c"], live(7, OURS, 8))  # our apply of Git's new value landed: may yield again
+    assert not yields.suppressed(keys["c"])
+    yields.forget([keys["c"]])
+    assert not yields.suppressed(keys["c"])
