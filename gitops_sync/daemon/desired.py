@@ -14,10 +14,9 @@ import json
 import time
 from dataclasses import dataclass
 
-import structlog
-
 from gitops_sync.engine import SourceOptions, load
 from gitops_sync.errors import SourceError
+from gitops_sync.log import get_logger
 from gitops_sync.plan.masking import Redactor
 from gitops_sync.plan.planner import Target
 from gitops_sync.rendercache import MemoryStore, RenderCache
@@ -25,7 +24,7 @@ from gitops_sync.resource import DesiredObject, ObjectKey
 from gitops_sync.source import Checkout, SourceIdentity, fetch, identify
 from gitops_sync.source.checkout import is_remote
 
-log = structlog.get_logger("gitops_sync.daemon")
+log = get_logger("gitops_sync.daemon")
 
 
 @dataclass
