@@ -50,7 +50,8 @@ class DesiredSource:
         # once a second read, `debounce` later, gives the same digest. (digest, first seen) until then.
         self._candidate: tuple[str, float] | None = None
         self.live_tree = not is_remote(opts.repo) and (opts.revision or "HEAD").strip() == "HEAD"
-        # A periodic re-sync of the commit already rendered skips the render (commits only, never a work tree).
+        # A periodic re-sync of files already rendered skips the render (a commit by its tree, a work tree by
+        # its files' content: gitops_sync/rendercache.py).
         self.render_cache = RenderCache(MemoryStore())
 
     @functools.cached_property
