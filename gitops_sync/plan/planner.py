@@ -10,7 +10,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
 from gitops_sync.conventions import (
@@ -173,6 +173,16 @@ def mark_adopted(target: Target) -> None:
     annotations.pop(INTENT_HASH, None)
     annotations[ADOPTED] = "true"
     annotations[INTENT_HASH] = intent_hash(target.manifest)
+
+
+# A resourceVersion no object has (the largest one etcd could give): as an apply's precondition, it lets the
+# API server create an absent object and makes it refuse (409, nothing written) one that exists.
+CREATE_ONLY_RV: Final = "18446744073709551615"
+
+
+def with_resource_version(manifest: Manifest, resource_version: str) -> Manifest:
+    """The apply body with a resourceVersion precondition; `manifest` (the target, reused) is not changed."""
+    return {**manifest, "metadata": {**(manifest.get("metadata") or {}), "resourceVersion": resource_version}}
 
 
 def foreign_applyset(live: Manifest | None, own_ids: Iterable[str]) -> str | None:
