@@ -17,19 +17,24 @@ from gitops_sync.apply.live import LiveMap
 from gitops_sync.apply.pool import each
 from gitops_sync.apply.wait import wait_crds_established
 from gitops_sync.cluster.client import APPLY_PATCH, Client
-from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
+from gitops_sync.conventions import FIELD_MANAGER, PART_OF, ConflictPolicy
 from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, ClusterError, ConflictError
 from gitops_sync.log import get_logger
 from gitops_sync.plan import ownership
 from gitops_sync.plan.changeset import Action, Entry
 from gitops_sync.plan.planner import (
+    CREATE_ONLY_RV,
     Target,
+    create_only_entry,
     explain,
+    foreign_applyset,
     has_client_side_apply,
     is_bookkeeping_conflict,
+    is_create_only,
     is_unchanged,
     mark_adopted,
     object_policy,
+    with_resource_version,
     without_conflicts,
 )
 from gitops_sync.resource import Manifest
@@ -165,26 +170,17 @@ class Applier:
         """A non-forced apply; a field-manager 409 comes back as its conflicts rather than an exception.
 
         Conflicts over our bookkeeping alone are not conflicts: the apply is repeated with force."""
-        result, conflicts, _status = self._try_ssa_status(t, body, live, dry_run=dry_run)
-        return result, conflicts
-
-    def _try_ssa_status(
-        self, t: Target, body: Manifest, live: Manifest | None, *, dry_run: bool
-    ) -> tuple[Manifest | None, list[ownership.Conflict], int]:
-        """`_try_ssa` plus the HTTP status of the apply that went through (0 when it conflicted)."""
         try:
-            status, result = self._ssa_status(t, body, force=False, dry_run=dry_run)
-            return result, [], status
+            return self._ssa(t, body, force=False, dry_run=dry_run), []
         except ConflictError as exc:
             conflicts = ownership.parse_conflicts(exc.body, live=live)
             if not conflicts:
                 raise  # a resourceVersion precondition, not a field fight
             real = [c for c in conflicts if not is_bookkeeping_conflict(c)]
             if real:
-                return None, real, 0
+                return None, real
         # Only our own bookkeeping was contested (written under another --field-manager): ours to take.
-        status, result = self._ssa_status(t, body, force=True, dry_run=dry_run)
-        return result, [], status
+        return self._ssa(t, body, force=True, dry_run=dry_run), []
 
     def _dry_run(self, t: Target, live: Manifest | None) -> Entry:
         """What `_apply` would do, without doing it; including the client-side-apply takeover, which a dry
@@ -203,52 +199,81 @@ class Applier:
         return entry
 
     def _apply(self, t: Target, live: Manifest | None, policy: ConflictPolicy) -> Entry:
-        upgraded = live is not None and takeover.upgrade(self.client, t, live, self.field_manager)
-        entry, created = self._apply_policy(t, live, policy)
-        if live is None and not created:
-            entry = self._adopt_after_stale_read(t, policy)
+        if live is None:
+            return self._create(t, policy)
+        upgraded = takeover.upgrade(self.client, t, live, self.field_manager)
+        entry = self._apply_policy(t, live, policy)
         if upgraded:
             entry.message = _join(entry.message, f"took over {takeover.TAKEOVER}")
         return entry
 
-    def _adopt_after_stale_read(self, t: Target, policy: ConflictPolicy) -> Entry:
-        """The plan read the object as absent, yet our apply did not create it (HTTP 200, not 201).
+    def _create(self, t: Target, policy: ConflictPolicy) -> Entry:
+        """An object planned absent: created by one apply that cannot touch an object that exists.
 
-        A lagging watch cache or a refused read: the object existed before us, so it must carry the
-        adopted marker (prune releases it, never deletes it). The same body plus the marker is applied
-        again; the fact comes from the API server's answer, not from the read.
+        The body carries a resourceVersion no object has (`CREATE_ONLY_RV`): the API server creates an absent
+        object (the precondition applies to updates only) and refuses, with 409 and without writing, one that
+        exists. So an object we did not create is never labelled ours without the adopted marker, whatever
+        breaks between two writes (a crash, a lost answer): one write per create, no second one to undo.
+        """
+        body = with_resource_version(t.manifest, CREATE_ONLY_RV)
+        try:
+            status, result = self._ssa_status(t, body, force=False, dry_run=False)
+        except ConflictError:  # it exists after all (a stale read or a racing create); nothing was written
+            return self._adopt_after_stale_read(t, policy)
+        if status != 201:  # the impossible resourceVersion matched: it existed, and our apply landed on it
+            return self._adopt_after_stale_read(t, policy)
+        return explain(t, None, result, self.field_manager, dry_run=False)
+
+    def _adopt_after_stale_read(self, t: Target, policy: ConflictPolicy) -> Entry:
+        """The plan read the object as absent, yet the API server says it exists (409 to our create).
+
+        A lagging watch cache, a refused read or a create racing ours: the object existed before us, so it
+        is read again and, when nothing else rules it out, applied with the adopted marker in the same
+        write that labels it ours (prune releases it, never deletes it). A member of another ApplySet is
+        left alone, and so is an existing create-only object, as if the read had seen them.
         """
         log.warning("object existed although read as absent; marking it adopted", object=str(t.key))
         current = self.client.get_or_none(t.path)
+        note = "existed before gitops-sync applied it (read as absent: stale cache or refused read)"
+        other = foreign_applyset(current, [_part_of(t.manifest)])
+        if other:
+            message = f"{note}; a member of another ApplySet ({other}): left alone, the next pass plans it again"
+            return Entry(t.key, t.info.api_version, Action.ERROR, message=message, origin=t.origin)
+        if current is not None and is_create_only(t):  # the engine leaves an existing one untouched
+            entry = create_only_entry(t, current, self.field_manager, dry_run=False)
+            entry.message = f"{note}; {entry.message}"
+            return entry
+        if current is None:  # gone again meanwhile: nothing was written, the next pass plans it afresh
+            message = f"{note}; gone again when read: not applied, the next pass plans it again"
+            return Entry(t.key, t.info.api_version, Action.ERROR, message=message, origin=t.origin)
         mark_adopted(t)
-        entry, _created = self._apply_policy(t, current, policy)
-        note = "existed before gitops-sync applied it (read as absent: stale cache or refused read); marked adopted"
-        entry.message = f"{entry.message}; {note}" if entry.message else note
+        entry = self._apply(t, current, policy)
+        entry.message = f"{entry.message}; {note}; marked adopted" if entry.message else f"{note}; marked adopted"
         return entry
 
-    def _apply_policy(self, t: Target, live: Manifest | None, policy: ConflictPolicy) -> tuple[Entry, bool]:
-        """Apply under `policy`; also whether one of its requests created the object (HTTP 201)."""
+    def _apply_policy(self, t: Target, live: Manifest, policy: ConflictPolicy) -> Entry:
+        """Apply to an existing object under `policy`."""
         if policy is ConflictPolicy.FORCE:
-            status, forced = self._ssa_status(t, t.manifest, force=True, dry_run=False)
-            return explain(t, live, forced, self.field_manager, dry_run=False), status == 201
-        result, conflicts, status = self._try_ssa_status(t, t.manifest, live, dry_run=False)
+            forced = self._ssa(t, t.manifest, force=True, dry_run=False)
+            return explain(t, live, forced, self.field_manager, dry_run=False)
+        result, conflicts = self._try_ssa(t, t.manifest, live, dry_run=False)
         if not conflicts:
-            return explain(t, live, result, self.field_manager, dry_run=False), status == 201
+            return explain(t, live, result, self.field_manager, dry_run=False)
         if policy is ConflictPolicy.SKIP:
             entry = explain(t, live, None, self.field_manager, conflicts=conflicts, dry_run=False)
             entry.message = f"skipped: {len(conflicts)} conflicting field(s); nothing applied to this object"
-            return entry, False
+            return entry
         # REPORT: apply all but the contested fields; a field contested meanwhile is dropped on one retry.
-        result, more, status = self._try_ssa_status(t, without_conflicts(t.manifest, conflicts), live, dry_run=False)
+        result, more = self._try_ssa(t, without_conflicts(t.manifest, conflicts), live, dry_run=False)
         if more:
             conflicts += more
-            status, result = self._ssa_status(t, without_conflicts(t.manifest, conflicts), force=False, dry_run=False)
+            result = self._ssa(t, without_conflicts(t.manifest, conflicts), force=False, dry_run=False)
         entry = explain(t, live, result, self.field_manager, conflicts=conflicts, dry_run=False)
         entry.message = (
             f"applied all but {len(conflicts)} conflicting field(s), left to their owner "
             "(use --on-conflict force to take them)"
         )
-        return entry, status == 201
+        return entry
 
     def _ssa(self, t: Target, body: Manifest, *, force: bool, dry_run: bool) -> Manifest:
         return self._ssa_status(t, body, force=force, dry_run=dry_run)[1]
@@ -282,6 +307,10 @@ def _pending_reason(t: Target, new_namespaces: set[str], new_crds: set[tuple[str
 def _crd_group_kind(crd: Manifest) -> tuple[str, str]:
     spec = crd.get("spec") or {}
     return str(spec.get("group", "")), str((spec.get("names") or {}).get("kind", ""))
+
+
+def _part_of(manifest: Manifest) -> str:
+    return str(((manifest.get("metadata") or {}).get("labels") or {}).get(PART_OF, ""))
 
 
 def _join(message: str, more: str) -> str:

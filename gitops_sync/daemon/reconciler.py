@@ -15,8 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import structlog
-
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.access import ReadAccess
@@ -31,6 +29,7 @@ from gitops_sync.daemon.yields import Yields
 from gitops_sync.engine import Engine, PassOptions, SourceOptions
 from gitops_sync.errors import ApiError, ClusterError, GitOpsError
 from gitops_sync.formatting import rfc3339
+from gitops_sync.log import get_logger
 from gitops_sync.plan.autoscaler import Autoscaler, find_autoscaler, scaled_by_controller_manager
 from gitops_sync.plan.changeset import LIVE_CHANGED, ChangeSet, Entry
 from gitops_sync.plan.masking import Redactor
@@ -38,7 +37,7 @@ from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source import mask_url, short_revision
 
-log = structlog.get_logger("gitops_sync.daemon")
+log = get_logger("gitops_sync.daemon")
 
 
 @dataclass
@@ -118,6 +117,7 @@ class SourceReconciler:
         self.load_error = ""  # fetch/render failed (masked), or a pass crashed on this source
         self.load_error_revision = ""
         self.crashed = ""  # a pass crashed unexpectedly on the current source (masked)
+        self.unresolved = ""  # why the newest render could not be resolved (an API error), while the old is kept
         self.entries: dict[ObjectKey, Entry] = {}
         self.pass_errors: list[str] = []
         self.last_pass: dict[str, Any] = {}
@@ -183,6 +183,7 @@ class SourceReconciler:
             return False
         new_digest = digest(checkout.revision, objects)
         if self.desired.unchanged(new_digest):
+            self.unresolved = ""  # Git is back at the state held: passes act on what Git wants again
             self._source_ok(checkout.revision)
             return False
         wait = self.desired.wait_before_acting(new_digest)
@@ -197,6 +198,12 @@ class SourceReconciler:
         except ClusterError as exc:
             self.cluster_trouble(exc)
             self.set_source_health(checkout.revision, load_error="")  # Git is fine; keep SOURCE's backoff
+            # The state held is no longer what Git wants: a member only the new revision has would be
+            # pruned against it. Passes go on applying it; prune waits until the new revision resolves.
+            self.unresolved = (
+                f"revision {short_revision(checkout.revision) or '(work tree)'} not resolved against the cluster "
+                f"({mask_url(str(exc))}); passes keep the previous revision, without prune, until it resolves"
+            )
             delay = self.queue.add_rate_limited(SOURCE)
             log.warning(
                 "cannot resolve the new revision: the API server failed; keeping the last good state",
@@ -217,6 +224,7 @@ class SourceReconciler:
         )
         old_keys = set(self.desired.state.by_key) if self.desired.state else set()
         self.desired.state = new
+        self.unresolved = ""
         self._source_ok(checkout.revision)
         gone = old_keys - set(new.by_key)
         self.reporter.added = set(new.by_key) - old_keys if old_keys else set()
@@ -328,8 +336,9 @@ class SourceReconciler:
     def run_pass(self, src: DesiredState, only: set[ObjectKey] | None) -> None:
         kind = "full" if only is None else "partial"
         opts = replace(self.spec.pass_opts)
-        # Never prune on a partial picture: a failed render, a crashed plan, or a partial pass.
-        opts.prune = opts.prune and only is None and not self.load_error and not self.crashed
+        # Never prune on a partial picture: a failed render, a crashed plan, a partial pass, or a state Git
+        # has moved past (a new revision that could not be resolved).
+        opts.prune = opts.prune and only is None and not self.load_error and not self.crashed and not self.unresolved
         if only is None:
             self.cache.wait_synced(5.0)
         t0 = time.monotonic()
@@ -533,7 +542,7 @@ class SourceReconciler:
         with self.state:
             if full:
                 self.entries = {e.key: e for e in cs.entries}
-                self.pass_errors = list(cs.errors)
+                self.pass_errors = list(cs.errors) + ([self.unresolved] if self.unresolved else [])
             else:
                 self.entries.update((e.key, e) for e in cs.entries)
             entries = list(self.entries.values())
