@@ -150,7 +150,10 @@ def test_forget_drops_history_and_fights() -> None:
     for rv, (manager, value) in enumerate([("a", 1), ("b", 2), ("a", 1), ("b", 2)], 1):
         h.observe(KEY, [".spec.replicas"], deployment(value, [mf(manager, REPLICAS)], rv))
     assert h.fights()
-    h.forget([KEY])
+    other = ObjectKey("apps", "Deployment", "ns", "api")
+    h.forget([other])
+    assert [f.key for f in h.fights()] == [KEY], "only the objects named are forgotten"
+    h.forget(k for k in [other, KEY])  # any iterable, read once
     assert h.fights() == [] and h.to_dict() == []
 
 
