@@ -181,16 +181,29 @@ class Reporter:
             self.reported.pop(key, None)  # corrected: the next drift of the same field is news again
 
     def event(self, e: Entry, reason: str, etype: str, message: str) -> None:
-        live = self.live(e.key)
+        series = ",".join(sorted(c.path for c in e.drift + e.conflicts))
+        self._record(e.key, e.api_version, self.live(e.key), reason, etype, series, message)
+
+    def _record(
+        self,
+        key: ObjectKey,
+        api_version: str,
+        live: Manifest | None,
+        reason: str,
+        etype: str,
+        series: str,
+        message: str,
+    ) -> None:
+        """One Event about `key`, tied to the `live` object's uid and resourceVersion (where it exists)."""
         meta = (live or {}).get("metadata") or {}
         self.events.record(
             EventSpec(
-                key=e.key,
-                api_version=e.api_version,
+                key=key,
+                api_version=api_version,
                 reason=reason,
                 message=message,
                 type=etype,
-                series=",".join(sorted(c.path for c in e.drift + e.conflicts)),
+                series=series,
                 uid=str(meta.get("uid") or ""),
                 resource_version=resource_version(live),
             )
@@ -206,19 +219,8 @@ class Reporter:
             changes=fight.changes,
             values=[{"manager": r.manager, "value": r.value, "time": r.time} for r in fight.records[-10:]],
         )
-        meta = live.get("metadata") or {}
-        self.events.record(
-            EventSpec(
-                key=fight.key,
-                api_version=str(live.get("apiVersion", "")),
-                reason="FieldFight",
-                message=fight.message(),
-                type=WARNING,
-                series=fight.path,
-                uid=str(meta.get("uid") or ""),
-                resource_version=resource_version(live),
-            )
-        )
+        api_version = str(live.get("apiVersion", ""))
+        self._record(fight.key, api_version, live, "FieldFight", WARNING, fight.path, fight.message())
 
     def foreign(self, e: Entry) -> None:
         """Fields others added that Git does not declare: said once per new set (log line and Normal Event)."""
@@ -244,19 +246,8 @@ class Reporter:
         )
         text = "; ".join(f"{f.path} by {f.manager} at {f.time}" for f in e.foreign[:5])
         more = f" and {len(e.foreign) - 5} more" if len(e.foreign) > 5 else ""
-        meta = (self.live(e.key) or {}).get("metadata") or {}
-        self.events.record(
-            EventSpec(
-                key=e.key,
-                api_version=e.api_version,
-                reason="ForeignFields",
-                type=NORMAL,
-                series="foreign",
-                message=f"fields not in Git, added by other managers: {text}{more}",
-                uid=str(meta.get("uid") or ""),
-                resource_version=str(meta.get("resourceVersion") or ""),
-            )
-        )
+        message = f"fields not in Git, added by other managers: {text}{more}"
+        self._record(e.key, e.api_version, self.live(e.key), "ForeignFields", NORMAL, "foreign", message)
 
     def yielded(self, y: Yield, live: Manifest) -> None:
         """A field left to another manager: said once, in the log and as a Warning Event."""
@@ -273,19 +264,8 @@ class Reporter:
             **({} if is_secret(y.key) else {"desired": y.desired, "live": y.live}),
             advice=y.advice(),
         )
-        meta = live.get("metadata") or {}
-        self.events.record(
-            EventSpec(
-                key=y.key,
-                api_version=str(live.get("apiVersion", "")),
-                reason="FieldYielded",
-                message=y.message(),
-                type=WARNING,
-                series=y.path,
-                uid=str(meta.get("uid") or ""),
-                resource_version=str(meta.get("resourceVersion") or ""),
-            )
-        )
+        api_version = str(live.get("apiVersion", ""))
+        self._record(y.key, api_version, live, "FieldYielded", WARNING, y.path, y.message())
 
     def resumed(self, y: Yield, why: str, api_version: str, active: bool) -> None:
         """A yielded field is Git's again: look at the object now; the Event only where passes run."""
@@ -293,19 +273,8 @@ class Reporter:
         self.queue.add(y.key)
         if not active:
             return
-        meta = (self.live(y.key) or {}).get("metadata") or {}
-        self.events.record(
-            EventSpec(
-                key=y.key,
-                api_version=api_version,
-                reason="FieldResumed",
-                type=NORMAL,
-                series=y.path,
-                message=f"correcting {y.path} again (was left to {y.actor}): {why}",
-                uid=str(meta.get("uid") or ""),
-                resource_version=str(meta.get("resourceVersion") or ""),
-            )
-        )
+        message = f"correcting {y.path} again (was left to {y.actor}): {why}"
+        self._record(y.key, api_version, self.live(y.key), "FieldResumed", NORMAL, y.path, message)
 
 
 def masked(exc: BaseException, redact: Redactor) -> str:
