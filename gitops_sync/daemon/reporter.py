@@ -11,6 +11,7 @@ import copy
 import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from gitops_sync.conventions import MASK
@@ -182,32 +183,12 @@ class Reporter:
 
     def event(self, e: Entry, reason: str, etype: str, message: str) -> None:
         series = ",".join(sorted(c.path for c in e.drift + e.conflicts))
-        self._record(e.key, e.api_version, self.live(e.key), reason, etype, series, message)
+        self._record(EventSpec(e.key, e.api_version, reason, message, etype, series), self.live(e.key))
 
-    def _record(
-        self,
-        key: ObjectKey,
-        api_version: str,
-        live: Manifest | None,
-        reason: str,
-        etype: str,
-        series: str,
-        message: str,
-    ) -> None:
-        """One Event about `key`, tied to the `live` object's uid and resourceVersion (where it exists)."""
+    def _record(self, spec: EventSpec, live: Manifest | None) -> None:
+        """`spec` as an Event tied to the `live` object's uid and resourceVersion (where it exists)."""
         meta = (live or {}).get("metadata") or {}
-        self.events.record(
-            EventSpec(
-                key=key,
-                api_version=api_version,
-                reason=reason,
-                message=message,
-                type=etype,
-                series=series,
-                uid=str(meta.get("uid") or ""),
-                resource_version=resource_version(live),
-            )
-        )
+        self.events.record(replace(spec, uid=str(meta.get("uid") or ""), resource_version=resource_version(live)))
 
     def fight(self, fight: Fight, live: Manifest) -> None:
         self.metrics.fights.inc()
@@ -220,7 +201,7 @@ class Reporter:
             values=[{"manager": r.manager, "value": r.value, "time": r.time} for r in fight.records[-10:]],
         )
         api_version = str(live.get("apiVersion", ""))
-        self._record(fight.key, api_version, live, "FieldFight", WARNING, fight.path, fight.message())
+        self._record(EventSpec(fight.key, api_version, "FieldFight", fight.message(), WARNING, fight.path), live)
 
     def foreign(self, e: Entry) -> None:
         """Fields others added that Git does not declare: said once per new set (log line and Normal Event)."""
@@ -247,7 +228,7 @@ class Reporter:
         text = "; ".join(f"{f.path} by {f.manager} at {f.time}" for f in e.foreign[:5])
         more = f" and {len(e.foreign) - 5} more" if len(e.foreign) > 5 else ""
         message = f"fields not in Git, added by other managers: {text}{more}"
-        self._record(e.key, e.api_version, self.live(e.key), "ForeignFields", NORMAL, "foreign", message)
+        self._record(EventSpec(e.key, e.api_version, "ForeignFields", message, NORMAL, "foreign"), self.live(e.key))
 
     def yielded(self, y: Yield, live: Manifest) -> None:
         """A field left to another manager: said once, in the log and as a Warning Event."""
@@ -265,7 +246,7 @@ class Reporter:
             advice=y.advice(),
         )
         api_version = str(live.get("apiVersion", ""))
-        self._record(y.key, api_version, live, "FieldYielded", WARNING, y.path, y.message())
+        self._record(EventSpec(y.key, api_version, "FieldYielded", y.message(), WARNING, y.path), live)
 
     def resumed(self, y: Yield, why: str, api_version: str, active: bool) -> None:
         """A yielded field is Git's again: look at the object now; the Event only where passes run."""
@@ -274,7 +255,7 @@ class Reporter:
         if not active:
             return
         message = f"correcting {y.path} again (was left to {y.actor}): {why}"
-        self._record(y.key, api_version, self.live(y.key), "FieldResumed", NORMAL, y.path, message)
+        self._record(EventSpec(y.key, api_version, "FieldResumed", message, NORMAL, y.path), self.live(y.key))
 
 
 def masked(exc: BaseException, redact: Redactor) -> str:
