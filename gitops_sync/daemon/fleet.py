@@ -209,10 +209,6 @@ class Fleet(Controller[FleetKey]):
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    @property
-    def port(self) -> int:
-        return self.http.port
-
     def start(self) -> Fleet:
         self.http.start()
         sup = self.supervisor
@@ -222,8 +218,7 @@ class Fleet(Controller[FleetKey]):
         sup.spawn("poller", self._poll)
         if self.shards.elect:
             sup.spawn("shards", self.shards.run)
-        sup.watch("watches", self.cache.dead, revive=self.cache.revive)
-        sup.watch("events", lambda: "" if self.events.alive() else "Event recorder stopped")
+        self._watch_shared()
         log.info(
             "fleet controller started",
             namespace=self.opts.watch_namespace or "(all)",
@@ -259,9 +254,6 @@ class Fleet(Controller[FleetKey]):
         self._close_clients(self.client, *clients)
         self._stop.set()
         log.info("stopped")
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self._stop.wait(timeout)
 
     def _on_shard(self, shard: int, leading: bool) -> None:
         log.info("shard acquired" if leading else "shard lost", shard=shard, identity=self.opts.identity)

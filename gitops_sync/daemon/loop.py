@@ -137,6 +137,7 @@ class Controller(Generic[K]):
     connection that must not wait behind requests hanging on the main pool)."""
 
     probe: ClusterProbe  # the subclass's: it decides what a change of reachability sets off
+    http: HttpServer  # the subclass's, from `_http_server`
 
     def __init__(self, opts: DaemonOptions) -> None:
         self.opts = opts
@@ -177,6 +178,18 @@ class Controller(Generic[K]):
             ),
             auth=auth,
         )
+
+    @property
+    def port(self) -> int:
+        return self.http.port
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stop.wait(timeout)
+
+    def _watch_shared(self) -> None:
+        """The supervisor revives the watches and reports a stopped Event recorder."""
+        self.supervisor.watch("watches", self.cache.dead, revive=self.cache.revive)
+        self.supervisor.watch("events", lambda: "" if self.events.alive() else "Event recorder stopped")
 
     def _close_clients(self, *more: Client) -> None:
         for c in (self.aux, self.watch_client, self.auth_client, self.probe_client, *more):
@@ -272,10 +285,6 @@ class Daemon(Controller[QueueKey]):
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    @property
-    def port(self) -> int:
-        return self.http.port
-
     def start(self) -> Daemon:
         self.http.start()
         sup = self.supervisor
@@ -298,8 +307,7 @@ class Daemon(Controller[QueueKey]):
                 lambda: "" if self._local_watch is None or self._local_watch.alive() else "watchdog observer stopped",
                 revive=self._revive_local_watch,
             )
-        sup.watch("watches", self.cache.dead, revive=self.cache.revive)
-        sup.watch("events", lambda: "" if self.events.alive() else "Event recorder stopped")
+        self._watch_shared()
         log.info(
             "daemon started",
             repo=mask_url(self.opts.source.repo),
@@ -361,9 +369,6 @@ class Daemon(Controller[QueueKey]):
             old.stop()
         self._local_watch = self._watch_local()
         self.queue.add(SOURCE)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self._stop.wait(timeout)
 
     @property
     def _mode(self) -> str:
