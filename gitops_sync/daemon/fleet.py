@@ -35,7 +35,7 @@ from gitops_sync.daemon.gitsync import GitSync, InvalidSpec
 from gitops_sync.daemon.leader import ApiLeaseStore, LeaderElector
 from gitops_sync.daemon.loop import Controller, DaemonOptions, FencedClient
 from gitops_sync.daemon.queue import Backoff, WorkQueue
-from gitops_sync.daemon.reconciler import Shared, SourceReconciler
+from gitops_sync.daemon.reconciler import SourceReconciler
 from gitops_sync.daemon.reporter import FULL, SOURCE, QueueKey
 from gitops_sync.daemon.supervisor import describe_crash
 from gitops_sync.daemon.triggers import WebhookResult, verify_webhook
@@ -187,14 +187,7 @@ class Fleet(Controller[FleetKey]):
         self.client = Client(opts.kubeconfig, opts.context, pool_size=max(16, opts.workers * opts.concurrency))
         self.discovery = Discovery(self.client)
         self.probe = ClusterProbe(self.probe_client, self.cluster_condition, interval=opts.probe_interval)
-        self.shared = Shared(
-            cache=self.cache,
-            events=self.events,
-            metrics=self.metrics,
-            probe=self.probe,
-            stopping=lambda: self._stopping,
-            gauges=False,
-        )
+        self.shared = self._shared(gauges=False)
         lease_ns = opts.leader_namespace or opts.watch_namespace or "default"
         self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard)
         self.http = self._http_server(self.metrics.exposition)

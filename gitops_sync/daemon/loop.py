@@ -191,6 +191,18 @@ class Controller(Generic[K]):
         self.supervisor.watch("watches", self.cache.dead, revive=self.cache.revive)
         self.supervisor.watch("events", lambda: "" if self.events.alive() else "Event recorder stopped")
 
+    def _shared(self, *, gauges: bool) -> Shared:
+        """What every source's reconciler uses of this controller (after the subclass set `probe`);
+        `gauges`: one source per process, whose figures are the process's gauges."""
+        return Shared(
+            cache=self.cache,
+            events=self.events,
+            metrics=self.metrics,
+            probe=self.probe,
+            stopping=lambda: self._stopping,
+            gauges=gauges,
+        )
+
     def _close_clients(self, *more: Client) -> None:
         for c in (self.aux, self.watch_client, self.auth_client, self.probe_client, *more):
             c.close()
@@ -254,13 +266,7 @@ class Daemon(Controller[QueueKey]):
             self.probe_client, self.cluster_condition, interval=opts.probe_interval, on_change=self._on_cluster_change
         )
         self._cluster_was_down = False
-        self.shared = Shared(
-            cache=self.cache,
-            events=self.events,
-            metrics=self.metrics,
-            probe=self.probe,
-            stopping=lambda: self._stopping,
-        )
+        self.shared = self._shared(gauges=True)
         self.source = SourceReconciler(
             SourceSpec(
                 opts.source,
