@@ -24,6 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/python -m compileall -q gitops_sync  # as `pip install .` does; see bench/run.py
 	touch $@
 venv: $(VENV)/.installed  ## the project's virtual env with gitops-sync and its dev tools
 

@@ -23,11 +23,13 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO / "deploy" / "local-cluster" / "cluster.py"
+READ_VERBS = frozenset({"get", "list"})
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 BENCH_USER_AGENT = "gitops-sync-bench"
 
@@ -149,6 +151,7 @@ class WriteCount:
     writes: int = 0
     dry_runs: int = 0
     by_verb: dict[str, int] = field(default_factory=dict)
+    reads: int = 0  # get/list (discovery included) by the user agent, any namespace (admin identity only)
 
 
 class AuditCounter:
@@ -170,9 +173,12 @@ class AuditCounter:
                 ev = json.loads(line)
             except ValueError:
                 continue
-            if ev.get("stage") != "ResponseComplete" or ev.get("verb") not in WRITE_VERBS:
+            if ev.get("stage") != "ResponseComplete" or not str(ev.get("userAgent", "")).startswith(user_agent_prefix):
                 continue
-            if not str(ev.get("userAgent", "")).startswith(user_agent_prefix):
+            if ev.get("verb") in READ_VERBS:
+                out.reads += 1
+                continue
+            if ev.get("verb") not in WRITE_VERBS:
                 continue
             if wanted and (ev.get("objectRef") or {}).get("namespace") not in wanted:
                 continue
@@ -182,6 +188,23 @@ class AuditCounter:
             out.writes += 1
             out.by_verb[ev["verb"]] = out.by_verb.get(ev["verb"], 0) + 1
         return out
+
+    def first_request(self, since: Mark, user_agent_prefix: str) -> float | None:
+        """When the API server received the first request of `user_agent_prefix` after `since` (epoch
+        seconds), or None. Reads are audited for the admin identity only (deploy/local-cluster)."""
+        self._wait_quiet()
+        first: float | None = None
+        for line in self._lines_since(since):
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if not str(ev.get("userAgent", "")).startswith(user_agent_prefix):
+                continue
+            with contextlib.suppress(KeyError, ValueError, TypeError):
+                at = datetime.fromisoformat(ev["requestReceivedTimestamp"]).timestamp()
+                first = at if first is None else min(first, at)
+        return first
 
     def _wait_quiet(self, quiet: float = 0.3, limit: float = 3.0) -> None:
         """The API server writes the ResponseComplete event as the response leaves; let the file catch up."""

@@ -23,6 +23,7 @@ DASH = "\u2013"  # en dash: "no figure" in a table cell
 TIMES = "\u00d7"  # multiplication sign of the ratios
 
 TARGETS = {
+    "diff_one": 1.0,  # issue 13: a diff of one object no slower than kubectl's
     "cold": 0.5,
     "noop": 0.1,
     "drift": 0.3,
@@ -126,6 +127,53 @@ def case_rows(cases: dict[str, dict[str, dict[str, list[Measure]]]]) -> list[Row
 def _found(ms: list[Measure]) -> str:
     vals = sorted({m.found for m in ms if m.found is not None})
     return "/".join(str(v) for v in vals) or "?"
+
+
+def startup_rows(startup: dict[str, Any] | None) -> list[Row]:
+    """Case 0 (bench/startup.py): medians of each command, side by side with kubectl and the Python floor."""
+    if startup is None:
+        return []
+    seconds: dict[str, dict[str, list[float]]] = startup.get("seconds") or {}
+    notes = "; ".join(dict.fromkeys(startup.get("notes") or []))
+
+    def med(measure: str, tool: str) -> float | None:
+        values = seconds.get(measure, {}).get(tool)
+        return statistics.median(values) if values else None
+
+    rows: list[Row] = []
+    for measure, title, target in (
+        ("version", "0a. start-up: `--version` vs `version --client`", None),
+        ("diff", "0b. diff of one object", TARGETS["diff_one"]),
+        ("first_request", "0c. process start → first API request", None),
+    ):
+        ours, theirs = med(measure, GITOPS_SYNC), med(measure, KUBECTL)
+        if measure == "first_request" and ours is None and theirs is None and med("diff", GITOPS_SYNC) is not None:
+            why = "the cluster does not audit reads (deploy/local-cluster/audit-policy.yaml does)"
+            rows.append(Row(title, "1", "not measured", DASH, DASH, DASH, "not measured", why))
+            continue
+        if ours is None or theirs is None:
+            rows.append(Row(title, "1", "no figures", DASH, DASH, DASH, "ERROR", notes or "no samples"))
+            continue
+        ratio = ours / theirs
+        verdict = DASH if target is None else ("PASS" if ratio <= target else "MISS")
+        goal = DASH if target is None else f"≤ {target:g}{TIMES}"
+        rows.append(Row(title, "1", _s(ours), _s(theirs), f"{ratio:.2f}{TIMES}", goal, verdict))
+        floor = med(measure, FLOOR)
+        if floor is not None:
+            rows.append(
+                Row(
+                    f"{title} ÷ Python floor",
+                    "1",
+                    _s(ours),
+                    f"floor {_s(floor)}",
+                    f"{ours / floor:.2f}{TIMES}",
+                    DASH,
+                    DASH,
+                )
+            )
+    if notes and rows:
+        rows[-1].note = notes
+    return rows
 
 
 def daemon_rows(daemon: dict[str, Any], rss: dict[str, Any]) -> list[Row]:
@@ -258,6 +306,7 @@ def markdown(
     mach, ver, opts = doc["machine"], doc["versions"], doc["options"]
     analysis = kept_analysis(previous) or f"{KEEP_START}\n\n{KEEP_END}"
     sizes = ", ".join(f"{int(s):,}" for s in opts["sizes"])
+    startup_repeats = opts.get("startup_repeats", "?")
     return f"""# Benchmarks: gitops-sync vs kubectl
 
 Written by `make bench` (bench/run.py, options: {opts["argv"]}) on {doc["date"]}; the run took
@@ -281,6 +330,13 @@ median ÷ kubectl median from the same run. Re-run `make bench` to refresh this 
 
 ## How each case is measured
 
+0. **Start-up** (bench/startup.py, {startup_repeats} runs of each command, the tools taking turns, medians):
+   (a) `gitops-sync --version` vs `kubectl version --client`; (b) `gitops-sync diff -o json` vs
+   `kubectl diff --server-side` of one ConfigMap that is in sync, and the *Python floor* (bench/startup_floor.py:
+   the same interpreter reading the same kubeconfig and sending kubectl's two requests with the standard
+   library, no rendering, planning or report); (c) from just before the process starts to the API server's
+   `requestReceivedTimestamp` of its first request (audit log; reads of the admin identity are audited on
+   the local cluster). The package's bytecode is compiled first, as `pip install .` leaves it.
 1. **Cold sync**: two fresh namespaces; `gitops-sync sync --repo DIR -n NS -o json` and
    `kubectl apply --server-side -n NS -f DIR`, each into its own, wall time of the whole command (process
    start to exit, as a user or a CI job sees it). The tools take turns going first; before every command the

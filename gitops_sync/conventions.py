@@ -142,3 +142,7 @@ class ConflictPolicy(enum.StrEnum):
     REPORT = "report"  # apply everything else, leave the conflicting fields to their owner, say so
     FORCE = "force"  # take ownership (Git wins)
     SKIP = "skip"  # leave conflicted objects entirely alone
+
+
+# `-o` of `sync` and `diff`: the report's formats (the CLI adds html, the web page's).
+REPORT_FORMATS: Final = ("table", "json", "markdown")

@@ -12,15 +12,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
 
 from gitops_sync import log as logsetup
 from gitops_sync.conventions import FIELD_MANAGER
-from gitops_sync.engine import SourceOptions
-from gitops_sync.plan.ignore import IgnoreRule, parse_flag
-from gitops_sync.render import RenderOptions
+
+if TYPE_CHECKING:
+    from gitops_sync.plan.ignore import IgnoreRule
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,6 +57,9 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kw: Any) -> Any:
+        from gitops_sync.engine import SourceOptions  # the pipeline: only once a command runs
+        from gitops_sync.render import RenderOptions
+
         kw["source"] = SourceOptions(
             repo=kw.pop("repo") or "",
             revision=kw.pop("revision"),
@@ -120,6 +123,8 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
 
 
 def _ignore_rules(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[IgnoreRule]:
+    from gitops_sync.plan.ignore import parse_flag
+
     try:
         return [parse_flag(v) for v in values]
     except ValueError as exc:

@@ -18,12 +18,11 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-import structlog
-
 from gitops_sync.cluster.client import Client
 from gitops_sync.errors import ForbiddenError, GitOpsError, UnauthorizedError
+from gitops_sync.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 AUTH_MODES = ("none", "kubernetes")
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"

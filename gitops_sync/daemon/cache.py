@@ -24,17 +24,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import ResourceInfo
 from gitops_sync.daemon.queue import Backoff
 from gitops_sync.errors import ClusterError, ForbiddenError, GoneError, error_for_status
+from gitops_sync.log import get_logger
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey, resource_version
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class EventType(enum.StrEnum):

@@ -10,7 +10,6 @@ from pathlib import Path
 from types import FrameType
 
 import click
-import structlog
 
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.auth import AUTH_MODES
@@ -20,6 +19,7 @@ from gitops_sync.daemon.loop import Daemon, DaemonOptions
 from gitops_sync.daemon.triggers import WEBHOOK_SECRET_ENV, load_webhook_secret
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.errors import GitOpsError
+from gitops_sync.log import get_logger
 from gitops_sync.options import (
     DURATION,
     ClusterArgs,
@@ -29,7 +29,7 @@ from gitops_sync.options import (
     log_options,
 )
 
-log = structlog.get_logger("gitops_sync.daemon")
+log = get_logger("gitops_sync.daemon")
 
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 

@@ -14,12 +14,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from gitops_sync.cluster.client import Client
 from gitops_sync.formatting import rfc3339
+from gitops_sync.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Condition:

@@ -14,10 +14,9 @@ import json
 import time
 from dataclasses import dataclass
 
-import structlog
-
 from gitops_sync.engine import SourceOptions, load
 from gitops_sync.errors import SourceError
+from gitops_sync.log import get_logger
 from gitops_sync.plan.masking import Redactor
 from gitops_sync.plan.planner import Target
 from gitops_sync.rendercache import MemoryStore, RenderCache
@@ -25,7 +24,7 @@ from gitops_sync.resource import DesiredObject, ObjectKey
 from gitops_sync.source import Checkout, SourceIdentity, fetch, identify
 from gitops_sync.source.checkout import is_remote
 
-log = structlog.get_logger("gitops_sync.daemon")
+log = get_logger("gitops_sync.daemon")
 
 
 @dataclass
@@ -51,7 +50,8 @@ class DesiredSource:
         # once a second read, `debounce` later, gives the same digest. (digest, first seen) until then.
         self._candidate: tuple[str, float] | None = None
         self.live_tree = not is_remote(opts.repo) and (opts.revision or "HEAD").strip() == "HEAD"
-        # A periodic re-sync of the commit already rendered skips the render (commits only, never a work tree).
+        # A periodic re-sync of files already rendered skips the render (a commit by its tree, a work tree by
+        # its files' content: gitops_sync/rendercache.py).
         self.render_cache = RenderCache(MemoryStore())
 
     @functools.cached_property

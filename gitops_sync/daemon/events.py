@@ -16,14 +16,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import structlog
-
 from gitops_sync.cluster.client import MERGE_PATCH, Client
 from gitops_sync.errors import ClusterError, ForbiddenError, NotFoundError
 from gitops_sync.formatting import rfc3339
+from gitops_sync.log import get_logger
 from gitops_sync.resource import ObjectKey
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 NORMAL = "Normal"
 WARNING = "Warning"

@@ -23,8 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import structlog
-
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import ConflictPolicy
@@ -46,12 +44,13 @@ from gitops_sync.daemon.supervisor import Supervisor, describe_crash
 from gitops_sync.daemon.triggers import WebhookResult, verify_webhook
 from gitops_sync.engine import Engine
 from gitops_sync.errors import ApiError, ClusterError, GitOpsError
+from gitops_sync.log import get_logger
 from gitops_sync.plan.changeset import Action, Entry
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source import mask_url
 
-log = structlog.get_logger("gitops_sync.daemon")
+log = get_logger("gitops_sync.daemon")
 
 FleetKey = tuple[str, QueueKey]  # (namespace/name of the GitSync, its key)
 SHARD_LEASE_PREFIX = "gitops-sync-shard-"

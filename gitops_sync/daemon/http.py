@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
-import structlog
 from waitress import wasyncore
 from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
@@ -35,10 +34,11 @@ from gitops_sync.daemon.auth import Authorizer, Decision
 from gitops_sync.daemon.metrics import CONTENT_TYPE
 from gitops_sync.daemon.triggers import WebhookResult
 from gitops_sync.errors import GitOpsError
+from gitops_sync.log import get_logger
 from gitops_sync.web import HEADERS as PAGE_HEADERS
 from gitops_sync.web import TOKEN_COOKIE, is_page, login_page, page, token_from_cookie
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_WEBHOOK_BODY = 5 * 1024 * 1024
 

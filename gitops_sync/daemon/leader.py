@@ -20,14 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import structlog
-
 from gitops_sync.cluster.client import Client
 from gitops_sync.errors import ClusterError, ConflictError, NotFoundError
 from gitops_sync.formatting import rfc3339
+from gitops_sync.log import get_logger
 from gitops_sync.resource import Manifest, resource_version
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class LeaseStore(Protocol):

@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from gitops_sync.cluster.client import Client, is_dry_run
 from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
 from gitops_sync.daemon.auth import KubernetesAuth
@@ -53,11 +51,12 @@ from gitops_sync.daemon.supervisor import Supervisor, describe_crash
 from gitops_sync.daemon.triggers import Ticker, WebhookResult, verify_webhook, watch_local
 from gitops_sync.engine import Engine, PassOptions, SourceOptions
 from gitops_sync.errors import ClusterError
+from gitops_sync.log import get_logger
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source import SourceIdentity, identify, mask_url
 from gitops_sync.source.watch import Watch as LocalWatch
 
-log = structlog.get_logger("gitops_sync.daemon")
+log = get_logger("gitops_sync.daemon")
 
 
 @dataclass

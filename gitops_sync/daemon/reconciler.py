@@ -15,8 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import structlog
-
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.access import ReadAccess
@@ -31,6 +29,7 @@ from gitops_sync.daemon.yields import Yields
 from gitops_sync.engine import Engine, PassOptions, SourceOptions
 from gitops_sync.errors import ApiError, ClusterError, GitOpsError
 from gitops_sync.formatting import rfc3339
+from gitops_sync.log import get_logger
 from gitops_sync.plan.autoscaler import Autoscaler, find_autoscaler, scaled_by_controller_manager
 from gitops_sync.plan.changeset import LIVE_CHANGED, ChangeSet, Entry
 from gitops_sync.plan.masking import Redactor
@@ -38,7 +37,7 @@ from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source import mask_url, short_revision
 
-log = structlog.get_logger("gitops_sync.daemon")
+log = get_logger("gitops_sync.daemon")
 
 
 @dataclass

@@ -13,8 +13,6 @@ import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import structlog
-
 from gitops_sync.conventions import MASK
 from gitops_sync.daemon.events import NORMAL, WARNING, EventRecorder, EventSpec
 from gitops_sync.daemon.history import Fight
@@ -23,12 +21,13 @@ from gitops_sync.daemon.supervisor import describe_crash
 from gitops_sync.daemon.yields import Yield
 from gitops_sync.errors import GitOpsError
 from gitops_sync.formatting import truncate
+from gitops_sync.log import get_logger
 from gitops_sync.plan.changeset import Action, Entry, FieldChange
 from gitops_sync.plan.masking import Redactor, mask_literals
 from gitops_sync.resource import Manifest, ObjectKey, is_secret, resource_version
 from gitops_sync.source import mask_url, short_revision
 
-log = structlog.get_logger("gitops_sync.daemon")
+log = get_logger("gitops_sync.daemon")
 
 FULL = "<full>"
 SOURCE = "<source>"

@@ -17,12 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from gitops_sync.daemon.queue import Backoff
 from gitops_sync.formatting import rfc3339
+from gitops_sync.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # A component that crashed this many times in a row, each time within `steady` seconds of its start, is
 # given up on: /healthz fails so the kubelet restarts the process rather than watch a crash loop.

@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import structlog
-
 from gitops_sync.errors import GitOpsError
+from gitops_sync.log import get_logger
 
 if TYPE_CHECKING:
     from gitops_sync.source.watch import Watch
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 WEBHOOK_SECRET_ENV = "GITOPS_SYNC_WEBHOOK_SECRET"
 

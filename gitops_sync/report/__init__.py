@@ -13,6 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from gitops_sync import jsoncodec
+from gitops_sync.conventions import REPORT_FORMATS
 from gitops_sync.formatting import truncate
 from gitops_sync.plan import actors
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange, Foreign, Ignored
@@ -22,7 +23,7 @@ if TYPE_CHECKING:  # rich is imported by the table only: `-o json` and markdown 
     from rich.console import Console
     from rich.table import Table
 
-FORMATS = ("table", "json", "markdown")
+FORMATS = REPORT_FORMATS
 
 _STYLE = {
     Action.CREATE: "green",

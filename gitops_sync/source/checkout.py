@@ -23,15 +23,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
-
-import git
-from git.exc import GitCommandError, GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
 
 from gitops_sync.errors import SourceError
 from gitops_sync.formatting import last_lines
 from gitops_sync.log import get_logger
+from gitops_sync.source.gitdir import might_be_repository
 from gitops_sync.source.identity import SourceIdentity, identify
+
+if TYPE_CHECKING:
+    import git
 
 log = get_logger(__name__)
 
@@ -151,8 +153,11 @@ def fetch(
 def knows_commit(repo: str, sha: str) -> bool:
     """Whether commit `sha` exists in the local repository `repo`: evidence that a record made from a
     relative `--repo` spelling was made from this very repository. Never true for a remote URL."""
-    if is_remote(repo) or not re.fullmatch(r"[0-9a-f]{40}", sha):
+    if is_remote(repo) or not re.fullmatch(r"[0-9a-f]{40}", sha) or not might_be_repository(Path(repo)):
         return False
+    import git  # GitPython: only for sources that are Git repositories (~30 ms to import)
+    from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+
     try:
         local = git.Repo(Path(repo).expanduser(), search_parent_directories=True)
     except (InvalidGitRepositoryError, NoSuchPathError, OSError):
@@ -222,12 +227,15 @@ def _fetch_local(repo: str, revision: str | None, path: str | None, cache: Path,
     given = given.resolve()
     if not os.access(given, os.R_OK | os.X_OK):
         raise SourceError(f"{repo}: permission denied (this process, uid {os.getuid()}, cannot read it)")
+    if not might_be_repository(given):
+        return _plain_directory(repo, revision, path, given)
+    import git
+    from git.exc import InvalidGitRepositoryError, NoSuchPathError
+
     try:
         local = git.Repo(given, search_parent_directories=True)
     except (InvalidGitRepositoryError, NoSuchPathError):
-        if revision is not None:
-            raise SourceError(f"{repo}: revision {revision!r} asked, but this is no Git repository") from None
-        return Checkout(_sub_path(given, path, repo), "", repo, "", given)
+        return _plain_directory(repo, revision, path, given)
     local.git.update_environment(**_GIT_ENV)
     with local:
         if revision is None and not local.bare:
@@ -249,6 +257,13 @@ def _fetch_local(repo: str, revision: str | None, path: str | None, cache: Path,
     return Checkout(root, sha, repo, revision or "", base, git_dir=Path(local.git_dir), git_path=_inside(root, tree))
 
 
+def _plain_directory(repo: str, revision: str | None, path: str | None, given: Path) -> Checkout:
+    """A directory outside any Git repository: rendered as it is, with no revision."""
+    if revision is not None:
+        raise SourceError(f"{repo}: revision {revision!r} asked, but this is no Git repository")
+    return Checkout(_sub_path(given, path, repo), "", repo, "", given)
+
+
 def _inside(root: Path, tree: Path) -> str | None:
     """`root`'s path inside the materialised commit `tree` (posix, "" for the top); None if it left it."""
     real, top = root.resolve(), tree.resolve()
@@ -260,6 +275,8 @@ def _inside(root: Path, tree: Path) -> str | None:
 
 def _work_tree_revision(local: git.Repo, root: Path, name: str) -> str:
     """HEAD's SHA, `-dirty` when what we render differs from it (untracked files count: we render them)."""
+    from git.exc import GitCommandError
+
     try:
         sha = local.head.commit.hexsha
     except ValueError:  # no commit yet
@@ -290,6 +307,9 @@ def _sub_path(base: Path, path: str | None, name: str) -> Path:
 
 
 def _open_bare(git_dir: Path, name: str) -> git.Repo:
+    import git
+    from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+
     try:
         bare = git.Repo(git_dir) if (git_dir / "HEAD").exists() else git.Repo.init(git_dir, bare=True)
     except (InvalidGitRepositoryError, NoSuchPathError, GitCommandError):
@@ -308,6 +328,8 @@ def _open_bare(git_dir: Path, name: str) -> git.Repo:
 def _run(repo: git.Repo, timeout: float, url: str, env: dict[str, str], *args: str) -> str:
     """Run a git command against `url` (credentials in `env`), translating failures into a SourceError
     naming the host."""
+    from git.exc import GitCommandError, GitCommandNotFound
+
     try:
         out: str = repo.git.execute(["git", *args], kill_after_timeout=timeout, env=env)
     except GitCommandNotFound:
@@ -401,6 +423,8 @@ def _host(url: str) -> str:
 
 def _resolve(repo: git.Repo, revision: str, name: str, timeout: float) -> str | None:
     """Full SHA of a branch, tag (peeled), full or abbreviated SHA; None when nothing matches."""
+    from git.exc import GitCommandError
+
     try:
         sha: str = repo.git.execute(
             ["git", "rev-parse", "--verify", "--end-of-options", f"{revision}^{{commit}}"],
@@ -417,6 +441,8 @@ def _resolve(repo: git.Repo, revision: str, name: str, timeout: float) -> str | 
 
 def _materialise(repo: git.Repo, sha: str, trees: Path, name: str, timeout: float) -> Path:
     """The files of commit `sha` in `trees/<sha>`, written aside and renamed into place (atomic)."""
+    from git.exc import GitCommandError
+
     final = trees / sha
     if final.is_dir():
         os.utime(final)  # mark as recently used, so pruning keeps it

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from gitops_sync.source.gitdir import might_be_repository
+
 _SCHEMES = ("https", "http", "ssh", "git", "git+ssh", "ssh+git")
 _DEFAULT_PORTS = {"https": 443, "http": 80, "ssh": 22, "git+ssh": 22, "ssh+git": 22, "git": 9418}
 _SCP_LIKE = re.compile(r"^(?:[^@/\s]+@)?(?P<host>[\w.-]+):(?!//)(?P<path>.*)$")
@@ -193,6 +195,8 @@ def _split_label(label: str) -> tuple[str, str]:
 
 def _git_top_and_remote(given: Path) -> tuple[Path | None, str]:
     """The repository's real top directory and its remote URL ("" without one), or (None, "")."""
+    if not might_be_repository(given):
+        return None, ""
     import git  # GitPython is heavy to import; only local sources need it
     from git.exc import InvalidGitRepositoryError, NoSuchPathError
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from gitops_sync import cli
+from gitops_sync import cli, engine
 from gitops_sync.engine import source_label
 from gitops_sync.options import parse_duration
 from gitops_sync.plan.masking import MASK, Redactor, mask_literals
@@ -95,7 +95,7 @@ def _explode(message: str) -> Any:
 def test_unexpected_exception_after_render_is_exit_2_one_masked_line(
     repo: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, command: str
 ) -> None:
-    monkeypatch.setattr(cli, "Engine", _explode(f"boom near {SECRET_VALUE} at https://bob:tok3n@git.example/x.git"))
+    monkeypatch.setattr(engine, "Engine", _explode(f"boom near {SECRET_VALUE} at https://bob:tok3n@git.example/x.git"))
     r = invoke(command, "--repo", str(repo), "--kubeconfig", str(kubeconfig), "-o", "json")
     assert r.exit_code == 2
     lines = r.stderr.splitlines()
@@ -110,7 +110,7 @@ def test_unexpected_exception_after_render_is_exit_2_one_masked_line(
 def test_unexpected_exception_traceback_only_with_debug_and_masked(
     repo: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "Engine", _explode(f"value {SECRET_VALUE!r} https://bob:tok3n@git.example/x.git"))
+    monkeypatch.setattr(engine, "Engine", _explode(f"value {SECRET_VALUE!r} https://bob:tok3n@git.example/x.git"))
     r = invoke("diff", "--repo", str(repo), "--kubeconfig", str(kubeconfig), "--log-level", "debug")
     assert r.exit_code == 2
     assert "Traceback (most recent call last)" in r.stderr and 'File "' in r.stderr
@@ -122,7 +122,7 @@ def test_unexpected_exception_while_rendering_masks_quoted_literals(
     repo: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before rendering finished the Secret values are unknown: every quoted literal is masked."""
-    monkeypatch.setattr(cli, "load", _explode(f"invalid literal for int() with base 10: '{SECRET_VALUE}'"))
+    monkeypatch.setattr(engine, "load", _explode(f"invalid literal for int() with base 10: '{SECRET_VALUE}'"))
     r = invoke("render", "--repo", str(repo))
     assert r.exit_code == 2
     assert "error: gitops-sync render failed unexpectedly: RuntimeError: invalid literal" in r.stderr

@@ -16,6 +16,17 @@ import pytest
 # models, ~0.2 s) when no cluster is contacted.
 HEAVY = ("rich", "jinja2", "waitress", "prometheus_client", "watchdog", "gitops_sync.daemon", "gitops_sync.web")
 CLUSTER = ("kubernetes", "pydantic", "urllib3")
+# The pipeline: `--version` and `--help` need none of it.
+PIPELINE = (
+    "gitops_sync.engine",
+    "gitops_sync.report",
+    "gitops_sync.plan",
+    "gitops_sync.render",
+    "gitops_sync.source",
+    "gitops_sync.cluster",
+    "yaml",
+    "git",
+)
 
 _PROBE = """
 import json, sys
@@ -65,11 +76,46 @@ def repo(tmp_path: Path) -> Path:
     return d
 
 
+def _refusing_kubeconfig(tmp_path: Path) -> Path:
+    """A token kubeconfig of a server that refuses connections (port 1)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    return kubeconfig
+
+
 def test_version_imports_no_heavy_module(tmp_path: Path) -> None:
     code, names = _imported(tmp_path, "--version")
     assert code == 0
-    assert _loaded(names, (*HEAVY, *CLUSTER)) == []
+    assert _loaded(names, (*HEAVY, *CLUSTER, *PIPELINE)) == []
     assert "structlog" not in names  # nothing is logged
+
+
+def test_help_imports_no_pipeline_module(tmp_path: Path) -> None:
+    code, names = _imported(tmp_path, "--help")
+    assert code == 0
+    assert _loaded(names, (*HEAVY, *CLUSTER, *PIPELINE)) == []
+
+
+@pytest.mark.parametrize("limit", [30, 45, 80, 200])
+def test_help_lists_each_lazy_command_as_its_own_help_would(limit: int) -> None:
+    """The summaries kept in cli._Commands._lazy (so that `--help` imports no daemon) say what each
+    command's own help says, at every terminal width."""
+    import importlib
+
+    import click
+
+    from gitops_sync.cli import main
+
+    assert isinstance(main, click.Group)
+    lazy = main._lazy  # type: ignore[attr-defined]
+    for name, (module, attr, summary) in lazy.items():
+        command = getattr(importlib.import_module(module), attr)
+        assert click.Command(name, help=summary).get_short_help_str(limit) == command.get_short_help_str(limit)
 
 
 def test_render_imports_no_heavy_module(tmp_path: Path, repo: Path) -> None:
@@ -80,18 +126,21 @@ def test_render_imports_no_heavy_module(tmp_path: Path, repo: Path) -> None:
 
 def test_diff_json_imports_no_heavy_module(tmp_path: Path, repo: Path) -> None:
     """`diff -o json` needs urllib3 only; a server that refuses the connection ends it (exit 2)."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
-    )
+    kubeconfig = _refusing_kubeconfig(tmp_path)
     code, names = _imported(tmp_path, "diff", "--repo", str(repo), "-o", "json", "--kubeconfig", str(kubeconfig))
     assert code == 2  # connection refused: the command did reach the cluster client
     assert "urllib3" in names
+    assert "git" not in names  # a plain directory: GitPython is not needed (source/gitdir.py)
     # A token kubeconfig is read without the official client (cluster/kubeconfig.py).
     assert _loaded(names, (*HEAVY, "kubernetes", "pydantic")) == []
+
+
+def test_a_level_that_logs_nothing_never_imports_structlog(tmp_path: Path, repo: Path) -> None:
+    """`render` at the default level (warning) logs nothing: structlog (~20 ms) stays out (tests/unit/
+    test_log.py shows lines at or above the level are still written)."""
+    code, names = _imported(tmp_path, "render", "--repo", str(repo))
+    assert code == 0
+    assert "structlog" not in names
 
 
 def test_one_shot_commands_collect_the_young_generation_rarely(tmp_path: Path, repo: Path) -> None:

@@ -1,10 +1,12 @@
 """The render cache (gitops_sync/rendercache.py): a re-sync of the same commit skips render, anything that
-can change the output misses, a corrupt entry is ignored and rewritten, a work tree is never cached.
+can change the output misses, a corrupt entry is ignored and rewritten,
+a work tree or plain directory is keyed by its files' content.
 Real Git repositories; `render` is counted (and, for charts and kustomizations, stood in for: the key is
 what is under test, not the tools)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -141,14 +143,99 @@ def test_a_corrupt_entry_is_ignored_and_rewritten(tmp_path: Path, monkeypatch: p
     assert counting.calls == 3
 
 
-def test_a_work_tree_is_never_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_work_tree_is_cached_by_its_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A work tree (clean or dirty) has no commit that decides it: its files' content does."""
     repo = make_repo(tmp_path, {"a.yaml": CM.format(name="a")})
     counting = Counting(monkeypatch)
     src = source(repo, tmp_path, revision=None)  # the work tree itself, clean
     load(src, engine.disk_render_cache(src))
+    load(src, engine.disk_render_cache(src))
+    assert counting.calls == 1
     (repo / "a.yaml").write_text(CM.format(name="dirty"))
     _, objects = load(src, engine.disk_render_cache(src))
     assert counting.calls == 2 and objects[0].manifest["metadata"]["name"] == "dirty"
+    (repo / "a.yaml").write_text(CM.format(name="a"))  # back to the committed content: its entry again
+    _, objects = load(src, engine.disk_render_cache(src))
+    assert counting.calls == 2 and objects[0].manifest["metadata"]["name"] == "a"
+    (repo / "new.yaml").write_text(CM.format(name="new"))  # an untracked file is rendered: it counts
+    _, objects = load(src, engine.disk_render_cache(src))
+    assert counting.calls == 3 and sorted(o.manifest["metadata"]["name"] for o in objects) == ["a", "new"]
+
+
+def test_a_plain_directory_change_of_the_same_size_and_time_is_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key digests content, not mtimes: a rewrite within the same second and size is a miss."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    file = plain / "a.yaml"
+    file.write_text(CM.format(name="aaaa"))
+    counting = Counting(monkeypatch)
+    src = source(plain, tmp_path, revision=None)
+    load(src, engine.disk_render_cache(src))
+    stat = file.stat()
+    file.write_text(CM.format(name="bbbb"))
+    os.utime(file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    _, objects = load(src, engine.disk_render_cache(src))
+    assert counting.calls == 2 and objects[0].manifest["metadata"]["name"] == "bbbb"
+    load(src, engine.disk_render_cache(src))
+    assert counting.calls == 2
+
+
+@pytest.mark.parametrize("outside", ["kustomization", "symlink"])
+def test_a_directory_that_reads_outside_its_path_keys_on_the_whole_top(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outside: str
+) -> None:
+    """--path apps of a plain directory: a kustomization (bases in ../base) or a symlink may read the rest of
+    the top directory, so a change there is a miss too; without either, it is not."""
+    top = tmp_path / "top"
+    (top / "apps").mkdir(parents=True)
+    (top / "base").mkdir()
+    (top / "base" / "cm.yaml").write_text(CM.format(name="base"))
+    if outside == "kustomization":
+        (top / "apps" / "kustomization.yaml").write_text("resources: [../base]\n")
+    else:
+        (top / "apps" / "cm.yaml").symlink_to(top / "base" / "cm.yaml")
+    counting = Counting(monkeypatch, fake=True)
+    src = source(top, tmp_path, revision=None, path="apps")
+    load(src, engine.disk_render_cache(src))
+    load(src, engine.disk_render_cache(src))
+    assert counting.calls == 1
+    (top / "base" / "cm.yaml").write_text(CM.format(name="changed"))
+    load(src, engine.disk_render_cache(src))
+    assert counting.calls == 2
+    (top / "unrelated.txt").write_text("x")  # anywhere under the top: the whole top is the key
+    load(src, engine.disk_render_cache(src))
+    assert counting.calls == 3
+
+
+def test_a_directory_of_plain_manifests_ignores_the_rest_of_the_top(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    top = tmp_path / "top"
+    (top / "apps").mkdir(parents=True)
+    (top / "apps" / "cm.yaml").write_text(CM.format(name="a"))
+    counting = Counting(monkeypatch)
+    src = source(top, tmp_path, revision=None, path="apps")
+    load(src, engine.disk_render_cache(src))
+    (top / "README.md").write_text("not rendered")
+    load(src, engine.disk_render_cache(src))
+    assert counting.calls == 1
+
+
+def test_a_directory_past_the_digest_bounds_is_rendered_every_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for n in range(3):
+        (plain / f"{n}.yaml").write_text(CM.format(name=f"c{n}"))
+    monkeypatch.setattr(rendercache, "_DIGEST_MAX_FILES", 2)
+    counting = Counting(monkeypatch)
+    src = source(plain, tmp_path, revision=None)
+    load(src, engine.disk_render_cache(src))
+    load(src, engine.disk_render_cache(src))
+    assert counting.calls == 2
     assert not (tmp_path / "cache" / "renders").exists()
 
 
