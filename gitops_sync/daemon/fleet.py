@@ -287,7 +287,8 @@ class Fleet(Controller[FleetKey]):
                         return
                     event = json.loads(line)
                     etype, obj = str(event.get("type", "")), event.get("object") or {}
-                    if etype == "ERROR":
+                    if etype == "ERROR":  # 410 Gone (resourceVersion too old) or another watch error
+                        log.warning("GitSync watch expired; relisting", error=mask_url(str(obj.get("message", ""))))
                         rv = ""
                         break
                     rv = str((obj.get("metadata") or {}).get("resourceVersion") or "") or rv
@@ -395,10 +396,15 @@ class Fleet(Controller[FleetKey]):
         holder: dict[str, _Source] = {}
 
         def may_write() -> bool:
+            # The source as the controller knows it *now*: a pass in flight stops writing the moment its
+            # GitSync is suspended, switched to detect-only, changed (rebuilt) or deleted without prune.
             s = holder.get("s")
+            with self._lock:
+                current = self.sources.get(gs.ref) is s
             return (
                 not self._abandon
                 and s is not None
+                and current
                 and s.gs.self_heal
                 and not s.gs.suspend
                 and self.shards.can_write(shard)
@@ -713,11 +719,14 @@ class Fleet(Controller[FleetKey]):
     def source_list(self) -> list[dict[str, Any]]:
         """One row per source, for /status and a web page: name, shard, ready, revision, counts, error."""
         rows = []
+        unreachable = "" if self.cluster_condition.ok else f"API server unreachable: {self.cluster_condition.error}"
         with self._lock:
             items = sorted(self.sources.items())
         for ref, s in items:
             doc = gitsync.status_of(s.gs, s.reconciler, waiting_for=s.waiting_for, invalid=s.invalid, shard=s.shard)
             ready: dict[str, Any] = next((c for c in doc["conditions"] if c["type"] == "Ready"), {})
+            if unreachable and not s.gs.suspend:  # its written status cannot change now: do not echo it
+                ready = {"status": "Unknown", "reason": "ClusterUnreachable", "message": unreachable}
             rows.append(
                 {
                     "name": ref,
