@@ -28,8 +28,10 @@ from gitops_sync.options import (
     ClusterArgs,
     LogChoices,
     cluster_options,
+    conflict_option,
     log_choices,
     log_options,
+    safety_options,
     source_options,
 )
 
@@ -117,17 +119,9 @@ def _budget_options(fn: F) -> F:
     )(wrapper)
 
 
-def _safety_options(fn: F) -> F:
-    fn = click.option(
-        "--prune-cascade",
-        is_flag=True,
-        help="With --prune: also delete a Namespace or CRD that still holds objects this prune does not remove.",
-    )(fn)
-    return click.option(
-        "--adopt-shared",
-        is_flag=True,
-        help="Take over objects that are members of another ApplySet (default: leave them, report `shared`).",
-    )(fn)
+_safety_options = safety_options(
+    "Take over objects that are members of another ApplySet (default: leave them, report `shared`)."
+)
 
 
 @dataclass
@@ -380,8 +374,24 @@ def _progress(*, enabled: bool, applying: int, waiting: int) -> Iterator[tuple[_
         yield tick, on_ready
 
 
-def _write_report(cs: ChangeSet, output: str, verbose: bool) -> None:
+def _report_pass(
+    command: str,
+    logs: LogChoices,
+    source: SourceOptions,
+    cluster: ClusterArgs,
+    budget: _Budget,
+    opts: PassOptions,
+    output: str,
+    verbose: bool,
+) -> NoReturn:
+    """One pass of `sync` (applies) or `diff` (dry run only), its report on stdout, its exit code."""
+    from gitops_sync import report
+
+    apply = command == "sync"
+    attempt = _attempt(command, logs=logs, output=output, source=source, dry_run=opts.dry_run)
+    cs = _run_pass(attempt, source, opts, cluster, budget, apply=apply)
     _write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
+    sys.exit(report.exit_code_sync(cs) if apply else report.exit_code_diff(cs))
 
 
 @main.command(epilog=_ENV_EPILOG)
@@ -395,12 +405,8 @@ def _write_report(cs: ChangeSet, output: str, verbose: bool) -> None:
     "--allow-empty", is_flag=True, help="With --prune: allow pruning everything when the source renders nothing."
 )
 @click.option("--dry-run", is_flag=True, help="Plan only (server-side dry run); change nothing.")
-@click.option(
-    "--on-conflict",
-    type=click.Choice([p.value for p in ConflictPolicy]),
-    default="report",
-    show_default=True,
-    help="report: apply the rest, leave contested fields to their owner; force: take them; skip: leave the object.",
+@conflict_option(
+    "report", "report: apply the rest, leave contested fields to their owner; force: take them; skip: leave the object."
 )
 @_safety_options
 @click.option("--wait", is_flag=True, help="Wait until applied objects are healthy (kstatus rules).")
@@ -429,10 +435,8 @@ def sync(
     timeout: float,
 ) -> None:
     """Apply the repository to the cluster (one pass, for CI). Exit 0 clean, 1 conflicts left, 2 error."""
-    from gitops_sync import report
     from gitops_sync.engine import PassOptions
 
-    attempt = _attempt("sync", logs=logs, output=output, source=source, dry_run=dry_run)
     opts = PassOptions(
         namespace=namespace,
         prune=prune,
@@ -445,9 +449,7 @@ def sync(
         prune_cascade=prune_cascade,
         ignore=cluster.ignore,
     )
-    cs = _run_pass(attempt, source, opts, cluster, budget, apply=True)
-    _write_report(cs, output, verbose)
-    sys.exit(report.exit_code_sync(cs))
+    _report_pass("sync", logs, source, cluster, budget, opts, output, verbose)
 
 
 @main.command(epilog=_ENV_EPILOG)
@@ -471,10 +473,8 @@ def diff(
     prune_cascade: bool,
 ) -> None:
     """Drift and field-ownership report; changes nothing. Exit 0 in sync, 1 differences/conflicts, 2 error."""
-    from gitops_sync import report
     from gitops_sync.engine import PassOptions
 
-    attempt = _attempt("diff", logs=logs, output=output, source=source, dry_run=True)
     opts = PassOptions(
         namespace=namespace,
         prune=prune,
@@ -484,9 +484,7 @@ def diff(
         prune_cascade=prune_cascade,
         ignore=cluster.ignore,
     )
-    cs = _run_pass(attempt, source, opts, cluster, budget, apply=False)
-    _write_report(cs, output, verbose)
-    sys.exit(report.exit_code_diff(cs))
+    _report_pass("diff", logs, source, cluster, budget, opts, output, verbose)
 
 
 @main.command(epilog=_ENV_EPILOG)

@@ -193,6 +193,29 @@ def cluster_options(fn: F) -> F:
     return _apply(wrapper, options)  # type: ignore[no-any-return]
 
 
+def safety_options(adopt_shared_help: str) -> Callable[[F], F]:
+    """--adopt-shared --prune-cascade (`sync`, `diff`, `run`), each command saying in its own words what
+    --adopt-shared leaves alone."""
+
+    def decorate(fn: F) -> F:
+        fn = click.option(
+            "--prune-cascade",
+            is_flag=True,
+            help="With --prune: also delete a Namespace or CRD that still holds objects this prune does not remove.",
+        )(fn)
+        return click.option("--adopt-shared", is_flag=True, help=adopt_shared_help)(fn)
+
+    return decorate
+
+
+def conflict_option(default: str, help: str) -> Callable[[F], F]:
+    """--on-conflict: one of the ConflictPolicy values; the default and its explanation are the command's."""
+    from gitops_sync.conventions import ConflictPolicy
+
+    choice = click.Choice([p.value for p in ConflictPolicy])
+    return click.option("--on-conflict", type=choice, default=default, show_default=True, help=help)
+
+
 # --log-format/--log-level are accepted on the group and on every command; the command decides the
 # default level (warning for one-shot commands whose output is the report, info for the daemon).
 _LOG_CHOICES: Final = "gitops_sync.log_choices"

@@ -284,9 +284,15 @@ def openssl(*args: str) -> None:
         raise ClusterError(f"component pki: openssl {' '.join(args[:2])} failed:\n{r.stderr.strip()}")
 
 
+def make_key(key: Path) -> None:
+    """A P-256 private key, readable by its owner only."""
+    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(key))
+    key.chmod(0o600)
+
+
 def make_cert(pki: Path, name: str, subject: str, ext: str, ca: bool = False) -> None:
     key, crt = pki / f"{name}.key", pki / f"{name}.crt"
-    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(key))
+    make_key(key)
     extfile = pki / f"{name}.ext"
     extfile.write_text(f"[ext]\n{ext}\n")
     if ca:
@@ -331,7 +337,6 @@ def make_cert(pki: Path, name: str, subject: str, ext: str, ca: bool = False) ->
         )
         csr.unlink()
     extfile.unlink()
-    key.chmod(0o600)
 
 
 CLIENT_EXT = (
@@ -383,8 +388,7 @@ def make_pki(cfg: Config) -> None:
     for name, subject in CLIENTS:
         make_cert(pki, name, subject, CLIENT_EXT)
     # service-account token signing key; the API server verifies tokens with its public half
-    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(pki / "sa.key"))
-    (pki / "sa.key").chmod(0o600)
+    make_key(pki / "sa.key")
     openssl("pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
 
 
@@ -472,21 +476,14 @@ class Api:
         return json.loads(data) if status == 200 else None
 
 
-def https_ok(port: int, path: str) -> bool:
-    """Health endpoint of a component serving a self-signed certificate (kube-controller-manager, scheduler)."""
-    ctx = ssl._create_unverified_context()
-    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=2.0)
-    try:
-        conn.request("GET", path)
-        return conn.getresponse().status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
-
-
-def http_ok(port: int, path: str) -> bool:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2.0)
+def http_ok(port: int, path: str, *, tls: bool = False) -> bool:
+    """A component's health endpoint answers 200; `tls`: over HTTPS with a self-signed certificate
+    (kube-controller-manager, scheduler)."""
+    conn = (
+        http.client.HTTPSConnection("127.0.0.1", port, context=ssl._create_unverified_context(), timeout=2.0)
+        if tls
+        else http.client.HTTPConnection("127.0.0.1", port, timeout=2.0)
+    )
     try:
         conn.request("GET", path)
         return conn.getresponse().status == 200
@@ -896,10 +893,15 @@ def _up(cfg: Config) -> None:
         s.wait(
             "GET /healthz",
             "kube-controller-manager",
-            lambda: https_ok(cfg.ports["kube-controller-manager"], "/healthz"),
+            lambda: http_ok(cfg.ports["kube-controller-manager"], "/healthz", tls=True),
             deadline,
         )
-        s.wait("GET /healthz", "kube-scheduler", lambda: https_ok(cfg.ports["kube-scheduler"], "/healthz"), deadline)
+        s.wait(
+            "GET /healthz",
+            "kube-scheduler",
+            lambda: http_ok(cfg.ports["kube-scheduler"], "/healthz", tls=True),
+            deadline,
+        )
         s.wait(
             f"node {NODE_NAME} Ready", "kwok", lambda: node_ready(api.get_json(f"/api/v1/nodes/{NODE_NAME}")), deadline
         )
@@ -958,8 +960,8 @@ def status(cfg: Config) -> int:
     checks = {
         "etcd": lambda: http_ok(cfg.ports["etcd"], "/health"),
         "kube-apiserver": lambda: api.ok("/readyz"),
-        "kube-controller-manager": lambda: https_ok(cfg.ports["kube-controller-manager"], "/healthz"),
-        "kube-scheduler": lambda: https_ok(cfg.ports["kube-scheduler"], "/healthz"),
+        "kube-controller-manager": lambda: http_ok(cfg.ports["kube-controller-manager"], "/healthz", tls=True),
+        "kube-scheduler": lambda: http_ok(cfg.ports["kube-scheduler"], "/healthz", tls=True),
         "kwok": lambda: node_ready(api.get_json(f"/api/v1/nodes/{NODE_NAME}")),
     }
     good = True

@@ -85,8 +85,13 @@ def refusals(
 
 
 def namespace_holdings(client: Client, discovery: Discovery, namespace: str, deleted: Iterable[ObjectKey]) -> Holdings:
-    """Objects in `namespace`, across every listable namespaced kind, that are not in `deleted`."""
-    return _holdings(client, discovery.namespaced_listable(), namespace, set(deleted))
+    """Objects in `namespace`, across every listable namespaced kind, that are not in `deleted`.
+
+    A group-version discovery could not read (an unavailable aggregated API) may serve namespaced kinds
+    nobody can list now: the contents are unknown, never empty."""
+    held = _holdings(client, discovery.namespaced_listable(), namespace, set(deleted))
+    held.unchecked += [f"the kinds of {gv} (not discovered: its API is unavailable)" for gv in discovery.unavailable()]
+    return held
 
 
 def crd_holdings(client: Client, discovery: Discovery, crd: Manifest, deleted: Iterable[ObjectKey]) -> Holdings:

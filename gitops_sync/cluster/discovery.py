@@ -55,18 +55,20 @@ class Discovery:
         self._lock = threading.Lock()
         self._by_gvk: dict[tuple[str, str, str], ResourceInfo] = {}
         self._preferred: dict[tuple[str, str], ResourceInfo] = {}
+        self._unavailable: tuple[str, ...] = ()
         self._loaded = False
 
     def refresh(self) -> None:
         """Fetch the server's resources now (GET /api and /apis), replacing the snapshot."""
         by_gvk: dict[tuple[str, str, str], ResourceInfo] = {}
         preferred: dict[tuple[str, str], ResourceInfo] = {}
+        unavailable: list[str] = []
         for path in ("/api", "/apis"):
             doc = self._client.request("GET", path, accept=_AGGREGATED)
             if doc.get("kind") == "APIGroupDiscoveryList":
-                groups = _from_aggregated(doc)
+                groups = _from_aggregated(doc, unavailable)
             else:
-                groups = self._legacy(path, doc)
+                groups = self._legacy(path, doc, unavailable)
             for info, is_preferred in groups:
                 by_gvk.setdefault((info.group, info.version, info.kind), info)
                 if is_preferred:
@@ -75,6 +77,7 @@ class Discovery:
             preferred.setdefault((group, kind), info)
         with self._lock:
             self._by_gvk, self._preferred, self._loaded = by_gvk, preferred, True
+            self._unavailable = tuple(sorted(set(unavailable)))
 
     def ensure_loaded(self) -> None:
         """`refresh()` unless a snapshot was taken already: the first cluster access of a pass."""
@@ -98,6 +101,12 @@ class Discovery:
         with self._lock:
             infos = list(self._preferred.values())
         return sorted((i for i in infos if i.namespaced and "list" in i.verbs), key=lambda i: (i.group, i.kind))
+
+    def unavailable(self) -> tuple[str, ...]:
+        """Group-versions whose kinds could not be discovered (an aggregated API whose backend does not
+        answer): what they serve is unknown, so nothing may be judged empty of them (the cascade guard)."""
+        self.ensure_loaded()
+        return self._unavailable
 
     def add_crd(self, crd: Manifest) -> list[ResourceInfo]:
         """Register the kinds a CRD in the desired set will serve, so its CRs can be planned."""
@@ -125,7 +134,7 @@ class Discovery:
             added.append(info)
         return added
 
-    def _legacy(self, path: str, doc: dict[str, Any]) -> list[tuple[ResourceInfo, bool]]:
+    def _legacy(self, path: str, doc: dict[str, Any], unavailable: list[str]) -> list[tuple[ResourceInfo, bool]]:
         out: list[tuple[ResourceInfo, bool]] = []
         if path == "/api":
             versions = [("", v, True) for v in doc.get("versions", [])]
@@ -140,6 +149,7 @@ class Discovery:
             try:
                 rl = self._client.request("GET", base)
             except ApiError:
+                unavailable.append(f"{group}/{version}" if group else version)
                 continue  # an aggregated API that is down must not break planning of everything else
             for r in rl.get("resources", []):
                 if "/" in r["name"]:
@@ -151,11 +161,15 @@ class Discovery:
         return out
 
 
-def _from_aggregated(doc: dict[str, Any]) -> list[tuple[ResourceInfo, bool]]:
+def _from_aggregated(doc: dict[str, Any], unavailable: list[str]) -> list[tuple[ResourceInfo, bool]]:
+    """The kinds of an aggregated discovery document; `unavailable` hears of every group-version marked
+    `Stale` (its aggregated API did not answer: the kinds listed, if any, are an old copy, maybe none)."""
     out: list[tuple[ResourceInfo, bool]] = []
     for g in doc.get("items", []):
         group = (g.get("metadata") or {}).get("name", "")
         for i, v in enumerate(g.get("versions", [])):  # versions are listed in preference order
+            if v.get("freshness") == "Stale":
+                unavailable.append(f"{group}/{v.get('version', '')}" if group else str(v.get("version", "")))
             for r in v.get("resources", []):
                 kind = (r.get("responseKind") or {}).get("kind")
                 if not kind:

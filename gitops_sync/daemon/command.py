@@ -6,8 +6,10 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Any, TypeVar
 
 import click
 
@@ -25,10 +27,13 @@ from gitops_sync.options import (
     ClusterArgs,
     LogChoices,
     cluster_options,
+    conflict_option,
     daemon_source_options,
     log_options,
+    safety_options,
 )
 
+F = TypeVar("F", bound=Callable[..., Any])
 log = get_logger("gitops_sync.daemon")
 
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -39,6 +44,11 @@ _CONFLICT_HELP = (
     "(with --detect-only: report what self-heal would take). report: apply the rest, leave contested "
     "fields to their owner and report a conflict; skip: leave the whole object."
 )
+
+
+def _seconds(flag: str, default: float, least: float, help: str) -> Callable[[F], F]:
+    """A number of seconds, `least` or more (plain seconds; the duration flags take 90s, 5m too)."""
+    return click.option(flag, default=default, type=click.FloatRange(least), help=help)
 
 
 @click.command(context_settings={"auto_envvar_prefix": "GITOPS_SYNC", "show_default": True})
@@ -56,38 +66,19 @@ _CONFLICT_HELP = (
     help="Delete objects this source applied that have left Git (never after a failed fetch or render).",
 )
 @click.option("--allow-empty", is_flag=True, help="With --prune: allow pruning everything when Git renders nothing.")
-@click.option(
-    "--on-conflict", type=click.Choice([p.value for p in ConflictPolicy]), default="force", help=_CONFLICT_HELP
+@conflict_option("force", _CONFLICT_HELP)
+@safety_options(
+    "Take over objects that are members of another ApplySet "
+    "(default: leave them alone and report a `shared` conflict; --on-conflict force does not)."
 )
-@click.option(
-    "--adopt-shared",
-    is_flag=True,
-    help="Take over objects that are members of another ApplySet "
-    "(default: leave them alone and report a `shared` conflict; --on-conflict force does not).",
-)
-@click.option(
-    "--prune-cascade",
-    is_flag=True,
-    help="With --prune: also delete a Namespace or CRD that still holds objects this prune does not remove.",
-)
-@click.option(
+@_seconds(
     "--interval",
-    default=60.0,
-    type=click.FloatRange(0),
-    help="Seconds between Git polls (±10% jitter; 0 = no polling). Local paths are also watched for changes.",
+    60.0,
+    0,
+    "Seconds between Git polls (±10% jitter; 0 = no polling). Local paths are also watched for changes.",
 )
-@click.option(
-    "--resync",
-    default=600.0,
-    type=click.FloatRange(0),
-    help="Seconds between full passes over every object, whatever the events said (0 = never).",
-)
-@click.option(
-    "--debounce",
-    default=0.2,
-    type=click.FloatRange(0),
-    help="Quiet period after file changes in a local repository before re-rendering.",
-)
+@_seconds("--resync", 600.0, 0, "Seconds between full passes over every object, whatever the events said (0 = never).")
+@_seconds("--debounce", 0.2, 0, "Quiet period after file changes in a local repository before re-rendering.")
 @click.option(
     "--http-addr", default=":8080", help="HOST:PORT for /healthz /readyz /metrics /status and POST /hooks/git."
 )
@@ -117,19 +108,9 @@ _CONFLICT_HELP = (
     help="Namespace of the Lease (default: the pod's namespace in a cluster, else the inventory namespace).",
 )
 @click.option("--leader-elect-identity", default=None, help="This replica's identity (default: hostname_random).")
-@click.option(
-    "--lease-duration",
-    default=15.0,
-    type=click.FloatRange(1),
-    help="Seconds a Lease holds without renewal before a follower may take it.",
-)
-@click.option(
-    "--renew-deadline",
-    default=10.0,
-    type=click.FloatRange(0.5),
-    help="Seconds the leader keeps writing without a successful renewal.",
-)
-@click.option("--retry-period", default=2.0, type=click.FloatRange(0.1), help="Seconds between Lease attempts.")
+@_seconds("--lease-duration", 15.0, 1, "Seconds a Lease holds without renewal before a follower may take it.")
+@_seconds("--renew-deadline", 10.0, 0.5, "Seconds the leader keeps writing without a successful renewal.")
+@_seconds("--retry-period", 2.0, 0.1, "Seconds between Lease attempts.")
 @click.option(
     "--max-backoff",
     default="5m",
@@ -160,12 +141,7 @@ _CONFLICT_HELP = (
     "HorizontalPodAutoscaler scales (kube-controller-manager through the scale subresource) to the HPA at "
     "once, or keep correcting it to Git's value.",
 )
-@click.option(
-    "--shutdown-grace",
-    default=10.0,
-    type=click.FloatRange(0),
-    help="Seconds SIGTERM waits for the pass in flight before abandoning it.",
-)
+@_seconds("--shutdown-grace", 10.0, 0, "Seconds SIGTERM waits for the pass in flight before abandoning it.")
 @click.option(
     "--watch-namespace",
     default=None,

@@ -28,19 +28,16 @@ from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon import gitsync
 from gitops_sync.daemon.access import ReadAccess
-from gitops_sync.daemon.auth import KubernetesAuth
-from gitops_sync.daemon.cache import EventType, WatchCache
-from gitops_sync.daemon.conditions import ClusterProbe, Condition
-from gitops_sync.daemon.events import WARNING, EventRecorder
+from gitops_sync.daemon.cache import EventType
+from gitops_sync.daemon.conditions import ClusterProbe
+from gitops_sync.daemon.events import WARNING
 from gitops_sync.daemon.gitsync import GitSync, InvalidSpec
-from gitops_sync.daemon.http import Endpoints, HttpServer
 from gitops_sync.daemon.leader import ApiLeaseStore, LeaderElector
-from gitops_sync.daemon.loop import DaemonOptions, FencedClient
-from gitops_sync.daemon.metrics import Metrics
+from gitops_sync.daemon.loop import Controller, DaemonOptions, FencedClient
 from gitops_sync.daemon.queue import Backoff, WorkQueue
-from gitops_sync.daemon.reconciler import Shared, SourceReconciler
+from gitops_sync.daemon.reconciler import SourceReconciler
 from gitops_sync.daemon.reporter import FULL, SOURCE, QueueKey
-from gitops_sync.daemon.supervisor import Supervisor, describe_crash
+from gitops_sync.daemon.supervisor import describe_crash
 from gitops_sync.daemon.triggers import WebhookResult, verify_webhook
 from gitops_sync.engine import Engine
 from gitops_sync.errors import ApiError, ClusterError, GitOpsError
@@ -181,58 +178,19 @@ class ShardSet:
         ]
 
 
-class Fleet:
+class Fleet(Controller[FleetKey]):
     """The controller of every GitSync in the cluster (or in `--watch-namespace`)."""
 
     def __init__(self, opts: DaemonOptions) -> None:
-        self.opts = opts
-        self.metrics = Metrics()
-        self._stop = threading.Event()
-        self._stopping = False
-        self._abandon = False
+        super().__init__(opts)
         # Every source sends through this client's pool (SourceClient `share`): size it for all workers.
         self.client = Client(opts.kubeconfig, opts.context, pool_size=max(16, opts.workers * opts.concurrency))
-        self.aux = Client(opts.kubeconfig, opts.context, pool_size=4, timeout=10)
-        self.watch_client = Client(opts.kubeconfig, opts.context, pool_size=64)
         self.discovery = Discovery(self.client)
-        self.queue: WorkQueue[FleetKey] = WorkQueue(backoff_cap=opts.max_backoff, on_depth=self.metrics.queue_depth.set)
-        self.cache = WatchCache(
-            self.watch_client,
-            on_event=self._on_watch,
-            on_restart=self._on_watch_restart,
-            backoff_cap=opts.watch_backoff_cap,
-        )
-        self.events = EventRecorder(self.aux, instance=opts.identity, on_drop=self.metrics.events_dropped.inc)
-        self.supervisor = Supervisor(on_restart=lambda name: self.metrics.thread_restarts.labels(name).inc())
-        self.cluster_condition = Condition("cluster")
-        self.probe_client = Client(
-            opts.kubeconfig, opts.context, pool_size=1, timeout=opts.probe_timeout, probe_timeout=opts.probe_timeout
-        )
         self.probe = ClusterProbe(self.probe_client, self.cluster_condition, interval=opts.probe_interval)
-        self.shared = Shared(
-            cache=self.cache,
-            events=self.events,
-            metrics=self.metrics,
-            probe=self.probe,
-            stopping=lambda: self._stopping,
-            gauges=False,
-        )
+        self.shared = self._shared(gauges=False)
         lease_ns = opts.leader_namespace or opts.watch_namespace or "default"
         self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard)
-        self.auth_client = Client(opts.kubeconfig, opts.context, pool_size=8, timeout=5)
-        auth = KubernetesAuth(self.auth_client).check if opts.http_auth == "kubernetes" else None
-        self.http = HttpServer(
-            opts.http_addr,
-            Endpoints(
-                healthy=self.healthy,
-                ready=self.ready,
-                metrics=self.metrics.exposition,
-                status=self.status,
-                webhook=self._webhook,
-                history=self._field_history,
-            ),
-            auth=auth,
-        )
+        self.http = self._http_server(self.metrics.exposition)
         self._lock = threading.RLock()
         self.sources: dict[str, _Source] = {}
         self.objects: dict[str, Manifest] = {}  # every GitSync as last seen (dependsOn reads their status)
@@ -244,10 +202,6 @@ class Fleet:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    @property
-    def port(self) -> int:
-        return self.http.port
-
     def start(self) -> Fleet:
         self.http.start()
         sup = self.supervisor
@@ -257,8 +211,7 @@ class Fleet:
         sup.spawn("poller", self._poll)
         if self.shards.elect:
             sup.spawn("shards", self.shards.run)
-        sup.watch("watches", self.cache.dead, revive=self.cache.revive)
-        sup.watch("events", lambda: "" if self.events.alive() else "Event recorder stopped")
+        self._watch_shared()
         log.info(
             "fleet controller started",
             namespace=self.opts.watch_namespace or "(all)",
@@ -291,13 +244,9 @@ class Fleet:
         self.http.stop()
         with self._lock:
             clients = [s.client for s in self.sources.values() if s.client is not None]
-        for c in (self.client, self.aux, self.watch_client, self.auth_client, self.probe_client, *clients):
-            c.close()
+        self._close_clients(self.client, *clients)
         self._stop.set()
         log.info("stopped")
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self._stop.wait(timeout)
 
     def _on_shard(self, shard: int, leading: bool) -> None:
         log.info("shard acquired" if leading else "shard lost", shard=shard, identity=self.opts.identity)
@@ -338,7 +287,8 @@ class Fleet:
                         return
                     event = json.loads(line)
                     etype, obj = str(event.get("type", "")), event.get("object") or {}
-                    if etype == "ERROR":
+                    if etype == "ERROR":  # 410 Gone (resourceVersion too old) or another watch error
+                        log.warning("GitSync watch expired; relisting", error=mask_url(str(obj.get("message", ""))))
                         rv = ""
                         break
                     rv = str((obj.get("metadata") or {}).get("resourceVersion") or "") or rv
@@ -446,10 +396,15 @@ class Fleet:
         holder: dict[str, _Source] = {}
 
         def may_write() -> bool:
+            # The source as the controller knows it *now*: a pass in flight stops writing the moment its
+            # GitSync is suspended, switched to detect-only, changed (rebuilt) or deleted without prune.
             s = holder.get("s")
+            with self._lock:
+                current = self.sources.get(gs.ref) is s
             return (
                 not self._abandon
                 and s is not None
+                and current
                 and s.gs.self_heal
                 and not s.gs.suspend
                 and self.shards.can_write(shard)
@@ -738,18 +693,7 @@ class Fleet:
         for r in recs:
             r.on_watch(etype, key, obj)
 
-    def _on_watch_restart(self, resource: str, reason: str) -> None:
-        self.metrics.watch_restarts.labels(resource, reason).inc()
-        if reason == "error":
-            self.probe.poke()
-
     # -- HTTP -------------------------------------------------------------------------------
-
-    def healthy(self) -> tuple[bool, str]:
-        if self._stopping:
-            return True, "ok (shutting down)"
-        dead = self.supervisor.dead()
-        return (False, "dead: " + "; ".join(dead)) if dead else (True, "ok")
 
     def ready(self) -> tuple[bool, str]:
         """Ready once GitSyncs are listed and the watches synced; one broken source does not unready it."""
@@ -775,11 +719,14 @@ class Fleet:
     def source_list(self) -> list[dict[str, Any]]:
         """One row per source, for /status and a web page: name, shard, ready, revision, counts, error."""
         rows = []
+        unreachable = "" if self.cluster_condition.ok else f"API server unreachable: {self.cluster_condition.error}"
         with self._lock:
             items = sorted(self.sources.items())
         for ref, s in items:
             doc = gitsync.status_of(s.gs, s.reconciler, waiting_for=s.waiting_for, invalid=s.invalid, shard=s.shard)
             ready: dict[str, Any] = next((c for c in doc["conditions"] if c["type"] == "Ready"), {})
+            if unreachable and not s.gs.suspend:  # its written status cannot change now: do not echo it
+                ready = {"status": "Unknown", "reason": "ClusterUnreachable", "message": unreachable}
             rows.append(
                 {
                     "name": ref,

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from gitops_sync.cluster.client import Client, is_dry_run
 from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
@@ -126,19 +126,32 @@ class FencedClient(Client):
         return super().request_status(method, path, **kwargs)
 
 
-class Daemon:
+K = TypeVar("K", bound=Hashable)
+
+
+class Controller(Generic[K]):
+    """What the one-source `Daemon` and the GitSync `Fleet` set up alike: metrics, stop flags, the side
+    clients, the work queue (keys `K`), the watch cache, the Event recorder, the supervisor and the HTTP
+    server. Each side client has a pool of its own so that none queues behind another: Events and Leases
+    (`aux`), watches, reviews (unfenced: a TokenReview writes nothing) and the reachability probe (one
+    connection that must not wait behind requests hanging on the main pool)."""
+
+    probe: ClusterProbe  # the subclass's: it decides what a change of reachability sets off
+    http: HttpServer  # the subclass's, from `_http_server`
+
     def __init__(self, opts: DaemonOptions) -> None:
         self.opts = opts
         self.metrics = Metrics()
         self._stop = threading.Event()
         self._stopping = False
         self._abandon = False
-        pool = max(opts.concurrency * 2, 10)
-        self.client = FencedClient(opts.kubeconfig, opts.context, pool_size=pool, may_write=self._may_write)
         self.aux = Client(opts.kubeconfig, opts.context, pool_size=4, timeout=10)
         self.watch_client = Client(opts.kubeconfig, opts.context, pool_size=64)
-        self.engine = Engine(self.client, field_manager=opts.field_manager, concurrency=opts.concurrency)
-        self.queue: WorkQueue[QueueKey] = WorkQueue(backoff_cap=opts.max_backoff, on_depth=self.metrics.queue_depth.set)
+        self.auth_client = Client(opts.kubeconfig, opts.context, pool_size=8, timeout=5)
+        self.probe_client = Client(
+            opts.kubeconfig, opts.context, pool_size=1, timeout=opts.probe_timeout, probe_timeout=opts.probe_timeout
+        )
+        self.queue: WorkQueue[K] = WorkQueue(backoff_cap=opts.max_backoff, on_depth=self.metrics.queue_depth.set)
         self.cache = WatchCache(
             self.watch_client,
             on_event=self._on_watch,
@@ -146,6 +159,93 @@ class Daemon:
             backoff_cap=opts.watch_backoff_cap,
         )
         self.events = EventRecorder(self.aux, instance=opts.identity, on_drop=self.metrics.events_dropped.inc)
+        self.supervisor = Supervisor(on_restart=lambda name: self.metrics.thread_restarts.labels(name).inc())
+        self.cluster_condition = Condition("cluster")
+
+    def _http_server(self, metrics: Callable[[], bytes]) -> HttpServer:
+        """/healthz /readyz /status /hooks/git and the field history of this controller; `metrics` the
+        /metrics body."""
+        auth = KubernetesAuth(self.auth_client).check if self.opts.http_auth == "kubernetes" else None
+        return HttpServer(
+            self.opts.http_addr,
+            Endpoints(
+                healthy=self.healthy,
+                ready=self.ready,
+                metrics=metrics,
+                status=self.status,
+                webhook=self._webhook,
+                history=self._field_history,
+            ),
+            auth=auth,
+        )
+
+    @property
+    def port(self) -> int:
+        return self.http.port
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stop.wait(timeout)
+
+    def _watch_shared(self) -> None:
+        """The supervisor revives the watches and reports a stopped Event recorder."""
+        self.supervisor.watch("watches", self.cache.dead, revive=self.cache.revive)
+        self.supervisor.watch("events", lambda: "" if self.events.alive() else "Event recorder stopped")
+
+    def _shared(self, *, gauges: bool) -> Shared:
+        """What every source's reconciler uses of this controller (after the subclass set `probe`);
+        `gauges`: one source per process, whose figures are the process's gauges."""
+        return Shared(
+            cache=self.cache,
+            events=self.events,
+            metrics=self.metrics,
+            probe=self.probe,
+            stopping=lambda: self._stopping,
+            gauges=gauges,
+        )
+
+    def _close_clients(self, *more: Client) -> None:
+        for c in (self.aux, self.watch_client, self.auth_client, self.probe_client, *more):
+            c.close()
+
+    def _on_watch(self, etype: EventType, key: ObjectKey | None, obj: Manifest | None) -> None:
+        raise NotImplementedError
+
+    def _on_watch_restart(self, resource: str, reason: str) -> None:
+        self.metrics.watch_restarts.labels(resource, reason).inc()
+        if reason == "error":  # a broken watch is the first sign of an outage: probe now, not in 5 s
+            self.probe.poke()
+
+    def healthy(self) -> tuple[bool, str]:
+        """Liveness: fails only when a background loop is dead for good (a restart would help).
+
+        An unreachable API server or a broken source is not a liveness failure: restarting the
+        process fixes neither; /readyz reports those."""
+        if self._stopping:
+            return True, "ok (shutting down)"
+        dead = self.supervisor.dead()
+        if dead:
+            return False, "dead: " + "; ".join(dead)
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        raise NotImplementedError
+
+    def status(self, *, full_history: bool = False) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _webhook(self, headers: dict[str, str], body: bytes) -> WebhookResult:
+        raise NotImplementedError
+
+    def _field_history(self, group: str, kind: str, namespace: str, name: str) -> dict[str, list[dict[str, Any]]]:
+        raise NotImplementedError
+
+
+class Daemon(Controller[QueueKey]):
+    def __init__(self, opts: DaemonOptions) -> None:
+        super().__init__(opts)
+        pool = max(opts.concurrency * 2, 10)
+        self.client = FencedClient(opts.kubeconfig, opts.context, pool_size=pool, may_write=self._may_write)
+        self.engine = Engine(self.client, field_manager=opts.field_manager, concurrency=opts.concurrency)
         self.leader: LeaderElector | None = None
         if opts.leader_elect:
             lease_ns = opts.leader_namespace or opts.inventory_namespace
@@ -161,39 +261,12 @@ class Daemon:
             )
         else:
             self.metrics.leader.set(1)
-        # Reviews go through a client of their own: unfenced (a TokenReview writes nothing) and never
-        # queued behind Lease renewals or Events.
-        self.auth_client = Client(opts.kubeconfig, opts.context, pool_size=8, timeout=5)
-        auth = KubernetesAuth(self.auth_client).check if opts.http_auth == "kubernetes" else None
-        self.http = HttpServer(
-            opts.http_addr,
-            Endpoints(
-                healthy=self.healthy,
-                ready=self.ready,
-                metrics=self._metrics,
-                status=self.status,
-                webhook=self._webhook,
-                history=self._field_history,
-            ),
-            auth=auth,
-        )
-        self.supervisor = Supervisor(on_restart=lambda name: self.metrics.thread_restarts.labels(name).inc())
-        self.cluster_condition = Condition("cluster")
-        # Its own small client: a probe must not queue behind requests hanging on the main pool.
-        self.probe_client = Client(
-            opts.kubeconfig, opts.context, pool_size=1, timeout=opts.probe_timeout, probe_timeout=opts.probe_timeout
-        )
+        self.http = self._http_server(self._metrics)
         self.probe = ClusterProbe(
             self.probe_client, self.cluster_condition, interval=opts.probe_interval, on_change=self._on_cluster_change
         )
         self._cluster_was_down = False
-        self.shared = Shared(
-            cache=self.cache,
-            events=self.events,
-            metrics=self.metrics,
-            probe=self.probe,
-            stopping=lambda: self._stopping,
-        )
+        self.shared = self._shared(gauges=True)
         self.source = SourceReconciler(
             SourceSpec(
                 opts.source,
@@ -218,10 +291,6 @@ class Daemon:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    @property
-    def port(self) -> int:
-        return self.http.port
-
     def start(self) -> Daemon:
         self.http.start()
         sup = self.supervisor
@@ -244,8 +313,7 @@ class Daemon:
                 lambda: "" if self._local_watch is None or self._local_watch.alive() else "watchdog observer stopped",
                 revive=self._revive_local_watch,
             )
-        sup.watch("watches", self.cache.dead, revive=self.cache.revive)
-        sup.watch("events", lambda: "" if self.events.alive() else "Event recorder stopped")
+        self._watch_shared()
         log.info(
             "daemon started",
             repo=mask_url(self.opts.source.repo),
@@ -293,8 +361,7 @@ class Daemon:
         self.cache.stop()
         self.events.stop(timeout=3 if reachable else 0)
         self.http.stop()
-        for c in (self.client, self.aux, self.watch_client, self.auth_client, self.probe_client):
-            c.close()
+        self._close_clients(self.client)
         self._stop.set()
         log.info("stopped")
 
@@ -308,9 +375,6 @@ class Daemon:
             old.stop()
         self._local_watch = self._watch_local()
         self.queue.add(SOURCE)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self._stop.wait(timeout)
 
     @property
     def _mode(self) -> str:
@@ -385,24 +449,7 @@ class Daemon:
         if key is not None:
             self.source.on_watch(etype, key, obj)
 
-    def _on_watch_restart(self, resource: str, reason: str) -> None:
-        self.metrics.watch_restarts.labels(resource, reason).inc()
-        if reason == "error":  # a broken watch is the first sign of an outage: probe now, not in 5 s
-            self.probe.poke()
-
     # -- HTTP -------------------------------------------------------------------------------
-
-    def healthy(self) -> tuple[bool, str]:
-        """Liveness: fails only when a background loop is dead for good (a restart would help).
-
-        An unreachable API server or a broken source is not a liveness failure: restarting the
-        process fixes neither; /readyz reports those."""
-        if self._stopping:
-            return True, "ok (shutting down)"
-        dead = self.supervisor.dead()
-        if dead:
-            return False, "dead: " + "; ".join(dead)
-        return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
         """Readiness, with each failing condition on a line of its own (cluster first: it explains the rest)."""

@@ -11,6 +11,7 @@ import copy
 import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from gitops_sync.conventions import MASK
@@ -181,20 +182,13 @@ class Reporter:
             self.reported.pop(key, None)  # corrected: the next drift of the same field is news again
 
     def event(self, e: Entry, reason: str, etype: str, message: str) -> None:
-        live = self.live(e.key)
+        series = ",".join(sorted(c.path for c in e.drift + e.conflicts))
+        self._record(EventSpec(e.key, e.api_version, reason, message, etype, series), self.live(e.key))
+
+    def _record(self, spec: EventSpec, live: Manifest | None) -> None:
+        """`spec` as an Event tied to the `live` object's uid and resourceVersion (where it exists)."""
         meta = (live or {}).get("metadata") or {}
-        self.events.record(
-            EventSpec(
-                key=e.key,
-                api_version=e.api_version,
-                reason=reason,
-                message=message,
-                type=etype,
-                series=",".join(sorted(c.path for c in e.drift + e.conflicts)),
-                uid=str(meta.get("uid") or ""),
-                resource_version=resource_version(live),
-            )
-        )
+        self.events.record(replace(spec, uid=str(meta.get("uid") or ""), resource_version=resource_version(live)))
 
     def fight(self, fight: Fight, live: Manifest) -> None:
         self.metrics.fights.inc()
@@ -206,19 +200,8 @@ class Reporter:
             changes=fight.changes,
             values=[{"manager": r.manager, "value": r.value, "time": r.time} for r in fight.records[-10:]],
         )
-        meta = live.get("metadata") or {}
-        self.events.record(
-            EventSpec(
-                key=fight.key,
-                api_version=str(live.get("apiVersion", "")),
-                reason="FieldFight",
-                message=fight.message(),
-                type=WARNING,
-                series=fight.path,
-                uid=str(meta.get("uid") or ""),
-                resource_version=resource_version(live),
-            )
-        )
+        api_version = str(live.get("apiVersion", ""))
+        self._record(EventSpec(fight.key, api_version, "FieldFight", fight.message(), WARNING, fight.path), live)
 
     def foreign(self, e: Entry) -> None:
         """Fields others added that Git does not declare: said once per new set (log line and Normal Event)."""
@@ -244,19 +227,8 @@ class Reporter:
         )
         text = "; ".join(f"{f.path} by {f.manager} at {f.time}" for f in e.foreign[:5])
         more = f" and {len(e.foreign) - 5} more" if len(e.foreign) > 5 else ""
-        meta = (self.live(e.key) or {}).get("metadata") or {}
-        self.events.record(
-            EventSpec(
-                key=e.key,
-                api_version=e.api_version,
-                reason="ForeignFields",
-                type=NORMAL,
-                series="foreign",
-                message=f"fields not in Git, added by other managers: {text}{more}",
-                uid=str(meta.get("uid") or ""),
-                resource_version=str(meta.get("resourceVersion") or ""),
-            )
-        )
+        message = f"fields not in Git, added by other managers: {text}{more}"
+        self._record(EventSpec(e.key, e.api_version, "ForeignFields", message, NORMAL, "foreign"), self.live(e.key))
 
     def yielded(self, y: Yield, live: Manifest) -> None:
         """A field left to another manager: said once, in the log and as a Warning Event."""
@@ -273,19 +245,8 @@ class Reporter:
             **({} if is_secret(y.key) else {"desired": y.desired, "live": y.live}),
             advice=y.advice(),
         )
-        meta = live.get("metadata") or {}
-        self.events.record(
-            EventSpec(
-                key=y.key,
-                api_version=str(live.get("apiVersion", "")),
-                reason="FieldYielded",
-                message=y.message(),
-                type=WARNING,
-                series=y.path,
-                uid=str(meta.get("uid") or ""),
-                resource_version=str(meta.get("resourceVersion") or ""),
-            )
-        )
+        api_version = str(live.get("apiVersion", ""))
+        self._record(EventSpec(y.key, api_version, "FieldYielded", y.message(), WARNING, y.path), live)
 
     def resumed(self, y: Yield, why: str, api_version: str, active: bool) -> None:
         """A yielded field is Git's again: look at the object now; the Event only where passes run."""
@@ -293,19 +254,8 @@ class Reporter:
         self.queue.add(y.key)
         if not active:
             return
-        meta = (self.live(y.key) or {}).get("metadata") or {}
-        self.events.record(
-            EventSpec(
-                key=y.key,
-                api_version=api_version,
-                reason="FieldResumed",
-                type=NORMAL,
-                series=y.path,
-                message=f"correcting {y.path} again (was left to {y.actor}): {why}",
-                uid=str(meta.get("uid") or ""),
-                resource_version=str(meta.get("resourceVersion") or ""),
-            )
-        )
+        message = f"correcting {y.path} again (was left to {y.actor}): {why}"
+        self._record(EventSpec(y.key, api_version, "FieldResumed", message, NORMAL, y.path), self.live(y.key))
 
 
 def masked(exc: BaseException, redact: Redactor) -> str:

@@ -78,6 +78,41 @@ def tenant_account(kube: KubeCluster, namespace: str) -> None:
     )
 
 
+def tenant_and_admin(
+    kube: KubeCluster, namespace: str, other: str, tmp_path: Path, theirs: str, data: dict[str, str], **spec: Any
+) -> None:
+    """GitSyncs `tenant` (ServiceAccount tenant: ConfigMaps of `namespace` only) declaring ConfigMap mine in
+    `namespace` and ConfigMap `theirs` (`data`) in `other`, and `admin` (the controller's own rights)
+    writing admin-cm into `other`; `spec`: more of the tenant's spec."""
+    tenant_account(kube, namespace)
+    tenant = GitRepo(
+        tmp_path / "tenant",
+        {
+            "mine.yaml": configmap("mine", {"a": "1"}),
+            f"{theirs}.yaml": configmap(theirs, data, namespace=other),
+        },
+    )
+    admin = GitRepo(tmp_path / "admin", {"cm.yaml": configmap("admin-cm", {"b": "2"}, namespace=other)})
+    kube.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input="---\n".join(
+            [
+                gitsync("tenant", namespace, tenant.path, serviceAccountName="tenant", **spec),
+                gitsync("admin", namespace, admin.path),
+            ]
+        ),
+    )
+
+
+def admin_applied(kube: KubeCluster, d: Daemon, namespace: str, other: str) -> None:
+    """The fleet is ready and the `admin` source of `tenant_and_admin` has applied admin-cm."""
+    d.wait_ready(60)
+    kube.kubectl("wait", "--for=condition=Ready", "gitsync/admin", "-n", namespace, "--timeout=60s", timeout=70)
+    assert cm_data(kube, other, "admin-cm") == {"b": "2"}
+
+
 def gs_cli(kube: KubeCluster, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gitops_sync", *args, "--kubeconfig", str(kube.kubeconfig)],
@@ -177,30 +212,9 @@ def test_a_tenant_source_is_confined_to_its_service_account(
     other = f"{namespace}-x"[:63]
     kube.kubectl("create", "namespace", other)
     try:
-        tenant_account(kube, namespace)
-        tenant = GitRepo(
-            tmp_path / "tenant",
-            {
-                "mine.yaml": configmap("mine", {"a": "1"}),
-                "theirs.yaml": configmap("theirs", {"a": "1"}, namespace=other),
-            },
-        )
-        admin = GitRepo(tmp_path / "admin", {"cm.yaml": configmap("admin-cm", {"b": "2"}, namespace=other)})
-        kube.kubectl(
-            "apply",
-            "-f",
-            "-",
-            input="---\n".join(
-                [
-                    gitsync("tenant", namespace, tenant.path, serviceAccountName="tenant"),
-                    gitsync("admin", namespace, admin.path),
-                ]
-            ),
-        )
+        tenant_and_admin(kube, namespace, other, tmp_path, "theirs", {"a": "1"})
         with Daemon(["--watch-namespace", namespace], kube.env, tmp_path / "fleet.log") as d:
-            d.wait_ready(60)
-            kube.kubectl("wait", "--for=condition=Ready", "gitsync/admin", "-n", namespace, "--timeout=60s", timeout=70)
-            assert cm_data(kube, other, "admin-cm") == {"b": "2"}
+            admin_applied(kube, d, namespace, other)
             wait_until(
                 "the tenant's forbidden entry",
                 lambda: "forbidden" in gs_status(kube, namespace, "tenant").get("lastError", "").lower(),

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import KubeCluster
-from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
-from tests.integration.test_fleet import cm_data, condition, crd, gitsync, gs_status, tenant_account
+from tests.integration.daemon_support import Daemon, configmap, wait_until
+from tests.integration.test_fleet import admin_applied, cm_data, condition, crd, gs_status, tenant_and_admin
 
 __all__ = ["crd"]  # the module-scoped fixture, shared
 
@@ -57,31 +57,10 @@ def test_a_tenant_never_sees_live_values_it_may_not_read(
     try:
         # The live object the tenant declares but may not read: a value only the cluster knows.
         kube.kubectl("apply", "-f", "-", input=configmap("guarded", {"k": MARKER}, namespace=other))
-        tenant_account(kube, namespace)
-        tenant = GitRepo(
-            tmp_path / "tenant",
-            {
-                "mine.yaml": configmap("mine", {"a": "1"}),
-                "guarded.yaml": configmap("guarded", {"k": "from-git"}, namespace=other),
-            },
-        )
-        admin = GitRepo(tmp_path / "admin", {"cm.yaml": configmap("admin-cm", {"b": "2"}, namespace=other)})
-        kube.kubectl(
-            "apply",
-            "-f",
-            "-",
-            input="---\n".join(
-                [
-                    gitsync("tenant", namespace, tenant.path, serviceAccountName="tenant", interval="2s"),
-                    gitsync("admin", namespace, admin.path),
-                ]
-            ),
-        )
+        tenant_and_admin(kube, namespace, other, tmp_path, "guarded", {"k": "from-git"}, interval="2s")
         log_path = tmp_path / "fleet.log"
         with Daemon(["--watch-namespace", namespace, "--resync", "3"], kube.env, log_path) as d:
-            d.wait_ready(60)
-            kube.kubectl("wait", "--for=condition=Ready", "gitsync/admin", "-n", namespace, "--timeout=60s", timeout=70)
-            assert cm_data(kube, other, "admin-cm") == {"b": "2"}  # the controller's own source: unaffected
+            admin_applied(kube, d, namespace, other)  # the controller's own source: unaffected
             ref = f"{namespace}/tenant"
             wait_until("the tenant's forbidden entry", lambda: _entry(d, ref, "ConfigMap", "guarded") or {}, 60)
             entry = _entry(d, ref, "ConfigMap", "guarded")

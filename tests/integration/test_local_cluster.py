@@ -11,28 +11,12 @@ from typing import Any
 import pytest
 from conftest import KubeCluster
 
+from tests.integration.daemon_support import deployment
+
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "tests" / "fixtures" / "charts" / "hello"
-
-
-def deployment(name: str, replicas: int) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name, "labels": {"app": name}},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {"containers": [{"name": "web", "image": "registry.invalid/web:1.0"}]},
-                },
-            },
-        }
-    )
 
 
 def get(kube: KubeCluster, *args: str) -> Any:

@@ -146,3 +146,31 @@ def test_a_create_is_one_write_and_carries_no_marker(kube: KubeCluster, namespac
     assert writes == 5, f"{writes} write requests for 5 creates"
     for i in range(5):
         assert ADOPTED not in (get(kube, f"configmap/c{i}", namespace)["metadata"].get("annotations") or {})
+
+
+def test_a_member_of_another_applyset_read_as_absent_is_left_alone(
+    kube: KubeCluster, namespace: str, tmp_path: Path, reliability: Recorder
+) -> None:
+    """A refused or stale read of another source's object: the create is refused and nothing is taken."""
+    team_a = write(tmp_path / "team-a", {"cm.yaml": _cm("settings", "a")})
+    opts_a = PassOptions(namespace=namespace, name="team-a")
+    with Client(kube.kubeconfig) as client:
+        engine = Engine(client)
+        checkout, objects = load(SourceOptions(repo=str(team_a)))
+        assert not engine.run(checkout, engine.resolve(objects, opts_a), opts_a, apply=True).has_errors
+        before = get(kube, "configmap/settings", namespace)
+        team_b = write(tmp_path / "team-b", {"cm.yaml": _cm("settings", "b")})
+        opts_b = PassOptions(namespace=namespace, name="team-b", policy=ConflictPolicy.FORCE, prune=True)
+        checkout, objects = load(SourceOptions(repo=str(team_b)))
+        cs = engine.run(checkout, engine.resolve(objects, opts_b), opts_b, apply=True, live_of=_absent)
+    (entry,) = [e for e in cs.entries if e.key.name == "settings"]
+    assert entry.action is Action.ERROR and "another ApplySet" in entry.message, entry
+    after = get(kube, "configmap/settings", namespace)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], "nothing was written"
+    assert after["metadata"]["labels"][PART_OF] == before["metadata"]["labels"][PART_OF]
+    reliability.record(
+        area="cluster reads",
+        fault="a member of another ApplySet read as absent (refused or stale read), --on-conflict force",
+        outcome=f"error entry, no prune that pass: {entry.message[:120]}",
+        checked="the other source's ConfigMap unchanged (same resourceVersion and part-of label)",
+    )

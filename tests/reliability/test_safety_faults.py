@@ -9,6 +9,7 @@ All on the shared local control plane (no component is stopped), each test in it
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Sequence
@@ -204,6 +205,28 @@ def _pod(name: str) -> str:
     )
 
 
+def _refused_prune(kube: KubeCluster, args: list[str]) -> tuple[subprocess.CompletedProcess[str], float]:
+    """`sync --prune` that must refuse (exit 2), and the seconds it took (CLI start-up included)."""
+    t0 = time.monotonic()
+    r = gs(kube, "sync", *args, "--prune")
+    took = time.monotonic() - t0
+    assert r.returncode == 2, r.stdout + r.stderr
+    return r, took
+
+
+def _cascade_prunes(kube: KubeCluster, args: list[str], refused: str) -> None:
+    """With --prune-cascade the prune of `refused` (Kind/name) that plain --prune refused goes through."""
+    r = gs(kube, "sync", *args, "--prune", "--prune-cascade")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert by_name(report(r))[refused]["action"] == "prune"
+
+
+def _record_refusal(reliability: Recorder, took: float, *, fault: str, outcome: str, checked: str) -> None:
+    figures = f"refused sync --prune (CLI, start-up included) {took:.2f} s"
+    print(f"figures ({reliability.nodeid.rsplit(':', 1)[-1]}): {figures}")
+    reliability.record(area="prune", fault=fault, outcome=outcome, checked=checked, figures=figures)
+
+
 def test_pruning_a_namespace_with_foreign_objects_is_refused(
     kube: KubeCluster, namespace: str, tmp_path: Path, reliability: Recorder
 ) -> None:
@@ -230,10 +253,7 @@ def test_pruning_a_namespace_with_foreign_objects_is_refused(
             (repo / name).unlink()
         d = gs(kube, "diff", *args, "--prune")
         assert d.returncode == 2, d.stdout + d.stderr
-        t0 = time.monotonic()
-        r = gs(kube, "sync", *args, "--prune")
-        took = time.monotonic() - t0
-        assert r.returncode == 2, r.stdout + r.stderr
+        r, took = _refused_prune(kube, args)
         for rep in (report(d), report(r)):
             objs = by_name(rep)
             refused = objs[f"Namespace/{team}"]
@@ -250,23 +270,19 @@ def test_pruning_a_namespace_with_foreign_objects_is_refused(
         assert exists(kube, "configmap/keep", "-n", namespace)
 
         # the next pass still knows the namespace is ours and refuses again; --prune-cascade deletes it
-        r = gs(kube, "sync", *args, "--prune")
-        assert r.returncode == 2 and by_name(report(r))[f"Namespace/{team}"]["action"] == "error"
-        r = gs(kube, "sync", *args, "--prune", "--prune-cascade")
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert by_name(report(r))[f"Namespace/{team}"]["action"] == "prune"
+        r, _ = _refused_prune(kube, args)
+        assert by_name(report(r))[f"Namespace/{team}"]["action"] == "error"
+        _cascade_prunes(kube, args, f"Namespace/{team}")
         gone = json.loads(kube.kubectl("get", "namespace", team, "-o", "json", check=False).stdout or "{}")
         assert not gone or gone["metadata"].get("deletionTimestamp"), "deleted (terminating) with --prune-cascade"
     finally:
         kube.kubectl("delete", "namespace", team, "--wait=false", "--ignore-not-found", check=False)
-    figures = f"refused sync --prune (CLI, start-up included) {took:.2f} s"
-    print(f"figures ({reliability.nodeid.rsplit(':', 1)[-1]}): {figures}")
-    reliability.record(
-        area="prune",
+    _record_refusal(
+        reliability,
+        took,
         fault="Namespace left Git while holding a foreign ConfigMap and a bare Pod",
         outcome="sync --prune and diff --prune: exit 2, error entry naming ConfigMap and Pod; other prunes done",
         checked="namespace still Active, foreign ConfigMap and Pod kept; deleted only with --prune-cascade",
-        figures=figures,
     )
 
 
@@ -290,10 +306,7 @@ def test_pruning_a_crd_with_foreign_custom_resources_is_refused(
         )
         (repo / "crd.yaml").unlink()
         (repo / "w.yaml").unlink()
-        t0 = time.monotonic()
-        r = gs(kube, "sync", *args, "--prune")
-        took = time.monotonic() - t0
-        assert r.returncode == 2, r.stdout + r.stderr
+        r, took = _refused_prune(kube, args)
         objs = by_name(report(r))
         refused = objs[f"CustomResourceDefinition/widgets.{group}"]
         assert refused["action"] == "error" and f"Widget.{group}/{namespace}/foreign" in refused["message"], refused
@@ -301,19 +314,15 @@ def test_pruning_a_crd_with_foreign_custom_resources_is_refused(
         assert exists(kube, "crd", f"widgets.{group}")
         assert exists(kube, f"widgets.{group}/foreign", "-n", namespace)
 
-        r = gs(kube, "sync", *args, "--prune", "--prune-cascade")
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert by_name(report(r))[f"CustomResourceDefinition/widgets.{group}"]["action"] == "prune"
+        _cascade_prunes(kube, args, f"CustomResourceDefinition/widgets.{group}")
     finally:
         kube.kubectl("delete", "crd", f"widgets.{group}", "--wait=false", "--ignore-not-found", check=False)
-    figures = f"refused sync --prune (CLI, start-up included) {took:.2f} s"
-    print(f"figures ({reliability.nodeid.rsplit(':', 1)[-1]}): {figures}")
-    reliability.record(
-        area="prune",
+    _record_refusal(
+        reliability,
+        took,
         fault="CRD left Git while a custom resource of another owner still exists",
         outcome="sync --prune: exit 2, error entry naming the foreign Widget; our Widget pruned",
         checked="CRD and the foreign Widget kept; deleted only with --prune-cascade",
-        figures=figures,
     )
 
 

@@ -230,9 +230,11 @@ def audit_deletes(audit_log: Path, ns: str, since_offset: int) -> list[str]:
     return out
 
 
-def audit_writes(audit_log: Path, ns: str, since_offset: int, resource: str = "configmaps") -> int:
-    """Completed writes (create/patch/update) of `resource` in `ns` after `since_offset` bytes."""
-    n = 0
+def audit_requests(
+    audit_log: Path, ns: str, since_offset: int, verbs: tuple[str, ...], resource: str = "configmaps"
+) -> list[str]:
+    """`verb name` of every completed request of `verbs` on `resource` in `ns` after `since_offset` bytes."""
+    out = []
     with audit_log.open("rb") as f:
         f.seek(since_offset)
         for line in f:
@@ -241,14 +243,19 @@ def audit_writes(audit_log: Path, ns: str, since_offset: int, resource: str = "c
             ev = json.loads(line)
             ref = ev.get("objectRef") or {}
             if (
-                ev.get("verb") in ("create", "patch", "update")
+                ev.get("verb") in verbs
                 and ref.get("namespace") == ns
                 and ref.get("resource") == resource
                 and not ref.get("subresource")
                 and "dryRun" not in str(ev.get("requestURI"))
             ):
-                n += 1
-    return n
+                out.append(f"{ev['verb']} {ref.get('name')}")
+    return out
+
+
+def audit_writes(audit_log: Path, ns: str, since_offset: int, resource: str = "configmaps") -> int:
+    """Completed writes (create/patch/update) of `resource` in `ns` after `since_offset` bytes."""
+    return len(audit_requests(audit_log, ns, since_offset, ("create", "patch", "update"), resource))
 
 
 def size(path: Path) -> int:

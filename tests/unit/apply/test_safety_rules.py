@@ -7,15 +7,13 @@ import json
 from io import StringIO
 
 from gitops_sync.apply import cascade, inventory
-from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import ResourceInfo
 from gitops_sync.conventions import ADOPT, ADOPTED, INTENT_HASH, PART_OF
-from gitops_sync.errors import error_for_status
 from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action, ChangeSet, SharedWith
 from gitops_sync.report import exit_code_diff, exit_code_sync, write
 from gitops_sync.resource import ObjectKey
-from tests.unit.fakes import StaticDiscovery, cm, objs
+from tests.unit.fakes import FakeApi, StaticDiscovery, cm, fake_client, objs, status_body
 
 OURS = "applyset-ours-v1"
 THEIRS = "applyset-theirs-v1"
@@ -130,20 +128,9 @@ def test_unserved_kinds_are_the_recorded_ones_discovery_lacks() -> None:
     assert inventory.unserved_kinds(StaticDiscovery(), inv) == {"Widget.example.com"}
 
 
-class _ListClient(Client):
-    """Answers namespace LISTs from a table; a path mapped to an int answers that HTTP error.
-
-    A Client with no connection: `request` is scripted, `list_collection` is the real code on top of it.
-    """
-
-    def __init__(self, answers: dict[str, list[dict[str, object]] | int]) -> None:  # nothing to connect to
-        self.answers = answers
-
-    def request(self, method: str, path: str, **_: object) -> dict[str, object]:
-        answer = self.answers.get(path, [])
-        if isinstance(answer, int):
-            raise error_for_status(answer, "Forbidden", f"{method} {path}")
-        return {"items": [{"metadata": m} for m in answer], "metadata": {}}
+def _listing(*metadata: dict[str, object]) -> dict[str, object]:
+    """A LIST answer whose items have these `metadata` (and nothing else: holdings read no more)."""
+    return {"items": [{"metadata": m} for m in metadata], "metadata": {}}
 
 
 def test_namespace_holdings_ignore_defaults_owned_objects_events_and_a_services_endpoints() -> None:
@@ -158,27 +145,29 @@ def test_namespace_holdings_ignore_defaults_owned_objects_events_and_a_services_
     ]
     d._preferred.update({(i.group, i.kind): i for i in kinds})
     ns = "/api/v1/namespaces/team"
-    client = _ListClient(
-        {
-            f"{ns}/serviceaccounts": [{"name": "default", "namespace": "team"}],
-            f"{ns}/configmaps": [
-                {"name": "kube-root-ca.crt", "namespace": "team"},
-                {"name": "mine", "namespace": "team"},
-            ],
-            f"{ns}/services": [{"name": "web", "namespace": "team"}],
-            f"{ns}/endpoints": [{"name": "web", "namespace": "team"}, {"name": "manual", "namespace": "team"}],
-            f"{ns}/events": [{"name": "e1", "namespace": "team"}],
-            f"{ns}/pods": [
-                {"name": "web-1", "namespace": "team", "ownerReferences": [{"kind": "ReplicaSet"}]},
-                {"name": "bare", "namespace": "team"},
-            ],
-        }
-    )
+    api = FakeApi(default=_listing())  # a kind with nothing listed: no objects
+    listings: dict[str, list[dict[str, object]]] = {
+        f"{ns}/serviceaccounts": [{"name": "default", "namespace": "team"}],
+        f"{ns}/configmaps": [
+            {"name": "kube-root-ca.crt", "namespace": "team"},
+            {"name": "mine", "namespace": "team"},
+        ],
+        f"{ns}/services": [{"name": "web", "namespace": "team"}],
+        f"{ns}/endpoints": [{"name": "web", "namespace": "team"}, {"name": "manual", "namespace": "team"}],
+        f"{ns}/events": [{"name": "e1", "namespace": "team"}],
+        f"{ns}/pods": [
+            {"name": "web-1", "namespace": "team", "ownerReferences": [{"kind": "ReplicaSet"}]},
+            {"name": "bare", "namespace": "team"},
+        ],
+    }
+    for path, items in listings.items():
+        api.on("GET", path, _listing(*items))
+    client = fake_client(api)
     deleted = {ObjectKey("", "Service", "team", "web"), ObjectKey("", "ConfigMap", "team", "mine")}
     held = cascade.namespace_holdings(client, d, "team", deleted)
     assert held.foreign == [ObjectKey("", "Endpoints", "team", "manual"), ObjectKey("", "Pod", "team", "bare")]
     assert not held.unchecked
 
-    client.answers[f"{ns}/pods"] = 403
+    api.on("GET", f"{ns}/pods", (403, status_body(403, "Forbidden", f"GET {ns}/pods")))
     held = cascade.namespace_holdings(client, d, "team", deleted)
     assert held.unchecked == ["Pod"] and bool(held), "a kind that cannot be listed blocks: contents unknown"

@@ -70,6 +70,17 @@ def get(srv: HttpServer, path: str, token: str | None = None, method: str = "GET
         return int(e.code), e.read(), {k.lower(): v for k, v in e.headers.items()}
 
 
+def _idle_endpoints() -> Endpoints:
+    """Endpoints of a server only started and stopped: healthy, ready, nothing else to say."""
+    return Endpoints(
+        healthy=lambda: (True, "ok"),
+        ready=lambda: (True, ""),
+        metrics=lambda: b"",
+        status=lambda full_history=False: {},
+        webhook=lambda h, b: verify_webhook(h, b, None),
+    )
+
+
 def test_probes_and_webhook_are_open_everything_else_passes_the_gate(gated: tuple[HttpServer, Gate]) -> None:
     srv, gate = gated
     gate.down = True
@@ -138,13 +149,7 @@ def test_a_busy_port_names_the_address() -> None:
         with pytest.raises(ListenError) as err:
             HttpServer(
                 f"127.0.0.1:{port}",
-                Endpoints(
-                    healthy=lambda: (True, ""),
-                    ready=lambda: (True, ""),
-                    metrics=lambda: b"",
-                    status=lambda full_history=False: {},
-                    webhook=lambda h, b: verify_webhook(h, b, None),
-                ),
+                _idle_endpoints(),
             )
         assert str(err.value) == f"cannot listen on 127.0.0.1:{port}: address already in use"
 
@@ -199,13 +204,7 @@ def test_stop_leaves_no_thread_and_no_socket_behind() -> None:
     for _ in range(10):
         srv = HttpServer(
             "127.0.0.1:0",
-            Endpoints(
-                healthy=lambda: (True, "ok"),
-                ready=lambda: (True, ""),
-                metrics=lambda: b"",
-                status=lambda full_history=False: {},
-                webhook=lambda h, b: verify_webhook(h, b, None),
-            ),
+            _idle_endpoints(),
         ).start()
         idle = socket.create_connection(("127.0.0.1", srv.port))  # open while it stops
         assert get(srv, "/healthz")[0] == 200
@@ -213,13 +212,7 @@ def test_stop_leaves_no_thread_and_no_socket_behind() -> None:
         idle.close()
     never_started = HttpServer(
         "127.0.0.1:0",
-        Endpoints(
-            healthy=lambda: (True, "ok"),
-            ready=lambda: (True, ""),
-            metrics=lambda: b"",
-            status=lambda full_history=False: {},
-            webhook=lambda h, b: verify_webhook(h, b, None),
-        ),
+        _idle_endpoints(),
     )
     never_started.stop()
     left = set(threading.enumerate()) - threads

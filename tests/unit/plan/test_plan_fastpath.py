@@ -19,7 +19,7 @@ from gitops_sync.plan import planner
 from gitops_sync.plan.changeset import Action
 from gitops_sync.plan.diff import diff_intent
 from gitops_sync.resource import DesiredObject
-from tests.unit.fakes import StaticDiscovery, cm
+from tests.unit.fakes import Call, FakeApi, StaticDiscovery, cm, fake_client
 
 
 def _reference_hash(manifest: dict[str, Any]) -> str:
@@ -43,20 +43,11 @@ def test_intent_hash_is_the_same_as_before_and_ignores_its_own_annotation() -> N
     assert planner.intent_hash(plain) == "b5e1a849a86f725da19c8de4f824d7de"
 
 
-class _FakeClient:
-    """Answers server-side applies with the body plus server bookkeeping; records every request."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str]] = []
-
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        self.requests.append((method, path))
-        body = copy.deepcopy(kwargs.get("body"))
-        body["metadata"]["resourceVersion"] = "2"
-        return body
-
-    def request_status(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
-        return 201, self.request(method, path, **kwargs)  # as if each apply created its object
+def _applied(call: Call) -> tuple[int, Any]:
+    """A server-side apply's answer: the body plus server bookkeeping, as if it created its object."""
+    body = call.body
+    body["metadata"]["resourceVersion"] = "2"
+    return 201, body
 
 
 def _targets(*manifests: dict[str, Any]) -> list[planner.Target]:
@@ -78,13 +69,13 @@ def test_apply_all_keeps_stage_order_and_sends_only_what_the_fast_path_cannot_se
     live[targets[1].key]["data"]["K"] = "drifted"  # b drifted
     live[targets[3].key] = None  # d is missing
     snapshot = copy.deepcopy(live)
-    client = _FakeClient()
+    api = FakeApi(default=_applied)
     seen: list[str] = []
-    rm = ResourceManager(client, StaticDiscovery(), concurrency=4)  # type: ignore[arg-type]
+    rm = ResourceManager(fake_client(api), StaticDiscovery(), concurrency=4)
     entries = rm.apply_all(targets, live, on_entry=lambda e: seen.append(e.key.name))
     assert [e.key.name for e in entries] == ["a", "b", "c", "d"]
     assert [e.action for e in entries] == [Action.UNCHANGED, Action.UPDATE, Action.UNCHANGED, Action.CREATE]
-    assert sorted(p.rsplit("/", 1)[1] for _, p in client.requests) == ["b", "d"]
+    assert sorted(c.path.rsplit("/", 1)[1] for c in api.sent()) == ["b", "d"]
     assert sorted(seen) == ["a", "b", "c", "d"]
     assert live == snapshot  # planning never edits the live objects it was given
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from html.parser import HTMLParser
 from typing import Any
 
@@ -280,7 +281,8 @@ def test_diff_html_is_one_self_contained_file() -> None:
     assert "kubectl scale" in html and ".spec.replicas" in html
 
 
-def _app(decision: Decision | None = None) -> _App:
+def _app(decision: Decision | None = None, auth: Callable[[str, str | None], Decision] | None = None) -> _App:
+    """The page's WSGI app over `status_doc()`; every request gets `decision`, or asks `auth` (None: no auth)."""
     endpoints = Endpoints(
         healthy=lambda: (True, "ok"),
         ready=lambda: (True, "ok"),
@@ -288,7 +290,7 @@ def _app(decision: Decision | None = None) -> _App:
         status=lambda **_: status_doc(),
         webhook=lambda h, b: WebhookResult(False, 400, "no"),
     )
-    return _App(endpoints, (lambda path, header: decision) if decision else None, 1024, 2)
+    return _App(endpoints, (lambda path, header: decision) if decision else auth, 1024, 2)
 
 
 def _call(app: _App, path: str, method: str = "GET") -> tuple[str, dict[str, str], bytes]:
@@ -326,14 +328,7 @@ def test_login_keeps_a_valid_token_in_an_httponly_cookie_and_pages_accept_it() -
         seen.append((path, header))
         return Decision(200, "ok") if header == "Bearer good.token" else Decision(401, "not valid")
 
-    endpoints = Endpoints(
-        healthy=lambda: (True, "ok"),
-        ready=lambda: (True, "ok"),
-        metrics=lambda: b"",
-        status=lambda **_: status_doc(),
-        webhook=lambda h, b: WebhookResult(False, 400, "no"),
-    )
-    app = _App(endpoints, auth, 1024, 2)
+    app = _app(auth=auth)
 
     def post(token: str) -> tuple[str, dict[str, str]]:
         body = f"token={token}".encode()
