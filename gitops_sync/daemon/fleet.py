@@ -51,6 +51,11 @@ log = get_logger("gitops_sync.daemon")
 
 FleetKey = tuple[str, QueueKey]  # (namespace/name of the GitSync, its key)
 SHARD_LEASE_PREFIX = "gitops-sync-shard-"
+# A pass running longer than this (a Git server that accepts and never answers holds a worker for the
+# whole git timeout, 60 s a command) stops counting against --workers: another source may start. Up to
+# SLOW_SLOTS (or --workers, if more) such slow passes run beside the --workers ordinary ones.
+SLOW_PASS = 10.0
+SLOW_SLOTS = 8
 
 
 class SourceClient(FencedClient):
@@ -195,10 +200,13 @@ class Fleet(Controller[FleetKey]):
         self.sources: dict[str, _Source] = {}
         self.objects: dict[str, Manifest] = {}  # every GitSync as last seen (dependsOn reads their status)
         self._wanted_by: dict[ObjectKey, set[str]] = {}
-        self._busy: set[str] = set()
+        self._busy: dict[str, float] = {}  # source -> when its pass started (monotonic)
         self._held: dict[str, set[QueueKey]] = {}
+        self._waiting: dict[str, set[QueueKey]] = {}  # sources due, in arrival order, until a worker is free
         self._listed = threading.Event()
-        self.pool = ThreadPoolExecutor(max_workers=max(opts.workers, 1), thread_name_prefix="source")
+        self.workers = max(opts.workers, 1)
+        self.pool_size = self.workers + max(self.workers, SLOW_SLOTS)
+        self.pool = ThreadPoolExecutor(max_workers=self.pool_size, thread_name_prefix="source")
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -501,23 +509,34 @@ class Fleet(Controller[FleetKey]):
     def _dispatch(self) -> None:
         """Hand each source's keys to the pool; a source already running keeps its new keys until it ends."""
         while not self.queue.is_shutdown:
-            batch = self.queue.get_batch(timeout=0.5)
-            if not batch:
-                continue
-            groups: dict[str, set[QueueKey]] = {}
-            for ref, key in batch:
-                groups.setdefault(ref, set()).add(key)
-            self.queue.done(batch)
+            batch = self.queue.get_batch(timeout=0.25 if self._waiting else 0.5)
             with self._lock:
-                for ref, keys in groups.items():
-                    if ref in self._busy:
-                        self._held.setdefault(ref, set()).update(keys)
-                        continue
-                    self._busy.add(ref)
-                    try:
-                        self.pool.submit(self._run_source, ref, keys)
-                    except RuntimeError:  # shutting down
-                        self._busy.discard(ref)
+                for ref, key in batch:
+                    self._waiting.setdefault(ref, set()).add(key)
+            if batch:
+                self.queue.done(batch)
+            self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Start the sources due, oldest first, while fewer than --workers passes are running that are not
+        slow (see SLOW_PASS): sources stuck on a hung Git server never starve the others."""
+        with self._lock:
+            now = time.monotonic()
+            running = sum(1 for t in self._busy.values() if now - t < SLOW_PASS)
+            for ref in list(self._waiting):
+                if ref in self._busy:
+                    self._held.setdefault(ref, set()).update(self._waiting.pop(ref))
+                    continue
+                if running >= self.workers or len(self._busy) >= self.pool_size:
+                    return
+                keys = self._waiting.pop(ref)
+                self._busy[ref] = now
+                try:
+                    self.pool.submit(self._run_source, ref, keys)
+                except RuntimeError:  # shutting down
+                    self._busy.pop(ref, None)
+                    return
+                running += 1
 
     def _run_source(self, ref: str, keys: set[QueueKey]) -> None:
         try:
@@ -554,10 +573,11 @@ class Fleet(Controller[FleetKey]):
                 self.queue.add_rate_limited((ref, key))
         finally:
             with self._lock:
-                self._busy.discard(ref)
+                self._busy.pop(ref, None)
                 held = self._held.pop(ref, set())
             for key in held:
                 self.queue.add((ref, key))
+            self._start_waiting()  # a worker is free now
 
     # -- deletion -------------------------------------------------------------------------------
 
