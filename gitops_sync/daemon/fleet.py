@@ -127,8 +127,15 @@ class ShardSet:
     """One LeaderElector per shard, stepped by one thread; a replica holds at most `limit` shards."""
 
     def __init__(
-        self, opts: DaemonOptions, client: Client, namespace: str, on_change: Callable[[int, bool], None]
+        self,
+        opts: DaemonOptions,
+        client: Client,
+        namespace: str,
+        on_change: Callable[[int, bool], None],
+        on_reopen: Callable[[int], None] = lambda shard: None,
     ) -> None:
+        self.on_reopen = on_reopen
+        self._fenced: set[int] = set()  # shards held whose renewal is overdue: nothing of theirs is written
         self.count = max(opts.shards, 1)
         self.limit = opts.max_shards or self.count
         self.elect = opts.leader_elect
@@ -157,14 +164,22 @@ class ShardSet:
         return [i for i, e in enumerate(self.electors) if e.is_leader]
 
     def run(self) -> None:
-        """Renew what is held; try for free shards only while holding fewer than the limit."""
+        """Renew what is held; try for free shards only while holding fewer than the limit. A shard still
+        held whose fence closed (renewal overdue: its passes were skipped) and opened again is reported
+        to `on_reopen`: no Lease changed hands, so no on_change says its sources need a pass."""
         while not self._stop.is_set():
             held = len(self.held())
-            for e in self.electors:
+            for i, e in enumerate(self.electors):
                 if e.is_leader:
                     e.step()
                 elif held < self.limit and e.step():
                     held += 1
+                if e.is_leader and not e.can_write():
+                    self._fenced.add(i)
+                elif i in self._fenced:
+                    self._fenced.discard(i)
+                    if e.is_leader:
+                        self.on_reopen(i)
             self._stop.wait(self.retry)
 
     def stop(self) -> None:
@@ -194,7 +209,7 @@ class Fleet(Controller[FleetKey]):
         self.probe = ClusterProbe(self.probe_client, self.cluster_condition, interval=opts.probe_interval)
         self.shared = self._shared(gauges=False)
         lease_ns = opts.leader_namespace or opts.watch_namespace or "default"
-        self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard)
+        self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard, self._requeue_shard)
         self.http = self._http_server(self.metrics.exposition)
         self._lock = threading.RLock()
         self.sources: dict[str, _Source] = {}
@@ -265,10 +280,30 @@ class Fleet(Controller[FleetKey]):
                 self.metrics.forget_source(ref)
         if leading:
             with self._lock:
-                refs = [ref for ref, s in self.sources.items() if s.shard == shard]
-            for ref in refs:
-                self.queue.add((ref, SOURCE))
-                self.queue.add((ref, FULL))
+                for ref in [ref for ref, s in self.sources.items() if s.shard == shard]:  # see _fresh
+                    self._fresh(ref)
+            self._requeue_shard(shard)
+
+    def _requeue_shard(self, shard: int) -> None:
+        """A fetch and a full pass for every source of the shard (taken, or its fence open again)."""
+        with self._lock:
+            refs = [ref for ref, s in self.sources.items() if s.shard == shard]
+        for ref in refs:
+            self.queue.add((ref, SOURCE))
+            self.queue.add((ref, FULL))
+
+    def _fresh(self, ref: str) -> None:
+        """A shard taken (back): forget what this replica knew of its sources. Their desired state is from
+        before another replica ran them (Git may have moved, objects been pruned): correcting "drift"
+        against it re-created objects that had left Git. A fresh reconciler fetches before it writes."""
+        src = self.sources.get(ref)
+        if src is None or src.reconciler is None or src.reconciler.current is None:
+            return
+        fresh = self._build(src.gs, src.shard)
+        fresh.handled, fresh.conditions = src.handled, src.conditions  # `written` not: the holder wrote since
+        if src.client is not None:
+            src.client.close()
+        self.sources[ref] = fresh
 
     # -- GitSync objects ----------------------------------------------------------------------
 
