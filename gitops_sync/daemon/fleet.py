@@ -170,6 +170,8 @@ class ShardSet:
         while not self._stop.is_set():
             held = len(self.held())
             for i, e in enumerate(self.electors):
+                if e.is_leader and not e.can_write():  # before its step: only this thread renews it
+                    self._fenced.add(i)
                 if e.is_leader:
                     e.step()
                 elif held < self.limit and e.step():
