@@ -1,7 +1,7 @@
 """The fleet controller (`run` without --repo) under faults: API server stopped mid-reconcile, one source's
 Git broken or unreachable, a GitSync suspended while its pass runs, a shard replica frozen and thawed, the
-GitSync watch cut and expired. Nothing is lost (no delete the API server audited but a prune Git asked
-for, by one replica only), every other source keeps converging, and the status says what happened.
+GitSync watch cut and the API server restarted. Nothing is lost (no delete the API server audited but a
+prune Git asked for, by one replica only), every other source keeps converging, and the status says so.
 One private cluster for the module (faults on the API server must never touch the shared one).
 """
 
@@ -64,11 +64,12 @@ def _gitsync(name: str, ns: str, repo: str, **spec: Any) -> str:
     return json.dumps(doc) + "\n"
 
 
-def _apply(env: dict[str, str], *docs: str) -> None:
+def _apply(env: dict[str, str], *docs: str, check: bool = True) -> bool:
     p = subprocess.run(
         ["kubectl", "apply", "-f", "-"], input="---\n".join(docs), env=env, capture_output=True, text=True, timeout=60
     )
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 0 or not check, p.stderr
+    return p.returncode == 0
 
 
 def _files(prefix: str, n: int, version: str) -> dict[str, str]:
@@ -386,10 +387,12 @@ def test_fleet_frozen_replica_loses_its_shards(cluster: PrivateCluster, reliabil
     )
 
 
-# -- 5. the GitSync watch cut, and expired (410) --------------------------------------------------------------
+# -- 5. the GitSync watch cut, and the API server restarted -------------------------------------------------
 
 
-def test_fleet_gitsync_watch_cut_and_expired(cluster: PrivateCluster, reliability: Recorder, tmp_path: Path) -> None:
+def test_fleet_gitsync_watch_cut_and_api_server_restarted(
+    cluster: PrivateCluster, reliability: Recorder, tmp_path: Path
+) -> None:
     env, ns = cluster.env, _ns(cluster, "fleet-watch")
     text = cluster.kubeconfig.read_text()
     m = re.search(r"server: https://127\.0\.0\.1:(\d+)", text)
@@ -423,11 +426,14 @@ def test_fleet_gitsync_watch_cut_and_expired(cluster: PrivateCluster, reliabilit
             finally:
                 stop.set()
                 cutter.join(5)
-            # Expire the watch: restart the API server (its watch cache starts afresh: an old
-            # resourceVersion is "too old", 410) and change the set while the controller is away.
+            # Restart the API server (its watch cache starts afresh) and change the set while the controller
+            # is away. The controller relists after every broken watch, so it never resumes from a stale
+            # resourceVersion: a 410 cannot arise on reconnect (only as an ERROR event mid-stream, relisted too).
             cluster.stop(API)
             cluster.start(API)
-            _apply(env, _gitsync("fresh", ns, str(repos["fresh"].path)))
+            # Right after a start the API server may answer 503 for the CRD's paths for a moment.
+            fresh = _gitsync("fresh", ns, str(repos["fresh"].path))
+            wait_until("the GitSync created after the restart", lambda: _apply(env, fresh, check=False), 30, 0.5)
             want = ["fresh", "keep", "late"]
             took = wait_until(
                 "the controller's sources to be exactly what the API server has",
@@ -450,7 +456,7 @@ def test_fleet_gitsync_watch_cut_and_expired(cluster: PrivateCluster, reliabilit
     reliability.record(
         area="fleet",
         fault=f"every connection of the fleet controller reset {cuts} times while GitSyncs are created, deleted "
-        "and re-created; then the API server restarted (the watch's resourceVersion too old) and the set changed",
+        "and re-created; then the API server restarted and the set changed right after",
         outcome="the controller relists and ends with exactly the GitSyncs the API server has, each once, all Ready",
         checked="the deleted prune:false source's object kept; no source lost or duplicated",
         figures=f"exact set and all Ready {took:.1f} s after the API server was back ({relists} relists)",
