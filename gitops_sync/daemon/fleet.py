@@ -51,6 +51,11 @@ log = get_logger("gitops_sync.daemon")
 
 FleetKey = tuple[str, QueueKey]  # (namespace/name of the GitSync, its key)
 SHARD_LEASE_PREFIX = "gitops-sync-shard-"
+# A pass running longer than this (a Git server that accepts and never answers holds a worker for the
+# whole git timeout, 60 s a command) stops counting against --workers: another source may start. Up to
+# SLOW_SLOTS (or --workers, if more) such slow passes run beside the --workers ordinary ones.
+SLOW_PASS = 10.0
+SLOW_SLOTS = 8
 
 
 class SourceClient(FencedClient):
@@ -122,8 +127,15 @@ class ShardSet:
     """One LeaderElector per shard, stepped by one thread; a replica holds at most `limit` shards."""
 
     def __init__(
-        self, opts: DaemonOptions, client: Client, namespace: str, on_change: Callable[[int, bool], None]
+        self,
+        opts: DaemonOptions,
+        client: Client,
+        namespace: str,
+        on_change: Callable[[int, bool], None],
+        on_reopen: Callable[[int], None] = lambda shard: None,
     ) -> None:
+        self.on_reopen = on_reopen
+        self._fenced: set[int] = set()  # shards held whose renewal is overdue: nothing of theirs is written
         self.count = max(opts.shards, 1)
         self.limit = opts.max_shards or self.count
         self.elect = opts.leader_elect
@@ -152,14 +164,24 @@ class ShardSet:
         return [i for i, e in enumerate(self.electors) if e.is_leader]
 
     def run(self) -> None:
-        """Renew what is held; try for free shards only while holding fewer than the limit."""
+        """Renew what is held; try for free shards only while holding fewer than the limit. A shard still
+        held whose fence closed (renewal overdue: its passes were skipped) and opened again is reported
+        to `on_reopen`: no Lease changed hands, so no on_change says its sources need a pass."""
         while not self._stop.is_set():
             held = len(self.held())
-            for e in self.electors:
+            for i, e in enumerate(self.electors):
+                if e.is_leader and not e.can_write():  # before its step: only this thread renews it
+                    self._fenced.add(i)
                 if e.is_leader:
                     e.step()
                 elif held < self.limit and e.step():
                     held += 1
+                if e.is_leader and not e.can_write():
+                    self._fenced.add(i)
+                elif i in self._fenced:
+                    self._fenced.discard(i)
+                    if e.is_leader:
+                        self.on_reopen(i)
             self._stop.wait(self.retry)
 
     def stop(self) -> None:
@@ -189,16 +211,19 @@ class Fleet(Controller[FleetKey]):
         self.probe = ClusterProbe(self.probe_client, self.cluster_condition, interval=opts.probe_interval)
         self.shared = self._shared(gauges=False)
         lease_ns = opts.leader_namespace or opts.watch_namespace or "default"
-        self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard)
+        self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard, self._requeue_shard)
         self.http = self._http_server(self.metrics.exposition)
         self._lock = threading.RLock()
         self.sources: dict[str, _Source] = {}
         self.objects: dict[str, Manifest] = {}  # every GitSync as last seen (dependsOn reads their status)
         self._wanted_by: dict[ObjectKey, set[str]] = {}
-        self._busy: set[str] = set()
+        self._busy: dict[str, float] = {}  # source -> when its pass started (monotonic)
         self._held: dict[str, set[QueueKey]] = {}
+        self._waiting: dict[str, set[QueueKey]] = {}  # sources due, in arrival order, until a worker is free
         self._listed = threading.Event()
-        self.pool = ThreadPoolExecutor(max_workers=max(opts.workers, 1), thread_name_prefix="source")
+        self.workers = max(opts.workers, 1)
+        self.pool_size = self.workers + max(self.workers, SLOW_SLOTS)
+        self.pool = ThreadPoolExecutor(max_workers=self.pool_size, thread_name_prefix="source")
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -257,10 +282,30 @@ class Fleet(Controller[FleetKey]):
                 self.metrics.forget_source(ref)
         if leading:
             with self._lock:
-                refs = [ref for ref, s in self.sources.items() if s.shard == shard]
-            for ref in refs:
-                self.queue.add((ref, SOURCE))
-                self.queue.add((ref, FULL))
+                for ref in [ref for ref, s in self.sources.items() if s.shard == shard]:  # see _fresh
+                    self._fresh(ref)
+            self._requeue_shard(shard)
+
+    def _requeue_shard(self, shard: int) -> None:
+        """A fetch and a full pass for every source of the shard (taken, or its fence open again)."""
+        with self._lock:
+            refs = [ref for ref, s in self.sources.items() if s.shard == shard]
+        for ref in refs:
+            self.queue.add((ref, SOURCE))
+            self.queue.add((ref, FULL))
+
+    def _fresh(self, ref: str) -> None:
+        """A shard taken (back): forget what this replica knew of its sources. Their desired state is from
+        before another replica ran them (Git may have moved, objects been pruned): correcting "drift"
+        against it re-created objects that had left Git. A fresh reconciler fetches before it writes."""
+        src = self.sources.get(ref)
+        if src is None or src.reconciler is None or src.reconciler.current is None:
+            return
+        fresh = self._build(src.gs, src.shard)
+        fresh.handled, fresh.conditions = src.handled, src.conditions  # `written` not: the holder wrote since
+        if src.client is not None:
+            src.client.close()
+        self.sources[ref] = fresh
 
     # -- GitSync objects ----------------------------------------------------------------------
 
@@ -501,23 +546,34 @@ class Fleet(Controller[FleetKey]):
     def _dispatch(self) -> None:
         """Hand each source's keys to the pool; a source already running keeps its new keys until it ends."""
         while not self.queue.is_shutdown:
-            batch = self.queue.get_batch(timeout=0.5)
-            if not batch:
-                continue
-            groups: dict[str, set[QueueKey]] = {}
-            for ref, key in batch:
-                groups.setdefault(ref, set()).add(key)
-            self.queue.done(batch)
+            batch = self.queue.get_batch(timeout=0.25 if self._waiting else 0.5)
             with self._lock:
-                for ref, keys in groups.items():
-                    if ref in self._busy:
-                        self._held.setdefault(ref, set()).update(keys)
-                        continue
-                    self._busy.add(ref)
-                    try:
-                        self.pool.submit(self._run_source, ref, keys)
-                    except RuntimeError:  # shutting down
-                        self._busy.discard(ref)
+                for ref, key in batch:
+                    self._waiting.setdefault(ref, set()).add(key)
+            if batch:
+                self.queue.done(batch)
+            self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Start the sources due, oldest first, while fewer than --workers passes are running that are not
+        slow (see SLOW_PASS): sources stuck on a hung Git server never starve the others."""
+        with self._lock:
+            now = time.monotonic()
+            running = sum(1 for t in self._busy.values() if now - t < SLOW_PASS)
+            for ref in list(self._waiting):
+                if ref in self._busy:
+                    self._held.setdefault(ref, set()).update(self._waiting.pop(ref))
+                    continue
+                if running >= self.workers or len(self._busy) >= self.pool_size:
+                    return
+                keys = self._waiting.pop(ref)
+                self._busy[ref] = now
+                try:
+                    self.pool.submit(self._run_source, ref, keys)
+                except RuntimeError:  # shutting down
+                    self._busy.pop(ref, None)
+                    return
+                running += 1
 
     def _run_source(self, ref: str, keys: set[QueueKey]) -> None:
         try:
@@ -554,10 +610,11 @@ class Fleet(Controller[FleetKey]):
                 self.queue.add_rate_limited((ref, key))
         finally:
             with self._lock:
-                self._busy.discard(ref)
+                self._busy.pop(ref, None)
                 held = self._held.pop(ref, set())
             for key in held:
                 self.queue.add((ref, key))
+            self._start_waiting()  # a worker is free now
 
     # -- deletion -------------------------------------------------------------------------------
 
