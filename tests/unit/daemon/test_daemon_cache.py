@@ -197,3 +197,30 @@ def test_forbidden_cluster_wide_falls_back_to_one_loop_per_namespace() -> None:
     finally:
         api.closed.set()
         cache.stop()
+
+
+def test_synced_only_once_the_first_list_is_handed_on_while_reads_are_served_at_once() -> None:
+    """Readiness waits for the first list's objects to reach on_event (the history's baseline: seconds at
+    20,000 objects, and a watch event waits behind it); reads from the cache do not."""
+    api = ScriptedApi()
+    api.lists["/api/v1/configmaps"] = [{"metadata": {"resourceVersion": "10"}, "items": [cm("a", 5)]}]
+    api.watches.put(["hang"])
+    handing, release = threading.Event(), threading.Event()
+
+    def on_event(etype: EventType, key: ObjectKey | None, obj: Any) -> None:
+        handing.set()
+        release.wait(5)
+
+    cache = WatchCache(api, on_event=on_event, backoff_base=0.01, backoff_cap=0.05, watch_timeout=(1, 1))
+    try:
+        cache.set_interest([target("a")])
+        assert handing.wait(3)
+        known, obj = cache.get(ObjectKey("", "ConfigMap", "ns", "a"))
+        assert known and obj is not None, "the listed object is served while it is being handed on"
+        assert not cache.is_synced() and not cache.wait_synced(0.1)
+        release.set()
+        assert cache.wait_synced(3)
+    finally:
+        release.set()
+        api.closed.set()
+        cache.stop()
