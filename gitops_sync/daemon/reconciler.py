@@ -346,13 +346,17 @@ class SourceReconciler:
         try:
             scope = src.targets if only is None else [t for t in src.targets if t.key in only]
             self._set_refused(scope, full=only is None)
-            targets = self._yielding(src, only)
+            # One picture of the cluster for the whole pass: the yield check and the plan read the same live
+            # objects. Read twice, an HPA's scale landing between the two reads was corrected (the plan saw
+            # it) without being yielded to (the check had not): one fight with the autoscaler.
+            live = self._live_of([t for t in scope if t.key not in self.refused])
+            targets = self._yielding(src, only, live)
             cs = self.engine.run(
                 src.checkout,
                 targets,
                 opts,
                 apply=self.spec.self_heal,
-                live_of=self._live_of,
+                live_of=lambda ts: _from_picture(live, ts, self._live_of),
                 only=only,
                 refused=self.refused,
             )
@@ -418,7 +422,7 @@ class SourceReconciler:
         if self.on_passed is not None:
             self.on_passed(self)
 
-    def _yielding(self, src: DesiredState, only: set[ObjectKey] | None) -> list[Target]:
+    def _yielding(self, src: DesiredState, only: set[ObjectKey] | None, live_map: LiveMap) -> list[Target]:
         """The targets of this pass with yielded fields left out (daemon/yields.py): end the yields that
         expired or whose HPA is gone, yield to autoscalers seen for the first time, then drop the fields."""
         for y in self.yields.expired():
@@ -432,7 +436,7 @@ class SourceReconciler:
         hpas: dict[str, list[Manifest] | None] = {}
         autoscaled = self.yields.autoscaled_keys()
         for t in scope:
-            live = None if t.key in self.refused else self.cache.get(t.key)[1]
+            live = None if t.key in self.refused else live_map.get(t.key)
             if live is None or not self.spec.autoscaler_wins:
                 continue
             if self.yields.suppressed(t.key):
@@ -457,9 +461,7 @@ class SourceReconciler:
                     self.reporter.yielded(y, live)
         if not any(self.yields.has(t.key) for t in scope):
             return src.targets
-        return [
-            self.yields.body(t, self.cache.get(t.key)[1]) if (only is None or t.key in only) else t for t in src.targets
-        ]
+        return [self.yields.body(t, live_map.get(t.key)) if (only is None or t.key in only) else t for t in src.targets]
 
     def _since_from_history(self, e: Entry) -> None:
         """A live-changed field whose writer's managedFields entry has no time (the scale subresource records
@@ -655,3 +657,12 @@ class SourceReconciler:
 
 
 __all__ = ["FULL", "SOURCE", "QueueKey", "Shared", "SourceReconciler", "SourceSpec"]
+
+
+def _from_picture(picture: LiveMap, targets: Sequence[Target], read: Callable[[Sequence[Target]], LiveMap]) -> LiveMap:
+    """The pass's live objects from its one picture (`read` for any target the picture lacks)."""
+    out = {t.key: picture[t.key] for t in targets if t.key in picture}
+    rest = [t for t in targets if t.key not in picture]
+    if rest:
+        out.update(read(rest))
+    return out
