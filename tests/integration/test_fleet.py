@@ -286,7 +286,13 @@ def test_shards_split_work_and_survive_a_killed_replica(
             60,
             interval=0.2,
         )
-        assert sorted(s for d in survivors for s in _held(d)) == [0, 1, 2, 3]
+        # Held by the survivors (a replica whose renewal ran late under load may hold a shard back for a
+        # renewal period; converged sources do not prove the Leases were all taken at that instant).
+        wait_until(
+            "the survivors to hold every shard",
+            lambda: sorted(s for d in survivors for s in _held(d)) == [0, 1, 2, 3],
+            30,
+        )
         print(
             f"shards {lost} lost with the killed replica; all {n} sources converged {took:.1f} s after the kill "
             f"({time.monotonic() - killed_at:.1f} s)"
