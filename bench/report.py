@@ -149,7 +149,8 @@ def startup_rows(startup: dict[str, Any] | None) -> list[Row]:
         ("first_request", "0c. process start → first API request", None),
     ):
         ours, theirs = med(measure, GITOPS_SYNC), med(measure, KUBECTL)
-        if measure == "first_request" and ours is None and theirs is None and med("diff", GITOPS_SYNC) is not None:
+        if measure == "first_request" and (ours is None or theirs is None) and med("diff", GITOPS_SYNC) is not None:
+            # kubectl's dry-run PATCH is a write, audited everywhere; gitops-sync's reads only where reads are
             why = "the cluster does not audit reads (deploy/local-cluster/audit-policy.yaml does)"
             rows.append(Row(title, "1", "not measured", DASH, DASH, DASH, "not measured", why))
             continue

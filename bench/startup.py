@@ -16,14 +16,14 @@ from __future__ import annotations
 import statistics
 import subprocess
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.env import AuditCounter, BenchCluster, log, settle
-from bench.workload import client, create_namespace
+from bench.workload import client, create_namespace, delete_namespaces
 
-NAMESPACE = "bench-startup"
 INVENTORY = "bench-startup"
 FLOOR_SCRIPT = Path(__file__).with_name("startup_floor.py")
 _OBJECT = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: startup-one\ndata:\n  key: value\n"
@@ -51,22 +51,36 @@ class StartupResult:
 def startup_case(
     cluster: BenchCluster, gitops_sync: list[str], python: str, workdir: Path, repeats: int
 ) -> StartupResult:
-    """Run case 0 (see the module docstring) on `cluster`; `python` runs the floor (gitops-sync's own)."""
+    """Run case 0 (see the module docstring) on `cluster`, in a namespace of its own deleted at the end;
+    `python` runs the floor (gitops-sync's own)."""
     out = StartupResult(repeats)
+    namespace = f"bench-startup-{uuid.uuid4().hex[:5]}"  # a cluster reused by several runs: a new one each time
+    try:
+        _measure(cluster, gitops_sync, python, workdir, namespace, out)
+    finally:
+        delete_namespaces(cluster, [namespace])
+    return out
+
+
+def _measure(
+    cluster: BenchCluster, gitops_sync: list[str], python: str, workdir: Path, namespace: str, out: StartupResult
+) -> None:
+    """The measurements of `startup_case`, into `out`."""
+    repeats = out.repeats
     directory = workdir / "startup-one"
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "cm.yaml").write_text(_OBJECT)
     c = client(cluster)
     try:
-        create_namespace(c, NAMESPACE)
+        create_namespace(c, namespace)
     finally:
         c.close()
-    gs_diff = [*gitops_sync, "diff", "--repo", str(directory), "-n", NAMESPACE, "--name", INVENTORY, "-o", "json"]
-    k_diff = [cluster.kubectl, "diff", "--server-side", "-n", NAMESPACE, "-f", str(directory)]
+    gs_diff = [*gitops_sync, "diff", "--repo", str(directory), "-n", namespace, "--name", INVENTORY, "-o", "json"]
+    k_diff = [cluster.kubectl, "diff", "--server-side", "-n", namespace, "-f", str(directory)]
     # Both tools' state first: the object applied by each (co-owned, same values), gitops-sync's inventory.
-    cluster.run_kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(directory))
+    cluster.run_kubectl("apply", "--server-side", "-n", namespace, "-f", str(directory))
     sync = subprocess.run(
-        [*gitops_sync, "sync", "--repo", str(directory), "-n", NAMESPACE, "--name", INVENTORY, "-o", "json"],
+        [*gitops_sync, "sync", "--repo", str(directory), "-n", namespace, "--name", INVENTORY, "-o", "json"],
         env=cluster.env,
         capture_output=True,
         text=True,
@@ -74,7 +88,7 @@ def startup_case(
     )
     if sync.returncode != 0:
         out.notes.append(f"set-up sync failed (exit {sync.returncode}): {sync.stderr.strip()[-300:]}")
-        return out
+        return
     audit = AuditCounter(cluster.audit_log) if cluster.audit_log else None
     if audit is None:
         out.notes.append("no audit log: 0c (first request) not measured")
@@ -83,7 +97,7 @@ def startup_case(
         "diff": {
             "gitops-sync": gs_diff,
             "kubectl": k_diff,
-            "floor": [python, str(FLOOR_SCRIPT), str(cluster.kubeconfig), NAMESPACE, str(directory / "cm.yaml")],
+            "floor": [python, str(FLOOR_SCRIPT), str(cluster.kubeconfig), namespace, str(directory / "cm.yaml")],
         },
     }
     agents = {"gitops-sync": "gitops-sync/", "kubectl": "kubectl/", "floor": "gitops-sync-startup-floor"}
@@ -113,7 +127,6 @@ def startup_case(
             if (v := out.median(m, t) or 0.0)
         )
     )
-    return out
 
 
 __all__ = ["StartupResult", "startup_case"]
