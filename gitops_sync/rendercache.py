@@ -160,9 +160,7 @@ class RenderCache:
     def key(self, checkout: Checkout, opts: RenderOptions) -> str | None:
         """The entry's name, or None when this render cannot be cached (a kustomization that may read remote
         bases, git that cannot tell a commit's tree, a directory too large to digest)."""
-        found = _commit_files(checkout) if checkout.git_dir is not None else None
-        if found is None and (checkout.git_dir is None or checkout.git_path is None or not checkout.revision):
-            found = _directory_files(checkout, opts)
+        found = _commit_files(checkout) if _is_commit(checkout) else _directory_files(checkout, opts)
         if found is None:
             return None
         source, names = found
@@ -181,10 +179,16 @@ class RenderCache:
         return hashlib.sha256(jsoncodec.dumps(parts)).hexdigest()[:40]
 
 
+def _is_commit(checkout: Checkout) -> bool:
+    """The files of a commit (fetched or pinned, materialised in the clone cache), not a directory as it is."""
+    return checkout.git_dir is not None and checkout.git_path is not None and bool(checkout.revision)
+
+
 def _commit_files(checkout: Checkout) -> tuple[dict[str, str], set[str]] | None:
     """What decides the render of a commit's files: the Git tree of the path (and the whole commit's tree
-    when the path holds a kustomization or a symlink, which may read elsewhere in the repository)."""
-    if checkout.git_dir is None or checkout.git_path is None or not checkout.revision:
+    when the path holds a kustomization or a symlink, which may read elsewhere in the repository); None when
+    git cannot tell."""
+    if checkout.git_dir is None or checkout.git_path is None:
         return None
     try:
         tree, listing = _tree(checkout.git_dir, checkout.revision, checkout.git_path)
