@@ -134,17 +134,18 @@ class _Attempt:
     checkout: Checkout | None = None
     dry_run: bool = False
     rendered: bool = False  # the Secret values are known (registered with `redact`)
-    redact: Redactor = field(default_factory=lambda: _masking().Redactor())
+    redact: Redactor = field(default_factory=lambda: _new_redactor())
     inventory: tuple[str, str, str] = ("", "", "")  # name, namespace, source identity, once known
     logs: LogChoices = field(default_factory=LogChoices)
 
     def mask(self, text: str, *, ours: bool) -> str:
         """`ours`: a message we wrote (already masked by design); else any quoted literal is masked too
         while the Secret values it might hold are not known yet."""
+        from gitops_sync.plan.masking import mask_literals
         from gitops_sync.source import mask_url
 
         text = mask_url(self.redact(text))
-        return text if ours or self.rendered else _masking().mask_literals(text)
+        return text if ours or self.rendered else mask_literals(text)
 
     def failed(self, message: str) -> ChangeSet:
         """The report of a pass that ended in `message`: what was known, `errors` filled."""
@@ -165,11 +166,11 @@ class _Attempt:
         )
 
 
-def _masking() -> Any:
-    """gitops_sync.plan.masking, imported when a command first masks something."""
-    from gitops_sync.plan import masking
+def _new_redactor() -> Redactor:
+    """An empty Redactor; gitops_sync.plan.masking is imported once a command starts, not by `--version`."""
+    from gitops_sync.plan.masking import Redactor
 
-    return masking
+    return Redactor()
 
 
 def _attempt(command: str, **known: Any) -> _Attempt:
