@@ -13,7 +13,6 @@ import re
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from gitops_sync import jsoncodec
-from gitops_sync.conventions import REPORT_FORMATS
 from gitops_sync.formatting import truncate
 from gitops_sync.plan import actors
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange, Foreign, Ignored
@@ -23,7 +22,6 @@ if TYPE_CHECKING:  # rich is imported by the table only: `-o json` and markdown 
     from rich.console import Console
     from rich.table import Table
 
-FORMATS = REPORT_FORMATS
 
 _STYLE = {
     Action.CREATE: "green",
@@ -276,4 +274,4 @@ def exit_code_sync(cs: ChangeSet) -> int:
     return 1 if cs.has_conflicts else 0
 
 
-__all__ = ["FORMATS", "Entry", "exit_code_diff", "exit_code_sync", "markdown", "table", "write"]
+__all__ = ["Entry", "exit_code_diff", "exit_code_sync", "markdown", "table", "write"]
