@@ -165,15 +165,10 @@ class AuditCounter:
         return Mark(st.st_size, st.st_ino)
 
     def count(self, since: Mark, user_agent_prefix: str, namespaces: Sequence[str]) -> WriteCount:
-        self._wait_quiet()
         out = WriteCount()
         wanted = set(namespaces)
-        for line in self._lines_since(since):
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if ev.get("stage") != "ResponseComplete" or not str(ev.get("userAgent", "")).startswith(user_agent_prefix):
+        for ev in self._events(since, user_agent_prefix):
+            if ev.get("stage") != "ResponseComplete":
                 continue
             if ev.get("verb") in READ_VERBS:
                 out.reads += 1
@@ -192,19 +187,23 @@ class AuditCounter:
     def first_request(self, since: Mark, user_agent_prefix: str) -> float | None:
         """When the API server received the first request of `user_agent_prefix` after `since` (epoch
         seconds), or None. Reads are audited for the admin identity only (deploy/local-cluster)."""
-        self._wait_quiet()
         first: float | None = None
+        for ev in self._events(since, user_agent_prefix):
+            with contextlib.suppress(KeyError, ValueError, TypeError):
+                at = datetime.fromisoformat(ev["requestReceivedTimestamp"]).timestamp()
+                first = at if first is None else min(first, at)
+        return first
+
+    def _events(self, since: Mark, user_agent_prefix: str) -> Iterator[dict[str, Any]]:
+        """The audit events of `user_agent_prefix` after `since`, once the file has caught up."""
+        self._wait_quiet()
         for line in self._lines_since(since):
             try:
                 ev = json.loads(line)
             except ValueError:
                 continue
-            if not str(ev.get("userAgent", "")).startswith(user_agent_prefix):
-                continue
-            with contextlib.suppress(KeyError, ValueError, TypeError):
-                at = datetime.fromisoformat(ev["requestReceivedTimestamp"]).timestamp()
-                first = at if first is None else min(first, at)
-        return first
+            if isinstance(ev, dict) and str(ev.get("userAgent", "")).startswith(user_agent_prefix):
+                yield ev
 
     def _wait_quiet(self, quiet: float = 0.3, limit: float = 3.0) -> None:
         """The API server writes the ResponseComplete event as the response leaves; let the file catch up."""
