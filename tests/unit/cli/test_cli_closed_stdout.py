@@ -13,20 +13,20 @@ from pathlib import Path
 from tests.unit.cli.test_cli_bad_input import KUBECONFIG
 
 
-def into_closed_pipe(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The CLI with stdout a pipe whose reading end is already closed."""
+def into_closed_pipe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI with stdout a pipe whose reading end is already closed (every write is EPIPE: no race)."""
     read, write = os.pipe()
     os.close(read)
     try:
         return subprocess.run(
             [sys.executable, "-m", "gitops_sync", *args],
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=write,
             stderr=subprocess.PIPE,
             text=True,
-            timeout=60,
+            timeout=300,
             check=False,
-            cwd=cwd,
         )
     finally:
         os.close(write)
