@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import gc
 import importlib
+import os
 import sys
 import time
 import traceback
@@ -68,6 +69,26 @@ def _write(cs: ChangeSet, output: str, out: TextIO, **kwargs: Any) -> None:
         from gitops_sync import report
 
         report.write(cs, output, out, **kwargs)
+
+
+@contextmanager
+def _stdout_reader_may_leave(code: int) -> Iterator[None]:
+    """Writing the output for a reader that may stop early (`render | head`): a closed pipe ends the
+    command with `code`, what it exits with anyway, and no message, as `git log | head` does. The reader
+    chose to stop; that is no failure of ours ("BrokenPipeError ... failed unexpectedly" was)."""
+    try:
+        yield
+        sys.stdout.flush()  # what is still buffered fails here, not at exit
+    except BrokenPipeError:
+        # The interpreter flushes stdout once more at exit and would print "Exception ignored ..."
+        # for what is left in the buffer: from now on stdout goes to /dev/null.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):  # stdout is no file (a test runner's buffer): nothing is left to flush
+            pass
+        sys.exit(code)
 
 
 def _output_options(fn: F) -> F:
@@ -279,7 +300,8 @@ def _fail(attempt: _Attempt, message: str) -> NoReturn:
     """One line on stderr; with -o json/markdown also the error document on stdout, so `jq` reads it."""
     click.echo(f"error: {message}", err=True)
     if attempt.output in ("json", "markdown", "html"):
-        _write(attempt.failed(message), attempt.output, sys.stdout)
+        with _stdout_reader_may_leave(2):
+            _write(attempt.failed(message), attempt.output, sys.stdout)
     sys.exit(2)
 
 
@@ -391,8 +413,10 @@ def _report_pass(
     apply = command == "sync"
     attempt = _attempt(command, logs=logs, output=output, source=source, dry_run=opts.dry_run)
     cs = _run_pass(attempt, source, opts, cluster, budget, apply=apply)
-    _write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
-    sys.exit(report.exit_code_sync(cs) if apply else report.exit_code_diff(cs))
+    code = report.exit_code_sync(cs) if apply else report.exit_code_diff(cs)
+    with _stdout_reader_may_leave(code):
+        _write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
+    sys.exit(code)
 
 
 @main.command(epilog=_ENV_EPILOG)
@@ -502,16 +526,17 @@ def render(logs: LogChoices, source: SourceOptions, namespace: str, show_secrets
     attempt.logs.configure()
     checkout, objects = _load(attempt, source)
     manifests = [o.manifest if show_secrets else mask_secret(o.manifest) for o in objects]
-    click.echo(f"# revision: {checkout.revision or '(plain directory)'}")
-    click.echo(f"# namespace: {namespace} (-n: for namespaced objects that name none)")
     cluster_scoped = _cluster_scoped_kinds(manifests)
-    for manifest in manifests:
-        document = to_yaml([manifest])
-        key = ObjectKey.of(manifest)
-        if not key.namespace and (key.group, key.kind) not in cluster_scoped:
-            head, sep, rest = document.partition("\n")
-            document = f"{head}{sep}# namespace: {namespace} (from -n)\n{rest}"
-        click.echo(document, nl=False)
+    with _stdout_reader_may_leave(0):
+        click.echo(f"# revision: {checkout.revision or '(plain directory)'}")
+        click.echo(f"# namespace: {namespace} (-n: for namespaced objects that name none)")
+        for manifest in manifests:
+            document = to_yaml([manifest])
+            key = ObjectKey.of(manifest)
+            if not key.namespace and (key.group, key.kind) not in cluster_scoped:
+                head, sep, rest = document.partition("\n")
+                document = f"{head}{sep}# namespace: {namespace} (from -n)\n{rest}"
+            click.echo(document, nl=False)
 
 
 # Built-in cluster-scoped kinds: `render` runs without a cluster, so it cannot ask discovery. A custom

@@ -5,6 +5,12 @@ Messages must name the file, object or host concerned, so a user can act without
 
 from __future__ import annotations
 
+from gitops_sync.formatting import truncate
+
+# The longest message a RenderError carries (its file and object come on top): whatever a file quotes
+# into it (a key, an entry, a tool's output) cannot make a one-line error megabytes long.
+MAX_RENDER_MESSAGE = 4000
+
 
 class GitOpsError(Exception):
     """Base of every expected failure (exit code 2)."""
@@ -19,6 +25,7 @@ class RenderError(GitOpsError):
 
     def __init__(self, message: str, *, file: str | None = None, obj: str | None = None) -> None:
         where = ", ".join(p for p in (file, obj) if p)
+        message = truncate(message, MAX_RENDER_MESSAGE)
         super().__init__(f"{where}: {message}" if where else message)
         self.file = file
         self.obj = obj

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -42,6 +43,10 @@ _LEVELS: dict[str, int] = {
 }
 # `configure`'s choice while structlog is not imported yet: applied by the first line that is logged.
 _pending: tuple[str, str] | None = None
+# Held while structlog is imported and configured: a thread that logs its first line meanwhile (the apply
+# pool's workers fail together) waits for the configuration instead of finding structlog's default, whose
+# console lines go to stdout, ahead of a `-o json` report.
+_lock = threading.Lock()
 
 
 def _drop(*_args: Any, **_kw: Any) -> None:
@@ -49,13 +54,16 @@ def _drop(*_args: Any, **_kw: Any) -> None:
 
 
 def _structlog() -> ModuleType:
-    """structlog, with the configuration `configure` left pending applied first."""
+    """structlog, with the configuration `configure` left pending applied first.
+
+    `_pending` is cleared only once the configuration is in place, and under the lock: no thread can see
+    "nothing pending" while structlog still has its default configuration."""
     global _pending
-    structlog = structlog_module()
-    if _pending is not None:
-        fmt, level = _pending
-        _pending = None
-        _apply(structlog, fmt, level)
+    with _lock:
+        structlog = structlog_module()
+        if _pending is not None:
+            _apply(structlog, *_pending)
+            _pending = None
     return structlog
 
 
@@ -91,11 +99,12 @@ def configure(fmt: str = "auto", level: str = "info") -> None:
     level = level.lower()
     if level not in _LEVELS:
         raise ValueError(f"unknown log level {level!r}")
-    if "structlog" in sys.modules:
-        _pending = None
-        _apply(sys.modules["structlog"], fmt, level)
-    else:
-        _pending = (fmt, level)
+    with _lock:
+        if "structlog" in sys.modules:
+            _apply(sys.modules["structlog"], fmt, level)
+            _pending = None
+        else:
+            _pending = (fmt, level)
 
 
 def _apply(structlog: ModuleType, fmt: str, level: str) -> None:

@@ -834,15 +834,16 @@ def up(cfg: Config) -> None:
         if cfg.state_dir.exists():
             log(f"{cfg.state_dir} holds a stopped or unhealthy cluster: removing it")
             down(cfg, locked=True)
-        build(cfg.cache_dir)
+        # Ports before the build: a port in use is known in a millisecond, the build can take minutes.
         for comp, port in cfg.ports.items():
             if port_in_use(port):
                 owner = PORT_OWNER.get(comp, comp)
                 raise ClusterError(
                     f"component {owner}: port 127.0.0.1:{port} ({comp}) is already in use; "
-                    f"stop what listens there or choose another port with --{comp}-port "
-                    f"or {PORT_ENV[comp]}"
+                    f"stop what listens there, choose another port with --{comp}-port "
+                    f"or {PORT_ENV[comp]}, or let it pick free ones: --auto-ports or LOCAL_CLUSTER_AUTO_PORTS=1"
                 )
+        build(cfg.cache_dir)
         _up(cfg)
     finally:
         lock.close()

@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gitops_sync.conventions import RULES_FILE
 from gitops_sync.errors import RenderError
 from gitops_sync.plan import actors, fieldpath, ownership
 from gitops_sync.plan.changeset import Ignored
+from gitops_sync.render import load_config
 from gitops_sync.resource import Manifest, ObjectKey
 
 IF_OWNED = "if-owned-by-others"
@@ -135,13 +134,9 @@ def load_file(root: Path, repo_root: Path | None = None) -> list[IgnoreRule]:
         path = base / RULES_FILE
         if path.is_file():
             name = str(path.relative_to(repo_root)) if repo_root and path.is_relative_to(repo_root) else str(path)
-            try:
-                doc = yaml.safe_load(path.read_text())
-            except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-                mark = getattr(exc, "problem_mark", None)
-                where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
-                raise RenderError("cannot read the rules file", file=where) from None
-            return parse_document(doc, name)
+            # Bounded like every file the repository controls: an alias bomb or 5,000 nested brackets here
+            # must be an error naming the file, not gigabytes of expansion or a RecursionError.
+            return parse_document(load_config(path, name, "the rules file"), name)
     return []
 
 
@@ -184,7 +179,8 @@ def _rule(raw: Any, name: str) -> IgnoreRule:
         raise ValueError("a rule needs `paths` and/or `jsonPointers`, lists of strings")
     mode = raw.get("mode", IF_OWNED)
     if mode not in MODES:
-        raise ValueError(f"`mode` must be one of {list(MODES)}, not {mode!r}")
+        shown = repr(mode) if isinstance(mode, str) else f"a {type(mode).__name__}"  # never a whole structure
+        raise ValueError(f"`mode` must be one of {list(MODES)}, not {shown}")
     selector = Selector(
         group=str(target.get("group", "*")),
         kind=str(target.get("kind", "*")),

@@ -1,6 +1,6 @@
 """Manifests to objects: YAML/JSON files, kustomizations (`kubectl kustomize`) and charts (`helm template`)."""
 
 from gitops_sync.render._render import RenderOptions, render
-from gitops_sync.render._yaml import to_yaml
+from gitops_sync.render._yaml import load_config, to_yaml
 
-__all__ = ["RenderOptions", "render", "to_yaml"]
+__all__ = ["RenderOptions", "load_config", "render", "to_yaml"]

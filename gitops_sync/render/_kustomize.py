@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from gitops_sync.errors import RenderError
-from gitops_sync.render._yaml import NodeBudget, load_yaml
+from gitops_sync.render._yaml import CONFIG_MAX_BYTES, load_config
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 _FLAG = "--kustomize-allow-external"
 _SCHEME = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://|git::|gh:|git@|ssh:)")
 _HOST_LIKE = re.compile(r"^[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+(?::\d+)?/")  # github.com/org/repo
-_MAX_READ = 1024 * 1024  # bytes read from one kustomization or generator file
 # Entries that name files or directories kustomize reads: lists of paths, lists of objects with a path.
 _PATH_LISTS = (
     "resources",
@@ -64,7 +63,7 @@ class _Walk:
         if file is None:
             return  # kustomize itself says what is missing
         name = self._name(file)
-        doc = self._load(file, name)
+        doc = load_config(file, name, "a kustomization") or {}
         for key in _PATH_LISTS:
             for entry in _strings(doc.get(key)):
                 if key in ("patchesStrategicMerge", "generators", "transformers", "validators") and _inline(entry):
@@ -143,22 +142,6 @@ class _Walk:
     def _name(self, file: Path) -> str:
         return file.relative_to(self.boundary).as_posix() if file.is_relative_to(self.boundary) else str(file)
 
-    def _load(self, file: Path, name: str) -> dict[str, Any]:
-        try:
-            with file.open("rb") as handle:
-                data = handle.read(_MAX_READ + 1)
-        except OSError as err:
-            raise RenderError(f"cannot read: {err.strerror}", file=name) from None
-        if len(data) > _MAX_READ:
-            raise RenderError(f"kustomization is larger than {_MAX_READ} bytes", file=name)
-        docs = load_yaml(data, name, NodeBudget(per_file=100_000, per_render=100_000))
-        if not docs:
-            return {}
-        if len(docs) > 1 or not isinstance(docs[0][1], dict):
-            raise RenderError("a kustomization must be one YAML mapping", file=name)
-        doc: dict[str, Any] = docs[0][1]
-        return doc
-
 
 def _remote(entry: str, local: Path) -> bool:
     """As kustomize decides: an existing local path is local; a URL, a git ref or `host.tld/…` is remote."""
@@ -187,7 +170,7 @@ def _read_lines(path: Path) -> set[str]:
     """The non-empty lines of a small file (and the whole text), for redaction only."""
     try:
         with path.open("rb") as handle:
-            text = handle.read(_MAX_READ).decode(errors="replace")
+            text = handle.read(CONFIG_MAX_BYTES).decode(errors="replace")
     except OSError:
         return set()
     lines = {ln.strip() for ln in text.splitlines() if ln.strip()}

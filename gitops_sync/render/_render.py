@@ -18,7 +18,7 @@ from typing import Any
 from gitops_sync.errors import RenderError
 from gitops_sync.render import _kustomize, _tools, locate
 from gitops_sync.render._kustomize import KUSTOMIZATION_FILES
-from gitops_sync.render._yaml import NodeBudget, load_json, load_yaml
+from gitops_sync.render._yaml import NodeBudget, load_config, load_json, load_yaml, read_bounded
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey, split_api_version
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -98,7 +98,7 @@ class _Walker:
             self._check_tree_links(directory, rel)
             tool = "kustomize" if kustomization is not None else "helm"
             label = f"{rel or '.'} ({tool})"
-            output = self._kustomize(directory, label) if tool == "kustomize" else self._helm(directory, label)
+            output = self._kustomize(directory, label) if tool == "kustomize" else self._helm(directory, rel, label)
             # A tool's output is the rendering of a whole tree: bounded by bytes and by the render's budget.
             budget = replace(self.budget, per_file=sys.maxsize)
             docs = load_yaml(output, label, budget)
@@ -142,17 +142,7 @@ class _Walker:
                     self._check_link(path, f"{rel}/{inner}" if rel else inner)
 
     def _load_file(self, path: Path, rel: str) -> None:
-        limit = self.opts.max_file_bytes
-        too_big = RenderError(f"file is larger than the {limit}-byte limit", file=rel)
-        try:
-            if path.stat().st_size > limit:
-                raise too_big
-            with path.open("rb") as handle:
-                data = handle.read(limit + 1)  # bounded even if the file grows after stat()
-        except OSError as err:
-            raise RenderError(f"cannot read: {err.strerror}", file=rel) from None
-        if len(data) > limit:
-            raise too_big
+        data = read_bounded(path, rel, self.opts.max_file_bytes)
         if rel.lower().endswith(".json"):
             docs = load_json(data, rel, self.budget)
         else:
@@ -189,11 +179,42 @@ class _Walker:
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
         return _tools.kustomize(self.opts.kubectl, directory, label, limits, secrets)
 
-    def _helm(self, directory: Path, label: str) -> str:
+    def _helm(self, directory: Path, rel: str, label: str) -> str:
+        self._check_chart(directory, rel)
         values = [self._values_file(given, label) for given in self.opts.helm_values]
+        for given, path in zip(self.opts.helm_values, values, strict=True):
+            self._check_values(path, str(given))
         release = self.opts.helm_release or directory.resolve().name
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
         return _tools.helm_template(self.opts.helm, directory, release, self.opts.namespace, values, label, limits)
+
+    def _check_chart(self, directory: Path, rel: str) -> None:
+        """helm parses a chart's YAML itself: its Chart.yaml (and lock and requirements files) and
+        values.yaml, and those of its unpacked sub-charts (`charts/<name>/`), get the bounds of our own
+        files first (bytes, aliases expanded, depth), so a hostile one is refused naming the file."""
+        seen: set[Path] = set()
+        pending = [(directory, rel)]
+        while pending:
+            chart, chart_rel = pending.pop()
+            if (real := chart.resolve()) in seen:
+                continue  # a sub-chart symlinked to an ancestor: helm's problem, not a loop of ours
+            seen.add(real)
+            for name in _CHART_FILES:
+                if (chart / name).is_file():
+                    load_config(chart / name, _join(chart_rel, name), name)
+            if (chart / "values.yaml").is_file():
+                self._check_values(chart / "values.yaml", _join(chart_rel, "values.yaml"))
+            charts = chart / "charts"
+            if charts.is_dir():
+                for sub in sorted(charts.iterdir()):
+                    if (sub / "Chart.yaml").is_file():
+                        pending.append((sub, _join(chart_rel, f"charts/{sub.name}")))
+
+    def _check_values(self, path: Path, name: str) -> None:
+        """A values file read by helm: bounded as a manifest is (its own node budget: nothing is built)."""
+        nodes = self.opts.max_yaml_nodes
+        data = read_bounded(path, name, self.opts.max_file_bytes)
+        load_yaml(data, name, NodeBudget(nodes, nodes, self.opts.max_depth))
 
     def _values_file(self, given: Path, label: str) -> Path:
         """A --helm-values file: the user's own (absolute, or relative to the current directory) is
@@ -213,6 +234,14 @@ class _Walker:
         if not in_repo.resolve().is_relative_to(self.boundary):
             raise RenderError(f"values file {given} leads outside the repository (symlink)", file=label)
         return in_repo
+
+
+# The YAML files of a chart, besides values.yaml, that helm reads as configuration.
+_CHART_FILES = ("Chart.yaml", "Chart.lock", "requirements.yaml", "requirements.lock")
+
+
+def _join(rel: str, name: str) -> str:
+    return f"{rel}/{name}" if rel else name
 
 
 def _is_list(value: dict[str, Any]) -> bool:

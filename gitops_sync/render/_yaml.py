@@ -10,6 +10,11 @@ stops a manifest.
 
 Nothing read from a file is echoed in an error except keys, tags and positions: a constructor error
 (`password: !!int hunter2`) would otherwise quote a Secret's value.
+
+Every file the repository controls that gitops-sync reads itself goes through here, manifests and
+configuration alike (`.gitops-sync.yaml`, kustomizations, a chart's Chart.yaml and values files):
+`read_bounded` caps its bytes, `load_yaml` its nodes and depth, `load_config` both with the smaller
+limits of a configuration file. A plain `yaml.safe_load` has none of these bounds.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import base64
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -170,6 +176,41 @@ def load_yaml(data: bytes | str, source: str, budget: NodeBudget | int) -> list[
     finally:
         loader.dispose()
     return docs
+
+
+def read_bounded(path: Path, name: str, limit: int) -> bytes:
+    """The bytes of a file, refused past `limit` (checked again while reading: the file may grow after
+    stat()); `name` is how errors call it (its path in the repository)."""
+    too_big = RenderError(f"file is larger than the {limit}-byte limit", file=name)
+    try:
+        if path.stat().st_size > limit:
+            raise too_big
+        with path.open("rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as err:
+        raise RenderError(f"cannot read: {err.strerror or type(err).__name__}", file=name) from None
+    if len(data) > limit:
+        raise too_big
+    return data
+
+
+# A configuration file (a kustomization, .gitops-sync.yaml, Chart.yaml) is a page or two of YAML: limits far
+# below a manifest's, so a hostile one costs milliseconds and kilobytes before it is refused.
+CONFIG_MAX_BYTES = 1024 * 1024
+CONFIG_MAX_NODES = 100_000
+
+
+def load_config(path: Path, name: str, what: str) -> dict[str, Any] | None:
+    """The one YAML mapping of a configuration file the repository controls (None when it is empty),
+    bounded in bytes, nodes (aliases expanded) and depth like a manifest; `what` names it in errors."""
+    data = read_bounded(path, name, CONFIG_MAX_BYTES)
+    docs = load_yaml(data, name, NodeBudget(per_file=CONFIG_MAX_NODES, per_render=CONFIG_MAX_NODES))
+    if not docs:
+        return None
+    if len(docs) > 1 or not isinstance(docs[0][1], dict):
+        raise RenderError(f"{what} must be one YAML mapping", file=name)
+    doc: dict[str, Any] = docs[0][1]
+    return doc
 
 
 def load_json(data: bytes, source: str, budget: NodeBudget | None = None) -> list[tuple[int, Any]]:

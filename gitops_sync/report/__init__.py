@@ -8,6 +8,8 @@ shortened; anywhere else (a pipe, a CI log) nothing is cut.
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
 import re
 from typing import TYPE_CHECKING, Any, Final, TextIO
@@ -51,10 +53,8 @@ def write(
     elif fmt == "markdown":
         out.write(markdown(cs, verbose=verbose))
     else:
-        from rich.console import Console
-
         on_terminal = _isatty(out) if terminal is None else terminal
-        console = Console(
+        console = _console_class()(
             file=out,
             force_terminal=color,
             no_color=color is False,
@@ -64,6 +64,21 @@ def write(
             markup=False,
         )
         table(cs, console, verbose=verbose, limit=_TERMINAL_VALUE_LIMIT if on_terminal else None)
+
+
+@functools.cache
+def _console_class() -> type[Console]:
+    """rich's Console, except for a reader that closed the pipe: rich would exit 1 on its own (SystemExit
+    from `on_broken_pipe`); the BrokenPipeError goes to the caller, as it does for json and markdown, and the
+    CLI ends with the command's own exit code."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True  # nothing more to write to a reader that is gone
+            raise BrokenPipeError(errno.EPIPE, "the reader of the report closed the pipe")
+
+    return _Console
 
 
 def _json_text(doc: Any, out: TextIO) -> str:

@@ -53,3 +53,64 @@ def test_an_unknown_level_is_refused() -> None:
 
     with pytest.raises(ValueError, match="unknown log level"):
         log.configure("json", "verbose")
+
+
+# Thread A logs first: structlog is imported and the pending configuration applied, and A is held inside
+# that (a hook on _apply). Thread B then logs its first line. B must wait for the configuration: the lock it
+# waits on is observed (B reaching it sets `progressed`); on code without one, B gets through at once with
+# structlog's default configuration (sets `progressed` when done). Either way A is released only after B
+# either waits or has written: the interleaving is certain, no sleep.
+_RACE = """
+import sys, threading
+from gitops_sync import log
+
+log.configure("json", "info")
+entered, release, progressed = threading.Event(), threading.Event(), threading.Event()
+real_apply = log._apply
+
+def held_apply(*args):
+    entered.set()
+    assert release.wait(30)
+    real_apply(*args)
+
+class ObservedLock:
+    def __init__(self):
+        self.real = threading.Lock()
+    def __enter__(self):
+        if threading.current_thread().name == "B":
+            progressed.set()
+        self.real.acquire()
+    def __exit__(self, *exc):
+        self.real.release()
+
+log._apply = held_apply
+log._lock = ObservedLock()
+
+def first():
+    log.get_logger("a").warning("from-a")
+
+def second():
+    try:
+        log.get_logger("b").warning("from-b")
+    finally:
+        progressed.set()
+
+a = threading.Thread(target=first, name="A")
+a.start()
+assert entered.wait(30)
+b = threading.Thread(target=second, name="B")
+b.start()
+assert progressed.wait(30)
+release.set()
+a.join(30)
+b.join(30)
+"""
+
+
+def test_a_second_thread_logging_while_the_configuration_is_applied_waits_for_it() -> None:
+    """Before the lock, `_pending` was cleared before the configuration was applied: a pool thread logging
+    in that window got structlog's default, console lines on stdout, and `sync -o json | jq` failed."""
+    done = subprocess.run([sys.executable, "-c", _RACE], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout == ""
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    assert sorted(line["event"] for line in lines) == ["from-a", "from-b"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +59,63 @@ def write(tmp_path: Path, text: str) -> Path:
         ("ignore:\n  - target: {kind: Deployment}\n", "ignore[0]: a rule needs `paths`"),
         ("ignore:\n  - paths: [.a]\n    colour: red\n", "ignore[0]: unknown key"),
         ("ignore:\n  - paths: [.a]\n  - target: {kind: [x]}\n    paths: [.a]\n", "ignore[1]: `target.kind`"),
-        ("ignore:\n  - paths: [.a\n", "cannot read the rules file"),
+        ("ignore:\n  - paths: [.a\n", "invalid YAML: while parsing a flow sequence started at line 2, column 12"),
     ],
 )
 def test_a_bad_rules_file_is_a_render_error_naming_it(tmp_path: Path, text: str, says: str) -> None:
     with pytest.raises(RenderError, match=r"\.gitops-sync\.yaml") as err:
         load_file(write(tmp_path, text), tmp_path)
     assert says in str(err.value)
+
+
+def alias_bomb(levels: int) -> str:
+    """`mode:` a list of `levels` anchors, each ten aliases of the one before: 10**levels nodes expanded."""
+    anchors = ["&a0 [x, x, x, x, x, x, x, x, x, x]"]
+    anchors += [f"&a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return f"ignore:\n  - paths: [.spec.replicas]\n    mode: [{', '.join(anchors)}]\n"
+
+
+def test_an_alias_bomb_in_the_rules_file_is_refused_before_it_expands(tmp_path: Path) -> None:
+    """Read with plain yaml.safe_load, 7 levels (352 bytes) made a 58 MB error message in 4 s, 8 levels ran
+    out of memory: the bounded loader counts the expansion and refuses it, naming the file."""
+    started = time.perf_counter()
+    with pytest.raises(RenderError) as err:
+        load_file(write(tmp_path, alias_bomb(8)), tmp_path)
+    assert time.perf_counter() - started < 1
+    assert str(err.value) == (
+        ".gitops-sync.yaml: document 1 expands to more than 100000 YAML nodes in this file (aliases expanded); "
+        "refusing to load it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("depth", "says"),
+    [
+        (150, ":3:58: invalid YAML: document 1 is nested more than 100 levels deep"),
+        (5000, ":1:1008: invalid YAML: while increasing flow level"),
+    ],
+)
+def test_deep_nesting_in_the_rules_file_is_an_error_not_a_recursion_error(
+    tmp_path: Path, depth: int, says: str
+) -> None:
+    text = "ignore:\n- paths: [.a]\n  mode: " if depth < 1000 else "ignore: "
+    with pytest.raises(RenderError) as err:
+        load_file(write(tmp_path, text + "[" * depth + "]" * depth + "\n"), tmp_path)
+    assert str(err.value).startswith(".gitops-sync.yaml" + says), err.value
+
+
+def test_a_rules_file_past_the_size_limit_is_refused(tmp_path: Path) -> None:
+    text = "ignore:\n  - paths: [.spec.replicas]\n" + "# padding\n" * 120_000
+    with pytest.raises(RenderError, match=r"^\.gitops-sync\.yaml: file is larger than the 1048576-byte limit$"):
+        load_file(write(tmp_path, text), tmp_path)
+
+
+def test_a_wrong_mode_is_named_by_its_type_not_quoted_whole(tmp_path: Path) -> None:
+    with pytest.raises(RenderError) as err:
+        load_file(
+            write(tmp_path, "ignore:\n  - paths: [.a]\n    mode: [" + ", ".join(["x" * 50] * 1000) + "]\n"), tmp_path
+        )
+    assert str(err.value).endswith("`mode` must be one of ['if-owned-by-others', 'always'], not a list")
 
 
 def test_the_rendered_root_file_wins_over_the_repository_root(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gitops_sync.errors import RenderError
+from gitops_sync.errors import MAX_RENDER_MESSAGE, RenderError
 from gitops_sync.render import RenderOptions, _kustomize, _tools, render
 from gitops_sync.render._yaml import NodeBudget, load_json, load_yaml
 
@@ -334,6 +334,54 @@ def test_missing_helm_values_name_both_places(
     err = render_error(chart_repo, RenderOptions(helm_values=(Path("nope.yaml"),)))
     assert f"values file nope.yaml does not exist (looked in the current directory {tmp_path}" in str(err)
     assert f"and in the repository {chart_repo}" in str(err)
+
+
+BOMB = "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9))
+BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + BOMB  # 10**9 nodes expanded, 420 bytes
+
+
+@pytest.mark.parametrize(
+    ("files", "says"),
+    [
+        ({"c/Chart.yaml": BOMB}, "c/Chart.yaml: document 1 expands to more than 100000 YAML nodes"),
+        ({"c/values.yaml": BOMB}, "c/values.yaml: document 1 expands to more than 1000000 YAML nodes"),
+        (
+            {"c/values.yaml": "x: " + "[" * 150 + "]" * 150 + "\n"},
+            "c/values.yaml:1:53: invalid YAML: document 1 is nested",
+        ),
+        ({"c/Chart.lock": "[" * 5000 + "]" * 5000}, "c/Chart.lock:1:1001: invalid YAML: while increasing flow level"),
+        ({"c/Chart.yaml": "x: y\n" * 300_000}, "c/Chart.yaml: file is larger than the 1048576-byte limit"),
+        (
+            {"c/charts/sub/Chart.yaml": "name: sub\n", "c/charts/sub/values.yaml": BOMB},
+            "c/charts/sub/values.yaml: document 1 expands to more than 1000000 YAML nodes",
+        ),
+    ],
+)
+def test_a_charts_yaml_files_are_bounded_before_helm_reads_them(
+    tmp_path: Path, files: dict[str, str], says: str
+) -> None:
+    """helm parses Chart.yaml and values.yaml itself; they get the bounds of our own files first, so the
+    error names the file (the fake helm here would render happily: it never runs)."""
+    repo = write(tmp_path / "repo", {"c/Chart.yaml": "apiVersion: v2\nname: c\nversion: 0.1.0\n", **files})
+    started = time.perf_counter()
+    err = render_error(repo, RenderOptions(helm=str(args_helm(tmp_path))))
+    assert time.perf_counter() - started < 2
+    assert str(err).startswith(says), err
+
+
+def test_a_helm_values_file_is_bounded_too(tmp_path: Path, chart_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(chart_repo, {"c/env/bomb.yaml": BOMB})
+    err = render_error(chart_repo, RenderOptions(helm=str(args_helm(tmp_path)), helm_values=(Path("c/env/bomb.yaml"),)))
+    assert str(err).startswith("c/env/bomb.yaml: document 1 expands to more than 1000000 YAML nodes"), err
+
+
+def test_a_kustomization_entry_of_a_megabyte_makes_a_bounded_message(tmp_path: Path) -> None:
+    """The message quotes the entry it refuses; the entry is as long as the file allows (1 MB)."""
+    repo = kustomize_repo(tmp_path, "resources:\n- https://example.test/" + "x" * 1_000_000 + "\n")
+    err = str(render_error(repo, RenderOptions(kubectl="/nonexistent/kubectl")))
+    assert err.startswith("k/kustomization.yaml: resources entry 'https://example.test/xxx") and err.endswith("…")
+    assert len(err) <= len("k/kustomization.yaml: ") + MAX_RENDER_MESSAGE
 
 
 # --- tools: time and output bounds, redacted stderr ---------------------------------------------------

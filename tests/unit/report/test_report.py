@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import re
 
 import pytest
@@ -101,3 +103,17 @@ def test_json_keeps_values_exactly() -> None:
     doc = json.loads(out.getvalue())
     drift = doc["objects"][0]["drift"][0]
     assert drift["path"] == '.spec.x[name="api"]' and drift["desired"] == "[/]" and drift["live"] == "a|b\n`c`"
+
+
+def test_a_table_into_a_closed_pipe_is_a_broken_pipe_for_the_caller() -> None:
+    """rich handled it itself with SystemExit(1) (Console.on_broken_pipe): `sync | head` closing early made a
+    sync that had applied cleanly exit 1. The caller (the CLI) decides: its command's own exit code."""
+    read, write = os.pipe()
+    os.close(read)
+    out = io.TextIOWrapper(io.FileIO(write, "w"), write_through=True)
+    try:
+        with pytest.raises(BrokenPipeError):
+            report.write(changeset(), "table", out, color=False, terminal=False)
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            out.close()
