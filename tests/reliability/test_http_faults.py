@@ -68,6 +68,13 @@ class Target:
             last = now
         return last
 
+    def rss(self) -> int:
+        """Resident memory in bytes (VmRSS)."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
     def alive(self) -> bool:
         return self.proc.poll() is None
 
@@ -473,4 +480,67 @@ def test_auth_answers_503_when_the_api_server_is_away_or_hung(reliability: Recor
         "timeout plus one health probe (5 s + 3 s in the daemon; 1 s + 1 s here), then at once while it stays away",
         checked="errors are not cached; the token is not in the answer",
         figures="; ".join(figures),
+    )
+
+
+def _keepalive_gets(port: int, paths: list[str]) -> dict[int, int]:
+    """GET each path on one keep-alive connection (reconnecting if the server closes it): status -> count."""
+    codes: dict[int, int] = {}
+    sock: socket.socket | None = None
+    try:
+        for path in paths:
+            for _ in range(2):  # one reconnect per request at most
+                if sock is None:
+                    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+                try:
+                    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+                    head = b""
+                    while b"\r\n\r\n" not in head:
+                        chunk = sock.recv(65536)
+                        if not chunk:
+                            raise ConnectionResetError
+                        head += chunk
+                except OSError:
+                    sock.close()
+                    sock = None
+                    continue
+                top, _, rest = head.partition(b"\r\n\r\n")
+                length = next(
+                    int(v)
+                    for k, _, v in (h.partition(b":") for h in top.split(b"\r\n"))
+                    if k.lower() == b"content-length"
+                )
+                while len(rest) < length:
+                    rest += sock.recv(65536)
+                status = int(top.split(b" ", 2)[1])
+                codes[status] = codes.get(status, 0) + 1
+                break
+            else:
+                raise AssertionError(f"no answer to GET {path[:40]}...")
+    finally:
+        if sock is not None:
+            sock.close()
+    return codes
+
+
+def test_distinct_unknown_static_names_do_not_grow_the_server(target: Target, reliability: Recorder) -> None:
+    """/static/ is served without authentication; it kept every name asked for in an unbounded cache."""
+    n, size = 3000, 60_000
+    _keepalive_gets(target.port, [f"/static/warm-{i}" for i in range(50)])  # allocator and parser warm
+    before = target.rss()
+    t0 = time.monotonic()
+    codes = _keepalive_gets(target.port, [f"/static/{i:05d}-" + "x" * (size - 13) for i in range(n)])
+    took = time.monotonic() - t0
+    grew = target.rss() - before
+    assert codes == {404: n}, codes
+    assert _keepalive_gets(target.port, ["/static/app.css", "/static/app.js"]) == {200: 2}
+    assert grew < 20 * 1024 * 1024, f"RSS grew by {grew / 2**20:.1f} MiB"
+    assert request(target.port, "GET", "/healthz")[0] == 200 and target.alive()
+    reliability.record(
+        area="HTTP",
+        fault=f"{n} GET /static/<name> with distinct unknown names of {size // 1000} kB each "
+        f"({n * size / 1e6:.0f} MB of names), no authentication",
+        outcome=f"each 404 in {took:.1f} s; the page's 3 files still 200",
+        checked="no name is cached: the server's RSS stays flat (before: one cache entry per name, for good)",
+        figures=f"RSS {before / 2**20:.1f} MiB -> {(before + grew) / 2**20:.1f} MiB ({grew / 2**20:+.1f} MiB)",
     )
