@@ -364,7 +364,8 @@ def _run_pass(
                 cs = engine.run(checkout, targets, opts, apply=apply, on_entry=tick, on_ready=ready)
             except (ApiUnavailableError, ApiTimeoutError) as exc:  # before any object was sent
                 cs = engine.not_attempted(checkout, targets, opts, exc, apply=apply)
-        log.info("requests", reads=client.stats.reads, writes=client.stats.writes, dry_runs=client.stats.dry_runs)
+        stats = client.stats
+        log.info("requests", reads=stats.reads, writes=stats.writes, dry_runs=stats.dry_runs, throttled=stats.throttled)
     return cs
 
 

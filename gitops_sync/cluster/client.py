@@ -8,11 +8,18 @@ A `Breaker` per client turns "the API server is down or hung" into an answer in 
 first request that times out or cannot connect, one short `/readyz` probe decides; while it fails, every
 request raises ApiUnavailableError without being sent (the engine reports those objects "not attempted"),
 and a re-probe every few seconds closes the breaker again when the server is back (the daemon recovers).
+
+A 429 with `Retry-After` (API Priority and Fairness, or --max-requests-inflight) is the server answering,
+not an outage: the request is sent again after the time asked, as client-go does (`rest.checkWait`:
+429 with an integer Retry-After; at most 10 retries), within the request's own timeout and the
+command's deadline; the breaker never hears of it. Once the retries or the time are used up the 429
+is raised as it came (TooManyRequestsError), the retries named in its message.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -42,15 +49,20 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 _Query = Mapping[str, str | int | bool | None]
+MAX_RETRIES = 10  # of a throttled request: client-go's default (rest.NewRESTClient: maxRetries 10)
 
 
 @dataclass
 class RequestStats:
-    """Counts what this process asked of the API server, so a no-op pass can prove it wrote nothing."""
+    """Counts what this process asked of the API server, so a no-op pass can prove it wrote nothing.
+
+    A request retried after a 429 counts once in reads/writes/dry_runs; `throttled` counts the retries.
+    """
 
     reads: int = 0
     writes: int = 0
     dry_runs: int = 0
+    throttled: int = 0
 
     def count(self, method: str, query: _Query | None, body: Any = None) -> None:
         if method in ("GET", "HEAD", "OPTIONS"):
@@ -165,6 +177,8 @@ class Client:
         probe_timeout: float = 3.0,
         breaker: Breaker | None = None,
         user_agent: str = f"gitops-sync/{__version__}",
+        max_retries: int = MAX_RETRIES,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         from gitops_sync.cluster import kubeconfig as _kubeconfig  # urllib3: not for commands without a cluster
 
@@ -174,6 +188,8 @@ class Client:
         self.timeout = timeout
         self.probe_timeout = probe_timeout
         self.breaker = breaker or Breaker(self.probe)
+        self.max_retries = max_retries  # retries of a throttled (429 + Retry-After) request
+        self._sleep = sleep
         self.deadline: float | None = None  # monotonic time after which no request is sent (`set_deadline`)
         self._deadline_s = 0.0
         self.stats = RequestStats()
@@ -184,14 +200,17 @@ class Client:
         self._deadline_s = seconds or 0.0
         self.deadline = None if seconds is None else (started or time.monotonic()) + seconds
 
-    def _budget(self, timeout: float | None) -> float:
-        """This request's timeout: its own or the client's, never past the deadline (raises once past)."""
+    def _budget(self, timeout: float | None, until: float | None = None) -> float:
+        """This request's timeout: its own or the client's, never past the deadline (raises once past)
+        nor past `until` (where the time of a throttled request's retries ends)."""
         budget = timeout or self.timeout
         if self.deadline is not None:
             left = self.deadline - time.monotonic()
             if left <= 0:
                 raise ApiUnavailableError(f"the deadline of {self._deadline_s:g}s passed")
             budget = min(budget, left)
+        if until is not None:
+            budget = min(budget, until - time.monotonic())
         return budget
 
     def probe(self) -> str | None:
@@ -280,35 +299,52 @@ class Client:
 
         self.breaker.check()
         budget = self._budget(timeout)
+        first = time.monotonic()
+        until = first + budget  # a throttled request's retries end here: its timeout bounds them all
         url, headers = self._prepare(method, path, query, content_type, accept)
         data = None if body is None else (body if isinstance(body, bytes) else jsoncodec.dumps(body))
         with self._stats_lock:
             self.stats.count(method, query, body)
-        started = time.monotonic()
-        try:
-            resp = self._conn.pool.request(
-                method,
-                url,
-                body=data,
-                headers=headers,
-                timeout=urllib3.Timeout(total=budget),
-                preload_content=True,
-                retries=False,
+        retries = 0
+        while True:
+            started = time.monotonic()
+            try:
+                resp = self._conn.pool.request(
+                    method,
+                    url,
+                    body=data,
+                    headers=headers,
+                    timeout=urllib3.Timeout(total=budget),
+                    preload_content=True,
+                    retries=False,
+                )
+            except urllib3.exceptions.HTTPError as exc:
+                raise self._transport_error(exc, method, budget) from exc
+            # --log-level debug: one line per request (the query names dry runs and the field manager).
+            log.debug(
+                "request",
+                method=method,
+                path=path,
+                query=query,
+                status=resp.status,
+                seconds=round(time.monotonic() - started, 4),
             )
-        except urllib3.exceptions.HTTPError as exc:
-            raise self._transport_error(exc, method, budget) from exc
-        # --log-level debug: one line per request (the query names dry runs and the field manager).
-        log.debug(
-            "request",
-            method=method,
-            path=path,
-            query=query,
-            status=resp.status,
-            seconds=round(time.monotonic() - started, 4),
-        )
-        if resp.status >= 400:
-            raise _api_error(resp.status, resp.data, method, path)
-        return int(resp.status), (jsoncodec.loads(resp.data) if resp.data else None)
+            if resp.status < 400:
+                return int(resp.status), (jsoncodec.loads(resp.data) if resp.data else None)
+            wait = throttle_wait(resp.status, resp.headers.get("Retry-After"), retries, self.max_retries)
+            end = until if self.deadline is None else min(until, self.deadline)
+            # sent again only with a second left for its answer: a throttled request must not turn into a
+            # timeout (which says a write may have happened) for want of time
+            if wait is None or time.monotonic() + wait + min(1.0, budget) > end:
+                note = f" (retried {retries}x over {time.monotonic() - first:.1f}s)" if retries else ""
+                raise _api_error(resp.status, resp.data, method, path, note)
+            retries += 1
+            with self._stats_lock:
+                self.stats.throttled += 1
+            log.debug("throttled (429): retrying", method=method, path=path, retry=retries, wait=round(wait, 2))
+            self._sleep(wait)
+            self.breaker.check()  # an outage that began meanwhile: not sent, as for any request
+            budget = self._budget(timeout, until)
 
     def _transport_error(self, exc: urllib3.exceptions.HTTPError, method: str, budget: float) -> ClusterError:
         """Classify a failed request (sent or not) and let the breaker probe the server."""
@@ -433,7 +469,27 @@ def _reason(exc: BaseException) -> str:
     return str(inner or exc)
 
 
-def _api_error(status: int, data: bytes, method: str, path: str) -> ApiError:
+def throttle_wait(status: int, retry_after: str | None, retries: int, max_retries: int) -> float | None:
+    """Seconds to wait before sending a throttled request again, None when it is not retried.
+
+    As client-go: only a 429 with an integer `Retry-After` (seconds, as the API server sends it; an
+    HTTP date or junk is not honoured), at most `max_retries` times. Up to half the time asked more, at
+    random (up to 0.1 s for `Retry-After: 0`), so the requests throttled together do not all come back
+    in the same instant. A 5xx with Retry-After is not retried here: unlike a 429 it may have been
+    processed (a 504 ServerTimeout carries one), and the engine reports those per object.
+    """
+    if status != 429 or retry_after is None or retries >= max_retries:
+        return None
+    try:
+        seconds = int(retry_after.strip())
+    except ValueError:
+        return None
+    if seconds < 0:
+        return None
+    return seconds + random.uniform(0, max(seconds, 0.2) / 2)
+
+
+def _api_error(status: int, data: bytes, method: str, path: str, note: str = "") -> ApiError:
     """The typed error of a non-2xx answer: its class by status, the Status body kept as the cause."""
     body: dict[str, Any] = {}
     try:
@@ -443,8 +499,9 @@ def _api_error(status: int, data: bytes, method: str, path: str) -> ApiError:
     except ValueError:
         pass
     reason = str(body.get("reason") or "") or _DEFAULT_REASONS.get(status, "Error")
-    message = str(body.get("message") or data[:300].decode(errors="replace") or f"{method} {path}")
+    message = str(body.get("message") or data[:300].decode(errors="replace").strip() or f"{method} {path}") + note
     return error_for_status(status, reason, message, body, method=method, path=path)
 
 
-_DEFAULT_REASONS = {404: "NotFound", 409: "Conflict"}  # when the answer has no Status body
+# when the answer has no Status body (API Priority and Fairness answers 429 in plain text)
+_DEFAULT_REASONS = {404: "NotFound", 409: "Conflict", 429: "TooManyRequests"}

@@ -3,7 +3,8 @@
 As controller-runtime's secure metrics filter and kube-rbac-proxy do: the token goes to the API server
 in a TokenReview (authentication.k8s.io/v1), the user it names to a SubjectAccessReview
 (authorization.k8s.io/v1) for the non-resource URL (`path`, verb `get`). Both answers are cached briefly
-in bounded caches, so a scraper costs two API requests per token and path per TTL, not per scrape.
+in bounded caches keyed by digests (a token or a path of 64 KiB costs 32 bytes), so a scraper costs two
+API requests per token and path per TTL, not per scrape.
 An API server that cannot answer gives 503, never 200. The HTTP server (http.py) calls `check` before
 it asks the daemon for anything; tokens are kept only as SHA-256 digests and never logged.
 """
@@ -106,7 +107,8 @@ class KubernetesAuth:
         self.denied_ttl = denied_ttl
         self.timeout = timeout
         self._users: TtlCache[str, tuple[_User | None]] = TtlCache(size, clock)  # 1-tuple: None is an answer
-        self._access: TtlCache[tuple[_User, str], tuple[bool, str]] = TtlCache(size, clock)
+        # keyed by the path's digest: the path comes from the request line (up to 64 KiB each)
+        self._access: TtlCache[tuple[_User, bytes], tuple[bool, str]] = TtlCache(size, clock)
 
     def check(self, path: str, authorization: str | None) -> Decision:
         scheme, _, token = (authorization or "").strip().partition(" ")
@@ -154,7 +156,8 @@ class KubernetesAuth:
         return user
 
     def _authorize(self, user: _User, path: str) -> tuple[bool, str]:
-        cached = self._access.get((user, path))
+        key = (user, hashlib.sha256(path.encode("utf-8", "replace")).digest())
+        cached = self._access.get(key)
         if cached is not None:
             return cached
         review = self._create(
@@ -176,7 +179,7 @@ class KubernetesAuth:
             bool(status.get("allowed")) and not status.get("denied"),
             str(status.get("reason") or status.get("evaluationError") or ""),
         )
-        self._access.put((user, path), answer, self.ttl if answer[0] else self.denied_ttl)
+        self._access.put(key, answer, self.ttl if answer[0] else self.denied_ttl)
         return answer
 
     def _create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:

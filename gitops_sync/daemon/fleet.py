@@ -883,6 +883,7 @@ class Fleet(Controller[FleetKey]):
             "reads": sum(c.stats.reads for c in clients),
             "writes": sum(c.stats.writes for c in clients),
             "dryRuns": sum(c.stats.dry_runs for c in clients),
+            "throttled": sum(c.stats.throttled for c in clients),
         }
 
 

@@ -3,14 +3,17 @@
 Served by waitress: one event loop thread reads and writes every connection and hands only complete
 requests to a fixed pool of worker threads, so a slow client, a trickled header or hundreds of idle
 connections cost a socket each, never a thread. `Limits` bounds connections, header and body size,
-idle time and the time a request may take to arrive. Each request asks the daemon through `Endpoints`
-(cheap reads of in-memory state); /status, /metrics, the page and any other path first pass the optional
-`Authorizer` (auth.py: TokenReview + SubjectAccessReview). Probes stay open for the kubelet, and the
-webhook is authenticated by its HMAC (triggers.py).
+idle time and the time a request may take to arrive; at the connection cap the connection longest
+without a complete request makes room for a new one, so slow clients cannot keep the probes out. Each
+request asks the daemon through `Endpoints` (cheap reads of in-memory state); /status, /metrics, the
+page and any other path first pass the optional `Authorizer` (auth.py: TokenReview +
+SubjectAccessReview). Probes stay open for the kubelet, and the webhook is authenticated by its HMAC
+(triggers.py).
 """
 
 from __future__ import annotations
 
+import heapq
 import io
 import json
 import logging
@@ -18,7 +21,7 @@ import resource
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -290,22 +293,118 @@ class _Parser(HTTPRequestParser):  # type: ignore[misc]  # waitress is untyped
         self.started = time.monotonic()
 
 
+FRESH = 0.25  # seconds a new or just-answered connection is safe from being closed for room at the cap
+
+
 class _Channel(HTTPChannel):  # type: ignore[misc]
+    """Remembers when it last stood at a request boundary (connected, or a request complete): the
+    connection that has gone longest without one is the first to make room at the connection cap."""
+
     parser_class = _Parser
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.progress = time.monotonic()
+        super().__init__(*args, **kwargs)
+
+    def received(self, data: bytes) -> bool:
+        more = bool(super().received(data))
+        if self.request is None:  # what arrived ended with a complete request
+            self.progress = time.monotonic()
+        return more
+
+
+def _unread(sock: socket.socket) -> bool:
+    """Whether bytes wait in the socket (a peer that closed has none: it may go first)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:  # BlockingIOError: nothing waiting; anything else: the connection is broken anyway
+        return False
 
 
 class _Server(TcpWSGIServer):  # type: ignore[misc]
-    """waitress's server, closing idle connections itself and cutting requests that trickle in.
+    """waitress's server, closing idle connections itself, cutting requests that trickle in, and making room
+    at the connection cap instead of leaving new connections in the listen backlog.
 
     waitress only flags an idle connection to be closed on its next write event, and a client that
     stopped reading never gives one: its connection (and a response buffered in a temporary file) stayed
     open for good. And it has no deadline for a request to arrive in full, so a byte every few seconds
     kept a connection forever. `sweep` runs in the event-loop thread between two polls: closing a socket
     while a poll is being set up could hand its stale event to a new connection that reused the fd.
+
+    At the cap waitress stops accepting, so 600 connections trickling a header byte a second (slowloris)
+    held all 500 slots and the kubelet's probe waited in the backlog behind the rest for seconds (its
+    timeout is 1 s). Here a new connection is still accepted, and the connection that has gone longest
+    without a complete request and has none in a worker is closed for it (`_make_room`, after the accept
+    in the same event, so the new socket cannot have reused the closed one's fd). A probe sends its
+    request at once, so it is never the one closed; a slow client is closed only while the server is full,
+    a silent or idle one only after `FRESH` seconds. (A flood of new connections faster than the cap per
+    `FRESH` still fills it: that is a connection flood, not a slow client, and the backlog takes the rest.)
     """
 
     channel_class = _Channel
     request_timeout = 10.0
+    evicted = 0  # connections closed to make room at the cap (a figure for logs and tests)
+    next_channel_cleanup = 0.0  # waitress's, typed
+    _full_since: float | None = None  # when the cap was reached (None: below it)
+    _evicted_before = 0
+
+    def _limit(self) -> int:
+        return int(self.adj.connection_limit)
+
+    def readable(self) -> bool:
+        now = time.time()
+        if now >= self.next_channel_cleanup:  # waitress's maintenance, as its own readable() runs it
+            self.next_channel_cleanup = now + self.adj.cleanup_interval
+            self.maintenance(now)
+        if not self.accepting:
+            return False
+        open_now = len(self._map)
+        if self._full_since is not None and open_now < self._limit() * 0.9:  # (not once per close)
+            log.info(
+                "http server: below the connection cap again",
+                seconds=round(time.monotonic() - self._full_since, 1),
+                closed_for_room=self.evicted - self._evicted_before,
+            )
+            self._full_since = None
+        if open_now < self._limit():
+            return True
+        if self._full_since is None:
+            self._full_since, self._evicted_before = time.monotonic(), self.evicted
+            log.warning(
+                "http server: connection cap reached; closing the connection longest without a complete "
+                "request for each new one",
+                cap=self._limit(),
+            )
+        return self._stalest() is not None  # every slot busy in a worker: new ones wait in the backlog
+
+    def handle_accept(self) -> None:
+        before = set(self._map)
+        super().handle_accept()
+        if len(self._map) > self._limit():
+            self._make_room(exclude=set(self._map) - before)
+
+    def _stalest(self, exclude: Collection[int] = ()) -> HTTPChannel | None:
+        """The connection to close first: none of its requests in a worker, nothing unread in its socket,
+        and the longest without a complete request. One that sent nothing yet gets `FRESH` seconds: its
+        client may be about to send (a burst of clients that each send at once must all be answered)."""
+        now = time.monotonic()
+        candidates = [
+            channel
+            for fd, channel in self.active_channels.items()
+            if fd not in exclude
+            and not channel.requests
+            and (channel.request is not None or now - getattr(channel, "progress", now) >= FRESH)
+        ]
+        for channel in heapq.nsmallest(8, candidates, key=lambda c: getattr(c, "progress", now)):
+            if not _unread(channel.socket):  # bytes waiting: it is sending, the next poll reads them
+                return channel
+        return None
+
+    def _make_room(self, exclude: set[int]) -> None:
+        victim = self._stalest(exclude)
+        if victim is not None:
+            self.evicted += 1
+            victim.handle_close()
 
     def sweep(self) -> None:
         idle_cutoff = time.time() - self.adj.channel_timeout

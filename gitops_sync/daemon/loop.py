@@ -521,6 +521,7 @@ class Daemon(Controller[QueueKey]):
                 "reads": self.client.stats.reads,
                 "writes": self.client.stats.writes,
                 "dryRuns": self.client.stats.dry_runs,
+                "throttled": self.client.stats.throttled,
             },
         }
         return doc

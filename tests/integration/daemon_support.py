@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import importlib.util
 import json
 import os
@@ -20,6 +21,7 @@ from typing import Any
 
 import git
 import pytest
+import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = REPO_ROOT / "deploy" / "local-cluster" / "cluster.py"
@@ -91,6 +93,27 @@ def configmap(name: str, data: dict[str, str], namespace: str | None = None) -> 
     if namespace:
         meta["namespace"] = namespace
     return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}) + "\n"
+
+
+def token_kubeconfig(admin: Path, token: str, namespace: str, path: Path) -> Path:
+    """A kubeconfig that is the user of `token`: the admin kubeconfig's server and CA, the token, `namespace`."""
+    cluster = yaml.safe_load(admin.read_text())["clusters"][0]["cluster"]
+    ca = cluster.get("certificate-authority-data")
+    if not ca and cluster.get("certificate-authority"):
+        ca_path = Path(cluster["certificate-authority"])
+        ca_file = ca_path if ca_path.is_absolute() else admin.parent / ca_path
+        ca = base64.b64encode(ca_file.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": {"server": cluster["server"], "certificate-authority-data": ca}}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": namespace}}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
 
 
 class Daemon:

@@ -25,19 +25,20 @@ def status(full_history: bool = False) -> dict[str, object]:
     return {"revision": "abc", "objects": BIG if full_history else [], "fullHistory": full_history}
 
 
+def stand_in() -> Endpoints:
+    """Healthy, ready, a one-line /metrics, `status` above, the webhook checked against SECRET."""
+    return Endpoints(
+        healthy=lambda: (True, "ok"),
+        ready=lambda: (True, "ok"),
+        metrics=lambda: b"up 1\n",
+        status=status,
+        webhook=lambda headers, body: verify_webhook(headers, body, SECRET),
+    )
+
+
 def main() -> None:
     limits = Limits(**json.loads(sys.argv[1] if len(sys.argv) > 1 else "{}"))
-    srv = HttpServer(
-        "127.0.0.1:0",
-        Endpoints(
-            healthy=lambda: (True, "ok"),
-            ready=lambda: (True, "ok"),
-            metrics=lambda: b"up 1\n",
-            status=status,
-            webhook=lambda headers, body: verify_webhook(headers, body, SECRET),
-        ),
-        limits=limits,
-    ).start()
+    srv = HttpServer("127.0.0.1:0", stand_in(), limits=limits).start()
     print(srv.port, flush=True)
     sys.stdin.read()
     srv.stop()

@@ -49,9 +49,11 @@ class Response:
 
     status: int
     data: bytes
+    headers: dict[str, str] = field(default_factory=dict)
 
 
-# An answer: a JSON document (200), (status, document), or a function of the call giving either.
+# An answer: a JSON document (200), (status, document), (status, document, headers), or a function of the
+# call giving one of those.
 Answer = Any
 Handler = Callable[[Call], Answer]
 
@@ -96,8 +98,8 @@ class FakeApi:
             answer = (script.pop(0) if len(script) > 1 else script[0]) if script else self.default
         if callable(answer):
             answer = answer(call)
-        status, doc = answer if isinstance(answer, tuple) else (200, answer)
-        return Response(status, b"" if doc is None else json.dumps(doc).encode())
+        status, doc, *extra = answer if isinstance(answer, tuple) else (200, answer)
+        return Response(status, b"" if doc is None else json.dumps(doc).encode(), *extra)
 
     def sent(self, method: str | None = None) -> list[Call]:
         """The calls so far, optionally of one method only."""

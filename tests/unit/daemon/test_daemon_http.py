@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import select
+import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -11,12 +14,13 @@ from typing import Any
 
 import pytest
 
-from gitops_sync.daemon.http import Endpoints, HttpServer, parse_addr
+from gitops_sync.daemon.http import Endpoints, HttpServer, Limits, parse_addr
 from gitops_sync.daemon.loop import _describe, _fingerprint
 from gitops_sync.daemon.metrics import Metrics, object_state
 from gitops_sync.daemon.triggers import WebhookResult, verify_webhook
 from gitops_sync.plan.changeset import Action, Entry, FieldChange
 from gitops_sync.resource import ObjectKey
+from tests.reliability.http_target import stand_in
 
 
 @pytest.fixture
@@ -186,3 +190,27 @@ def test_status_lists_every_field_history_only_when_asked(server: Any) -> None:
     assert code == 200 and json.loads(body)["fullHistory"] is False
     code, body = call(srv, "/status?history=all")
     assert code == 200 and json.loads(body)["fullHistory"] is True
+
+
+def test_at_the_connection_cap_the_stalest_slow_client_makes_room_for_a_probe() -> None:
+    """Cap 20: 30 connections that sent half a request hold the cap; each newer one closes the oldest
+    (which are then seen closed, in order), and a probe is answered at once instead of in the backlog."""
+    srv = HttpServer("127.0.0.1:0", stand_in(), limits=Limits(connections=20)).start()
+    socks = []
+    try:
+        for _ in range(30):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+            s.sendall(b"GET /status HTTP/1.1\r\nHost: t\r\nX-Slow: a")
+            socks.append(s)
+            time.sleep(0.01)  # accepted in order
+        t0 = time.monotonic()
+        status, _ = call(srv, "/healthz")
+        assert status == 200 and time.monotonic() - t0 < 1.0
+        time.sleep(0.3)  # closing is the event loop's
+        closed = [i for i, s in enumerate(socks) if select.select([s], [], [], 0)[0] and s.recv(1) == b""]
+        assert closed == list(range(len(closed))) and len(closed) >= 30 - 18, closed  # the oldest, first
+        assert srv._server.evicted >= len(closed)
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop()

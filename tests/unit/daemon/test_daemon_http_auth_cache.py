@@ -6,10 +6,12 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import tracemalloc
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,6 +141,30 @@ def test_a_request_without_a_bearer_token_never_reaches_the_api_server() -> None
     auth = KubernetesAuth(NoCalls())  # type: ignore[arg-type]
     for header in (None, "", "Bearer", "Bearer   ", "Basic dXNlcjpwYXNz", "token abc"):
         assert auth.check("/metrics", header).status == 401, header
+
+
+def test_the_review_caches_hold_digests_not_the_long_paths_asked_for() -> None:
+    """Any authenticated user (a denied one too) may ask for any path: 1,500 distinct 60 kB paths used to
+    keep 1,024 of them (~61 MB) in the access cache; now each entry is a 32-byte digest."""
+
+    class Api:
+        def request(self, method: str, path: str, *, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+            if path.endswith("tokenreviews"):
+                return {"status": {"authenticated": True, "user": {"username": "someone", "groups": ["g"]}}}
+            return {"status": {"allowed": False, "reason": "no RBAC rule"}}
+
+    auth = KubernetesAuth(Api(), size=1024)  # type: ignore[arg-type]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(1500):
+            decision = auth.check(f"/{i}-" + "x" * 60_000, "Bearer a-valid-token")
+            assert decision.status == 403
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(auth._access) == 1024
+    assert kept < 2 * 1024 * 1024, kept
 
 
 def test_a_busy_port_names_the_address() -> None:
