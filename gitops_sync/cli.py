@@ -235,7 +235,7 @@ class _Commands(click.Group):
         "resume": (
             "gitops_sync.daemon.fleetctl",
             "resume",
-            "Reconcile NAME again (spec.suspend=false); the controller fetches and reconciles at once.",
+            "Reconcile NAME again (spec.suspend=false) and, unless --no-wait, wait for that pass (as `flux resume`).",
         ),
     }
 

@@ -110,6 +110,21 @@ def _native(kubeconfig: str | os.PathLike[str] | None, context: str | None) -> C
     return build
 
 
+def context_namespace(kubeconfig: str | os.PathLike[str] | None, context: str | None) -> str | None:
+    """The `namespace` of the kubeconfig context (default: the current one), as kubectl reads it; None when
+    it names none or the kubeconfig cannot be read here (the connection's own errors say why, later)."""
+    try:
+        entries = _merged(kubeconfig)
+        if entries is None:
+            return None
+        contexts, _, _, current = entries
+        ctx = contexts.get(context or current)
+        namespace = ctx.get("namespace") if isinstance(ctx, dict) else None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError):
+        return None
+    return namespace if isinstance(namespace, str) and namespace else None
+
+
 _Entries = dict[str, tuple[Any, Path]]
 
 

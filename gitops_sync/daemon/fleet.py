@@ -25,6 +25,7 @@ from typing import Any, cast
 
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.cluster.kubeconfig import context_namespace
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon import gitsync
 from gitops_sync.daemon.access import ReadAccess
@@ -210,7 +211,13 @@ class Fleet(Controller[FleetKey]):
         self.discovery = Discovery(self.client)
         self.probe = ClusterProbe(self.probe_client, self.cluster_condition, interval=opts.probe_interval)
         self.shared = self._shared(gauges=False)
-        lease_ns = opts.leader_namespace or opts.watch_namespace or "default"
+        # The pod's namespace in a cluster (opts.leader_namespace), else the kubeconfig context's, as kubectl.
+        lease_ns = (
+            opts.leader_namespace
+            or context_namespace(opts.kubeconfig, opts.context)
+            or opts.watch_namespace
+            or "default"
+        )
         self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard, self._requeue_shard)
         self.http = self._http_server(self.metrics.exposition)
         self._lock = threading.RLock()
@@ -593,12 +600,11 @@ class Fleet(Controller[FleetKey]):
                 return
             r = src.reconciler
             waiting = self._dependencies_waiting(src)
-            if waiting != src.waiting_for:
-                if not waiting:
-                    keys = keys | {SOURCE, FULL}  # what was put off while waiting, at once
-                src.waiting_for = waiting
-                self._write_status(ref)
+            if waiting != src.waiting_for and not waiting:
+                keys = keys | {SOURCE, FULL}  # what was put off while waiting, at once
+            src.waiting_for = waiting
             if waiting:  # no pass at all, not even for one object, until every dependency is Ready
+                self._write_status(ref)  # written only if it changed (a new reconcile request is answered)
                 self.queue.add_after((ref, FULL), 5.0)
                 return
             r.handle(keys)
@@ -686,16 +692,25 @@ class Fleet(Controller[FleetKey]):
         if src is None or self._abandon or not self.shards.can_write(src.shard):
             return
         gs = src.gs
-        # A pass that ran after a `gitops-sync reconcile` request answers it.
-        handled = gs.reconcile_requested if passed or src.reconciler is None else src.handled
+        # A pass that ran after a `gitops-sync reconcile` request answers it; so does a source held back by
+        # a dependency (its status says which one: `reconcile` tells the user at once instead of timing out).
+        answered = passed or bool(src.waiting_for) or src.reconciler is None
+        handled = gs.reconcile_requested if answered else src.handled
+        last = self._last_status(ref)
         doc = gitsync.status_of(
-            gs, src.reconciler, waiting_for=src.waiting_for, invalid=src.invalid, handled=handled, shard=src.shard
+            gs,
+            src.reconciler,
+            waiting_for=src.waiting_for,
+            invalid=src.invalid,
+            handled=handled,
+            shard=src.shard,
+            last=last,
         )
         self._export(ref, src, doc)
         compare = {**doc, "conditions": gitsync.without_times(doc["conditions"])}
         if compare == src.written:
             return
-        gitsync.with_transition_times(doc, src.conditions)
+        gitsync.with_transition_times(doc, src.conditions or list(last.get("conditions") or []))
         body = {
             "apiVersion": gitsync.API_VERSION,
             "kind": gitsync.KIND,
@@ -714,6 +729,12 @@ class Fleet(Controller[FleetKey]):
             log.warning("cannot write GitSync status", gitsync=ref, error=mask_url(str(exc)))
             return
         src.written, src.conditions, src.handled = compare, doc["conditions"], handled
+
+    def _last_status(self, ref: str) -> dict[str, Any]:
+        """The status the GitSync object holds now (as last seen by the watch): what a suspended one keeps."""
+        with self._lock:
+            status = (self.objects.get(ref) or {}).get("status")
+        return dict(status) if isinstance(status, dict) else {}
 
     def _export(self, ref: str, src: _Source, doc: dict[str, Any]) -> None:
         """The per-GitSync metrics, from the status just computed (only the shard's holder exports)."""
@@ -780,7 +801,14 @@ class Fleet(Controller[FleetKey]):
         with self._lock:
             items = sorted(self.sources.items())
         for ref, s in items:
-            doc = gitsync.status_of(s.gs, s.reconciler, waiting_for=s.waiting_for, invalid=s.invalid, shard=s.shard)
+            doc = gitsync.status_of(
+                s.gs,
+                s.reconciler,
+                waiting_for=s.waiting_for,
+                invalid=s.invalid,
+                shard=s.shard,
+                last=self._last_status(ref),
+            )
             ready: dict[str, Any] = next((c for c in doc["conditions"] if c["type"] == "Ready"), {})
             if unreachable and not s.gs.suspend:  # its written status cannot change now: do not echo it
                 ready = {"status": "Unknown", "reason": "ClusterUnreachable", "message": unreachable}

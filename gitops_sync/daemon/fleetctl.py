@@ -22,7 +22,9 @@ from gitops_sync.resource import Manifest
 
 _kubeconfig = click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="kubeconfig file.")
 _context = click.option("--context", default=None, help="kubeconfig context.")
-_namespace = click.option("-n", "--namespace", default="default", show_default=True, help="The GitSync's namespace.")
+_namespace = click.option(
+    "-n", "--namespace", default=None, help="The GitSync's namespace (default: the kubeconfig context's, else default)."
+)
 
 
 def _client(kubeconfig: str | None, context: str | None) -> Client:
@@ -31,6 +33,19 @@ def _client(kubeconfig: str | None, context: str | None) -> Client:
         return Client(kubeconfig.split(":")[0] if kubeconfig else None, context, pool_size=2, timeout=15)
     except ClusterError as exc:
         _fail(str(exc))
+
+
+def _namespace_of(kubeconfig: str | None, context: str | None, namespace: str | None) -> str:
+    """-n, else the kubeconfig context's namespace, else `default`: what kubectl would use."""
+    from gitops_sync.cluster.kubeconfig import context_namespace
+
+    return namespace or context_namespace(kubeconfig, context) or "default"
+
+
+def request_stamp(now_ns: int | None = None) -> str:
+    """An RFC 3339 time with nanoseconds (`2026-12-01T22:00:14.193720385Z`), as `flux reconcile` writes it."""
+    ns = time.time_ns() if now_ns is None else now_ns
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9:09d}Z"
 
 
 def _fail(message: str) -> NoReturn:
@@ -61,6 +76,7 @@ def row(obj: Manifest) -> dict[str, Any]:
         "name": meta.get("name", ""),
         "ready": "Unknown" if stale else ready.get("status", "Unknown"),
         "suspended": bool(spec.get("suspend")),
+        "reason": "" if stale else str(ready.get("reason") or ""),
         "revision": str(status.get("lastAppliedRevision") or "")[:12],
         "drifted": int(counts.get("drifted") or 0),
         "conflicts": int(counts.get("conflict") or 0),
@@ -77,9 +93,15 @@ def row(obj: Manifest) -> dict[str, Any]:
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.argument("name", required=False)
 def get(
-    kubeconfig: str | None, context: str | None, namespace: str, all_namespaces: bool, output: str, name: str | None
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    all_namespaces: bool,
+    output: str,
+    name: str | None,
 ) -> None:
     """List GitSync objects with their status (Ready, revision, drift, conflicts, message)."""
+    namespace = _namespace_of(kubeconfig, context, namespace)
     with _client(kubeconfig, context) as client:
         try:
             if name:
@@ -134,48 +156,79 @@ def _patch(client: Client, namespace: str, name: str, body: dict[str, Any]) -> M
         _fail(str(exc))
 
 
-@click.command("reconcile")
-@_kubeconfig
-@_context
-@_namespace
-@click.option(
+def _get(client: Client, namespace: str, name: str) -> Manifest:
+    try:
+        obj: Manifest = client.request("GET", gitsync.object_path(namespace, name))
+        return obj
+    except NotFoundError:
+        _fail(f"GitSync {namespace}/{name} not found")
+    except ClusterError as exc:
+        _fail(str(exc))
+
+
+_wait = click.option(
     "--wait/--no-wait",
     default=True,
     show_default=True,
     help="Wait until the controller answers the request (status.lastHandledReconcileAt).",
 )
-@click.option("--timeout", default="2m", type=DURATION, show_default=True, help="How long --wait waits.")
-@click.argument("name")
-def reconcile(
-    kubeconfig: str | None, context: str | None, namespace: str, wait: bool, timeout: float, name: str
+_timeout = click.option("--timeout", default="2m", type=DURATION, show_default=True, help="How long --wait waits.")
+
+
+def _request(
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    name: str,
+    *,
+    wait: bool,
+    timeout: float,
+    spec: dict[str, Any] | None = None,
 ) -> None:
-    """Ask the controller to fetch and reconcile NAME now (annotation gitops-sync.io/reconcile-requested-at)."""
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + f".{time.time_ns() % 10**9:09d}"
+    """Annotate NAME with a fresh request stamp (patching `spec` in the same write), then with `wait` poll
+    until the controller answers it: exit 0 Ready; 1 not Ready, blocked by a dependency (said as soon as
+    the controller answers) or no answer in time; 2 on API errors."""
+    namespace = _namespace_of(kubeconfig, context, namespace)
+    stamp = request_stamp()
+    body: dict[str, Any] = {"metadata": {"annotations": {gitsync.RECONCILE_ANNOTATION: stamp}}}
+    if spec:
+        body["spec"] = spec
     with _client(kubeconfig, context) as client:
-        _patch(client, namespace, name, {"metadata": {"annotations": {gitsync.RECONCILE_ANNOTATION: stamp}}})
-        click.echo(f"reconcile requested for GitSync {namespace}/{name} at {stamp}")
+        if not spec and (_get(client, namespace, name).get("spec") or {}).get("suspend"):
+            click.echo(f"error: GitSync {namespace}/{name} is suspended: `gitops-sync resume {name}` first", err=True)
+            sys.exit(1)
+        _patch(client, namespace, name, body)
+        what = "resumed" if spec else "reconcile requested for"
+        click.echo(f"{what} GitSync {namespace}/{name} at {stamp}")
         if not wait:
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            obj = client.request("GET", gitsync.object_path(namespace, name))
+            obj = _get(client, namespace, name)
             if (obj.get("status") or {}).get("lastHandledReconcileAt") == stamp:
                 r = row(obj)
+                if r["reason"] == "DependencyNotReady":
+                    click.echo(f"not reconciled: {r['message']}")
+                    sys.exit(1)
                 click.echo(f"reconciled: Ready={r['ready']} revision={r['revision'] or '-'} {r['message']}")
                 sys.exit(0 if r["ready"] == "True" else 1)
             time.sleep(0.5)
-    click.echo(
-        f"error: the controller did not answer within {timeout:g}s (is `gitops-sync run` running, and "
-        f"is the GitSync suspended?)",
-        err=True,
-    )
+    click.echo(f"error: the controller did not answer within {timeout:g}s (is `gitops-sync run` running?)", err=True)
     sys.exit(1)
 
 
-def _set_suspend(kubeconfig: str | None, context: str | None, namespace: str, name: str, suspend: bool) -> None:
-    with _client(kubeconfig, context) as client:
-        _patch(client, namespace, name, {"spec": {"suspend": suspend}})
-    click.echo(f"GitSync {namespace}/{name} {'suspended' if suspend else 'resumed'}")
+@click.command("reconcile")
+@_kubeconfig
+@_context
+@_namespace
+@_wait
+@_timeout
+@click.argument("name")
+def reconcile(
+    kubeconfig: str | None, context: str | None, namespace: str | None, wait: bool, timeout: float, name: str
+) -> None:
+    """Ask the controller to fetch and reconcile NAME now (annotation gitops-sync.io/reconcile-requested-at)."""
+    _request(kubeconfig, context, namespace, name, wait=wait, timeout=timeout)
 
 
 @click.command("suspend")
@@ -183,19 +236,28 @@ def _set_suspend(kubeconfig: str | None, context: str | None, namespace: str, na
 @_context
 @_namespace
 @click.argument("name")
-def suspend(kubeconfig: str | None, context: str | None, namespace: str, name: str) -> None:
-    """Stop reconciling NAME (spec.suspend=true): no fetch, no apply, no drift correction until resumed."""
-    _set_suspend(kubeconfig, context, namespace, name, True)
+def suspend(kubeconfig: str | None, context: str | None, namespace: str | None, name: str) -> None:
+    """Stop reconciling NAME (spec.suspend=true): no fetch, no apply, no drift correction until resumed.
+
+    The controller keeps the last status (revision, counts, Ready) and adds the condition Suspended=True."""
+    namespace = _namespace_of(kubeconfig, context, namespace)
+    with _client(kubeconfig, context) as client:
+        _patch(client, namespace, name, {"spec": {"suspend": True}})
+    click.echo(f"GitSync {namespace}/{name} suspended")
 
 
 @click.command("resume")
 @_kubeconfig
 @_context
 @_namespace
+@_wait
+@_timeout
 @click.argument("name")
-def resume(kubeconfig: str | None, context: str | None, namespace: str, name: str) -> None:
-    """Reconcile NAME again (spec.suspend=false); the controller fetches and reconciles at once."""
-    _set_suspend(kubeconfig, context, namespace, name, False)
+def resume(
+    kubeconfig: str | None, context: str | None, namespace: str | None, wait: bool, timeout: float, name: str
+) -> None:
+    """Reconcile NAME again (spec.suspend=false) and, unless --no-wait, wait for that pass (as `flux resume`)."""
+    _request(kubeconfig, context, namespace, name, wait=wait, timeout=timeout, spec={"suspend": False})
 
 
-__all__ = ["get", "reconcile", "resume", "row", "suspend"]
+__all__ = ["get", "reconcile", "request_stamp", "resume", "row", "suspend"]

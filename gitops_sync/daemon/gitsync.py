@@ -26,7 +26,9 @@ KIND = "GitSync"
 PLURAL = "gitsyncs"
 API_VERSION = f"{GROUP}/{VERSION}"
 RECONCILE_ANNOTATION = RECONCILE_REQUESTED  # every key lives in conventions.py
-CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Drifted", "Conflicted")
+CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Drifted", "Conflicted", "Suspended")
+# spec fields that change how a source is run, not what it is: changing one keeps its reconciler (and status).
+_RUN_FIELDS = frozenset({"suspend"})
 # On a GitSync whose deletion prunes its objects (prune: true, self-heal): the controller garbage-collects
 # them before the API server lets the GitSync go (as Flux's Kustomization finalizer does).
 FINALIZER = "gitops-sync.io/finalizer"
@@ -165,7 +167,7 @@ def parse(obj: Manifest) -> GitSync:
         wait=bool(spec.get("wait", False)),
         timeout=duration("timeout", "5m"),
         reconcile_requested=str(annotations.get(RECONCILE_ANNOTATION) or ""),
-        spec_doc=dict(spec),
+        spec_doc={k: v for k, v in spec.items() if k not in _RUN_FIELDS},
     )
 
 
@@ -220,9 +222,15 @@ def status_of(
     invalid: str = "",
     handled: str = "",
     shard: int = 0,
+    last: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The status document (no transition times: `with_transition_times` adds them from the last one)."""
+    """The status document (no transition times: `with_transition_times` adds them from the last one).
+
+    `last` is the status as the GitSync object holds it now: a suspended source keeps it (see `_suspended`).
+    """
     gen = gs.generation
+    if gs.suspend and not invalid:
+        return _suspended(gs, last or {}, handled, shard)
     doc: dict[str, Any] = {"observedGeneration": gen, "shard": shard}
     if handled:
         doc["lastHandledReconcileAt"] = handled
@@ -259,10 +267,8 @@ def status_of(
     )
     doc["lastError"] = error
     drifted, conflicted = counts["drifted"] > 0, counts["conflict"] > 0
-    if gs.suspend:
-        ready, reason, message = None, "Suspended", "reconciliation is suspended"
-        reconciling, stalled = False, False
-    elif source_error:
+    ready: bool | None
+    if source_error:
         ready, reason, message = False, "SourceFailed", source_error
         reconciling, stalled = False, True
     elif waiting_for:
@@ -301,7 +307,33 @@ def status_of(
             f"{counts['conflict']} object(s) have fields another manager owns" if conflicted else "",
             gen,
         ),
+        _condition("Suspended", False, "NotSuspended", "", gen),
     ]
+    return doc
+
+
+SUSPENDED_MESSAGE = "reconciliation is suspended (spec.suspend: true); the rest of the status is from before"
+
+
+def _suspended(gs: GitSync, last: dict[str, Any], handled: str, shard: int) -> dict[str, Any]:
+    """The last status kept as it was (revision, counts, inventory, Ready), plus `Suspended=True`.
+
+    As Flux does, so what is live stays visible during an incident; and a dependent of a GitSync that was
+    Ready keeps running while it is suspended (only one never Ready holds its dependents back).
+    """
+    gen = gs.generation
+    doc = {k: v for k, v in last.items() if k != "conditions"}
+    doc.update(observedGeneration=gen, shard=shard)
+    if handled:
+        doc["lastHandledReconcileAt"] = handled
+    kept = [
+        {**c, "observedGeneration": gen}
+        for c in without_times(list(last.get("conditions") or []))
+        if c.get("type") in CONDITION_TYPES and c.get("type") != "Suspended"
+    ]
+    if not any(c.get("type") == "Ready" for c in kept):
+        kept.insert(0, _condition("Ready", None, "Suspended", SUSPENDED_MESSAGE, gen))
+    doc["conditions"] = [*kept, _condition("Suspended", True, "Suspended", SUSPENDED_MESSAGE, gen)]
     return doc
 
 

@@ -187,7 +187,7 @@ def test_many_sources_one_daemon_status_cli_and_isolation(
         r = gs_cli(kube, "reconcile", "app", "-n", namespace, "--timeout", "60s")
         assert r.returncode == 0 and "Ready=True" in r.stdout, r.stdout + r.stderr
         assert gs_cli(kube, "suspend", "app", "-n", namespace).returncode == 0
-        wait_until("app suspended", lambda: condition(kube, namespace, "app", "Ready").get("reason") == "Suspended", 30)
+        wait_until("app suspended", lambda: condition(kube, namespace, "app", "Suspended").get("status") == "True", 30)
         kube.kubectl(
             "patch", "configmap", "ok-settings", "-n", namespace, "--type=merge", "-p", '{"data":{"color":"green"}}'
         )

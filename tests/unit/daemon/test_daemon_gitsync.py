@@ -156,3 +156,52 @@ def test_only_a_pruning_self_healing_source_wants_the_finalizer() -> None:
     assert not gitsync.parse({**base, "spec": spec}).wants_finalizer
     assert gitsync.parse({**base, "spec": {**spec, "prune": True}}).wants_finalizer
     assert not gitsync.parse({**base, "spec": {**spec, "prune": True, "mode": "detect-only"}}).wants_finalizer
+
+
+def test_suspending_changes_no_spec_doc_so_the_reconciler_and_its_status_are_kept() -> None:
+    running = parse(obj({"repository": "r", "suspend": False}))
+    suspended = parse(obj({"repository": "r", "suspend": True}))
+    assert running.spec_doc == suspended.spec_doc and suspended.suspend
+    assert parse(obj({"repository": "r", "prune": True})).spec_doc != running.spec_doc
+
+
+def test_a_suspended_gitsync_keeps_its_last_status_and_adds_suspended_true() -> None:
+    gs = parse(obj({"repository": "r", "suspend": True}))
+    last = {
+        "observedGeneration": 2,
+        "lastAppliedRevision": "abc",
+        "counts": {"drifted": 1},
+        "inventory": {"name": "gitsync-app", "namespace": "team-a", "objects": 4},
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded", "observedGeneration": 2},
+            {"type": "Suspended", "status": "False", "reason": "NotSuspended", "observedGeneration": 2},
+        ],
+    }
+    doc = status_of(gs, None, last=last, handled="2026-12-01T22:00:14.193720385Z")
+    assert doc["lastAppliedRevision"] == "abc" and doc["counts"] == {"drifted": 1} and doc["inventory"]["objects"] == 4
+    assert doc["observedGeneration"] == 3 and doc["lastHandledReconcileAt"] == "2026-12-01T22:00:14.193720385Z"
+    conds = {c["type"]: c for c in doc["conditions"]}
+    assert conds["Ready"]["status"] == "True" and conds["Ready"]["observedGeneration"] == 3
+    assert conds["Suspended"]["status"] == "True" and [c["type"] for c in doc["conditions"]].count("Suspended") == 1
+    # Still Ready for dependsOn (kubectl wait) while suspended; never reconciled: Unknown, not Ready.
+    assert gitsync.is_ready({"metadata": {"generation": 3}, "status": doc})
+    fresh = {c["type"]: c for c in status_of(gs, None, last={})["conditions"]}
+    assert fresh["Ready"]["status"] == "Unknown" and fresh["Suspended"]["status"] == "True"
+
+
+def test_reconcile_request_stamps_are_rfc3339_with_nanoseconds() -> None:
+    from datetime import datetime
+
+    from gitops_sync.daemon.fleetctl import request_stamp
+
+    stamp = request_stamp(1_796_162_414_193_720_385)
+    assert stamp == "2026-12-01T22:00:14.193720385Z"
+    assert datetime.fromisoformat(stamp[:26] + "+00:00").microsecond == 193720
+
+
+def test_every_spec_field_of_the_crd_is_described_for_kubectl_explain() -> None:
+    doc = yaml.safe_load(CRD.read_text())
+    spec = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec.get("description")
+    undescribed = [name for name, prop in spec["properties"].items() if not prop.get("description")]
+    assert not undescribed, f"kubectl explain gitsync.spec says <no description> for {undescribed}"
