@@ -100,9 +100,11 @@ def source_of(doc: Mapping[str, Any]) -> Source:
     gs = daemon.get("gitsync") or {}
     spec = daemon.get("spec") or {}
     states: dict[str, int] = dict.fromkeys(STATES, 0)
-    every = rows(doc, "")
-    for r in every:  # the very rows the list shows: the counts cannot disagree with them
-        states[r.state] = states.get(r.state, 0) + 1
+    objects = doc.get("objects") or []
+    dry_run = bool(doc.get("dryRun", True))
+    for obj in objects:  # the rule each row's state comes from (`rows`): the counts cannot disagree with them
+        st = state_of(obj, dry_run=dry_run)
+        states[st] = states.get(st, 0) + 1
     name = str(inv.get("name") or doc.get("source") or "source")
     ref = str(gs.get("name") or "")
     return Source(
@@ -112,7 +114,7 @@ def source_of(doc: Mapping[str, Any]) -> Source:
         ref=str(spec.get("revision") or ""),
         depends_on=[str(d) for d in spec.get("dependsOn") or []],
         suspended=bool(gs.get("suspended") or spec.get("suspend")),
-        objects=len(every),
+        objects=len(objects),
         repo=str(src.get("repo") or inv.get("sourceIdentity") or doc.get("source") or ""),
         revision=str(src.get("revision") or doc.get("revision") or ""),
         applied=str(daemon.get("appliedRevision") or ""),
