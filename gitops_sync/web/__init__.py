@@ -153,7 +153,11 @@ def page(
         group, kind, ns, name = parts[2:]
         group = "" if group == view.CORE else group
         ns = "" if ns == "-" else ns
-        fields = history(group, kind, ns, name) if history is not None else None
+        # The daemon's history of the object is kept once for every source that wants it; one this source
+        # failed to plan (a tenant refused to read it) gets only this source's own, never another's values.
+        planned = view.find_object(src.doc, group, kind, ns, name)
+        failed = planned is not None and planned.get("action") == "error"
+        fields = history(group, kind, ns, name) if history is not None and not failed else None
         obj = view.object_view(src.doc, src.id, group, kind, ns, name, fields)
         if obj is None:
             return _not_found(f"object {kind} {ns + '/' if ns else ''}{name} in source {src.id!r}")

@@ -449,7 +449,7 @@ class ObjectView:
         return any(f.why or f.where for f in self.fields)
 
 
-def _find_object(doc: Mapping[str, Any], group: str, kind: str, ns: str, name: str) -> Mapping[str, Any] | None:
+def find_object(doc: Mapping[str, Any], group: str, kind: str, ns: str, name: str) -> Mapping[str, Any] | None:
     for obj in doc.get("objects") or []:
         if (
             str(obj.get("kind")) == kind
@@ -520,7 +520,7 @@ def object_view(
     A field is `in sync` only when the object was compared and the field is in none of its lists (drift,
     conflicts, yielded, ignored); an object not in the cluster, left Git or not planned shows what the daemon
     saw last, never as a match."""
-    obj = _find_object(doc, group, kind, namespace, name)
+    obj = find_object(doc, group, kind, namespace, name)
     if obj is None:
         return None
     flags = {k: doc[k] for k in ("daemon", "dryRun") if k in doc}

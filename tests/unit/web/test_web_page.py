@@ -657,3 +657,31 @@ def test_a_reader_limited_to_its_gitsyncs_sees_no_other_source_nor_its_objects()
     assert asked == [("team-a", "web")]  # one source's page asks about that source only
     nobody = page("/", "", lambda **_: doc, visible=lambda ns, name: False).body.decode()
     assert "team-a/web" not in nobody and "No GitSync you may" in nobody
+
+
+def test_an_object_its_source_could_not_plan_never_shows_the_daemons_history_of_it() -> None:
+    """The daemon keeps one history per object for every source that wants it: a tenant's refused object
+    (an `error` entry) must not show what another source recorded of it."""
+    doc = status_doc()
+    doc["objects"].append(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "namespace": "other",
+            "name": "guarded",
+            "action": "error",
+            "state": "error",
+            "message": '403 Forbidden: configmaps "guarded" is forbidden',
+            "drift": [],
+            "conflicts": [],
+            "coOwners": [],
+        }
+    )
+
+    def history(group: str, kind: str, ns: str, name: str) -> dict[str, list[dict[str, Any]]]:
+        return {".data.k": [_record("only-the-cluster-knows", "gitops-sync", "Apply")]}
+
+    guarded = page("/sources/apps/objects/core/ConfigMap/other/guarded", "", lambda **_: doc, history).body.decode()
+    assert "403 Forbidden" in guarded and "only-the-cluster-knows" not in guarded
+    web = page("/sources/apps/objects/core/ConfigMap/team/calm", "", lambda **_: doc, history).body.decode()
+    assert "only-the-cluster-knows" in web  # a planned object: the history as before
