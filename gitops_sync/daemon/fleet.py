@@ -134,8 +134,10 @@ class ShardSet:
         namespace: str,
         on_change: Callable[[int, bool], None],
         on_reopen: Callable[[int], None] = lambda shard: None,
+        on_vacant: Callable[[int], None] = lambda shard: None,
     ) -> None:
         self.on_reopen = on_reopen
+        self.on_vacant = on_vacant  # a shard nobody holds, seen by a replica that will not take it
         self._fenced: set[int] = set()  # shards held whose renewal is overdue: nothing of theirs is written
         self.count = max(opts.shards, 1)
         self.limit = opts.max_shards or self.count
@@ -177,6 +179,10 @@ class ShardSet:
                     e.step()
                 elif held < self.limit and e.step():
                     held += 1
+                elif held >= self.limit:  # at the limit: look only, so a shard nobody holds is named
+                    e.observe()
+                if e.vacant() and held >= self.limit:
+                    self.on_vacant(i)
                 if e.is_leader and not e.can_write():
                     self._fenced.add(i)
                 elif i in self._fenced:
@@ -192,13 +198,43 @@ class ShardSet:
         for e in self.electors:
             e.release()
 
+    def vacant(self) -> list[int]:
+        """Shards no replica holds, as this one last saw their Leases."""
+        return [i for i, e in enumerate(self.electors) if e.vacant()]
+
+    def problem(self) -> str:
+        """Why this replica is not doing its part ("" = it is): a Lease it cannot read or write, or a free
+        shard it could take and has not (yet)."""
+        for e in self.electors:
+            if e.error:
+                return f"cannot write Lease {e.store.where}: {e.error}"
+        vacant = self.vacant()
+        if vacant and len(self.held()) < self.limit:
+            return f"shard {vacant[0]} is held by no replica and not taken yet"
+        return ""
+
     def status(self) -> list[dict[str, Any]]:
         if not self.elect:
             return [{"shard": i, "held": True, "holder": "", "lease": ""} for i in range(self.count)]
         return [
-            {"shard": i, "held": e.is_leader, "holder": e.holder, "lease": e.store.where}
+            {
+                "shard": i,
+                "held": e.is_leader,
+                "holder": e.holder,
+                "lease": e.store.where,
+                "vacant": e.vacant(),
+                **({"error": e.error} if e.error else {}),
+            }
             for i, e in enumerate(self.electors)
         ]
+
+
+def vacant_message(shard: int, lease: str) -> str:
+    """What a GitSync of a shard nobody holds says instead of "first sync in progress" for ever."""
+    return (
+        f"no replica holds shard {shard} (Lease {lease} free or expired): start another replica "
+        "or raise --max-shards so that every shard is held"
+    )
 
 
 class Fleet(Controller[FleetKey]):
@@ -218,7 +254,7 @@ class Fleet(Controller[FleetKey]):
             or opts.watch_namespace
             or "default"
         )
-        self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard, self._requeue_shard)
+        self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard, self._requeue_shard, self._on_vacant)
         self.http = self._http_server(self.metrics.exposition)
         self._lock = threading.RLock()
         self.sources: dict[str, _Source] = {}
@@ -292,6 +328,34 @@ class Fleet(Controller[FleetKey]):
                 for ref in [ref for ref, s in self.sources.items() if s.shard == shard]:  # see _fresh
                     self._fresh(ref)
             self._requeue_shard(shard)
+
+    def _on_vacant(self, shard: int) -> None:
+        """Say so in the status of every GitSync of a shard nobody holds, once. A merge patch guarded by the
+        resourceVersion this replica saw: a replica that took the shard and wrote since wins (409 here)."""
+        message = vacant_message(shard, self.shards.electors[shard].store.where)
+        with self._lock:
+            refs = [ref for ref, s in self.sources.items() if s.shard == shard]
+            objs = {ref: self.objects.get(ref) or {} for ref in refs}
+        for ref, obj in objs.items():
+            meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+            ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+            if not meta.get("resourceVersion") or ready.get("message") == message:
+                continue
+            ns, name = ref.split("/", 1)
+            body = {
+                "metadata": {"resourceVersion": meta["resourceVersion"]},
+                "status": gitsync.vacant_status(int(meta.get("generation") or 0), shard, message),
+            }
+            try:
+                self.client.request(
+                    "PATCH",
+                    gitsync.object_path(ns, name, "status"),
+                    body=body,
+                    query={"fieldManager": self.opts.field_manager},
+                    content_type="application/merge-patch+json",
+                )
+            except ClusterError as exc:  # 409: changed meanwhile (its holder wrote); looked at again next round
+                log.debug("shard vacancy not written", gitsync=ref, error=str(exc))
 
     def _requeue_shard(self, shard: int) -> None:
         """A fetch and a full pass for every source of the shard (taken, or its fence open again)."""
@@ -783,6 +847,9 @@ class Fleet(Controller[FleetKey]):
             return False, "GitSyncs not listed yet"
         if not self.cache.is_synced():
             return False, "watch caches not synced yet"
+        problem = self.shards.problem()
+        if problem:
+            return False, problem
         return True, "ok"
 
     def _webhook(self, headers: dict[str, str], body: bytes) -> WebhookResult:

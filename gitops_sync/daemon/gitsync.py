@@ -312,6 +312,24 @@ def status_of(
     return doc
 
 
+def vacant_status(generation: int, shard: int, message: str) -> dict[str, Any]:
+    """The status of a GitSync whose shard no replica holds (written by a replica that will not take it):
+    Stalled, for nothing progresses until an operator acts; the rest of the last status is left as it was."""
+    return {
+        "observedGeneration": generation,
+        "shard": shard,
+        "conditions": [
+            {**_condition("Ready", None, "ShardUnheld", message, generation), "lastTransitionTime": _now()},
+            {**_condition("Reconciling", False, "Idle", "", generation), "lastTransitionTime": _now()},
+            {**_condition("Stalled", True, "ShardUnheld", message, generation), "lastTransitionTime": _now()},
+        ],
+    }
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 SUSPENDED_MESSAGE = "reconciliation is suspended (spec.suspend: true); the rest of the status is from before"
 
 
@@ -369,6 +387,7 @@ __all__ = [
     "parse",
     "shard_of",
     "status_of",
+    "vacant_status",
     "with_transition_times",
     "without_times",
 ]

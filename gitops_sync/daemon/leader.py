@@ -102,6 +102,17 @@ def lease_name(inventory_name: str, inventory_namespace: str = "", lease_namespa
     return f"{inventory_name[:46].rstrip('-.')}-{digest}-lease"
 
 
+def _observation(lease: Manifest, default_duration: float) -> tuple[str, str, str, int]:
+    """What tells one record of a Lease from the next: holder, renewTime, resourceVersion, duration."""
+    spec = lease.get("spec") or {}
+    return (
+        str(spec.get("holderIdentity") or ""),
+        str(spec.get("renewTime") or ""),
+        resource_version(lease),
+        int(spec.get("leaseDurationSeconds") or default_duration),
+    )
+
+
 class LeaderElector:
     """The state machine; `step()` is one try, `run()` the loop. Clocks are injectable for tests."""
 
@@ -131,6 +142,7 @@ class LeaderElector:
         self._holder = ""
         self._stopped = threading.Event()
         self.transitions = 0
+        self.error = ""  # why the last step could not read or write the Lease ("" = it could)
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -142,6 +154,30 @@ class LeaderElector:
     def holder(self) -> str:
         """The identity holding the Lease as last observed ("" = nobody)."""
         return self._holder
+
+    def vacant(self) -> bool:
+        """Nobody holds the Lease as last observed: free, or not renewed for its whole duration. False
+        while leading or before the first observation (unknown is not vacant)."""
+        if self._leading or self._observed is None:
+            return False
+        holder, _, _, duration = self._observed
+        return not holder or self._clock() - self._observed_at >= duration
+
+    def observe(self) -> None:
+        """Read the Lease without trying to take it (a replica at its shard limit still sees who holds what)."""
+        try:
+            lease = self.store.get()
+        except ClusterError as exc:
+            self.error = str(exc)
+            return
+        self.error = ""
+        if lease is None:
+            self._observed, self._observed_at, self._holder = ("", "", "", 0), self._clock(), ""
+            return
+        observed = _observation(lease, self.config.lease_duration)
+        if observed != self._observed:
+            self._observed, self._observed_at = observed, self._clock()
+        self._holder = observed[0]
 
     def can_write(self) -> bool:
         """True only while a renew that started less than renew_deadline ago succeeded."""
@@ -155,8 +191,10 @@ class LeaderElector:
         started = self._clock()
         try:
             ok = self._try_acquire_or_renew(started)
+            self.error = ""
         except ClusterError as exc:
             log.warning("leader election: cannot reach the Lease", lease=self.store.where, error=str(exc))
+            self.error = str(exc)
             ok = False
         if ok:
             with self._lock:
@@ -193,9 +231,8 @@ class LeaderElector:
                 return False  # someone else created it first
             return True
         spec = old.get("spec") or {}
-        holder = str(spec.get("holderIdentity") or "")
-        duration = int(spec.get("leaseDurationSeconds") or self.config.lease_duration)
-        observed = (holder, str(spec.get("renewTime") or ""), resource_version(old), duration)
+        observed = _observation(old, self.config.lease_duration)
+        holder, duration = observed[0], observed[3]
         if observed != self._observed:
             self._observed, self._observed_at = observed, now
         self._holder = holder
@@ -234,16 +271,9 @@ class LeaderElector:
         }
 
     def _remember(self, lease: Manifest, now: float) -> None:
-        spec = lease.get("spec") or {}
-        self._holder = str(spec.get("holderIdentity") or "")
-        self.transitions = int(spec.get("leaseTransitions") or 0)
-        self._observed = (
-            self._holder,
-            str(spec.get("renewTime") or ""),
-            resource_version(lease),
-            int(spec.get("leaseDurationSeconds") or self.config.lease_duration),
-        )
-        self._observed_at = now
+        self.transitions = int((lease.get("spec") or {}).get("leaseTransitions") or 0)
+        self._observed, self._observed_at = _observation(lease, self.config.lease_duration), now
+        self._holder = self._observed[0]
 
     def _set_leading(self, leading: bool) -> None:
         with self._lock:
