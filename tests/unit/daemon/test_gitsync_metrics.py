@@ -21,7 +21,7 @@ def test_a_source_has_one_revision_series_and_none_once_forgotten() -> None:
     m.set_source("a/web", entries, applied=True, forcing=True, revision="r2", healthy=True, ready=False)
     m.set_source("b/db", [], applied=True, forcing=True, revision="", healthy=False, ready=False)
     web = _series(m, "a/web")
-    assert len(web) == 8, web  # 5 states, revision, healthy, ready
+    assert len(web) == 9, web  # 6 states, revision, healthy, ready
     assert [s for s in web if "revision=" in s] == [
         'gitops_sync_gitsync_last_applied_revision_info{revision="r2",source="a/web"} 1.0'
     ]
@@ -31,4 +31,4 @@ def test_a_source_has_one_revision_series_and_none_once_forgotten() -> None:
     m.forget_source("a/web")  # twice, or a source never exported: no error
     m.forget_source("c/never")
     assert _series(m, "a/web") == []
-    assert len(_series(m, "b/db")) == 7  # no revision applied yet: no revision series
+    assert len(_series(m, "b/db")) == 8  # no revision applied yet: no revision series
