@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gitops_sync.daemon.metrics import Metrics
-from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.daemon.metrics import Metrics, object_state
+from gitops_sync.plan.changeset import Action, Entry, Terminating
 from gitops_sync.resource import ObjectKey
 
 
@@ -32,3 +32,15 @@ def test_a_source_has_one_revision_series_and_none_once_forgotten() -> None:
     m.forget_source("c/never")
     assert _series(m, "a/web") == []
     assert len(_series(m, "b/db")) == 8  # no revision applied yet: no revision series
+
+
+def test_terminating_objects_are_their_own_state_and_a_pending_prune_is_not_a_desired_object() -> None:
+    wanted = Entry(
+        ObjectKey("", "ConfigMap", "a", "w"), "v1", Action.TERMINATING, terminating=Terminating("t", in_git=True)
+    )
+    pruned = Entry(ObjectKey("", "ConfigMap", "a", "p"), "v1", Action.TERMINATING, terminating=Terminating("t"))
+    assert object_state(wanted, applied=True, forcing=True) == "terminating"
+    assert object_state(pruned, applied=True, forcing=True) == "terminating"
+    m = Metrics()
+    m.set_source("a/web", [wanted, pruned], applied=True, forcing=True, revision="r1", healthy=True, ready=True)
+    assert 'gitops_sync_gitsync_objects{source="a/web",state="terminating"} 1.0' in _series(m, "a/web")
