@@ -14,54 +14,21 @@ import json
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import KubeCluster
 from tests.integration.test_sync import by_name, get, gs, report, write
+from tests.integration.test_terminating import HOLD, cm, hold, live, release, requests
 from tests.reliability.conftest import Recorder
 
 pytestmark = pytest.mark.cluster
 
-HOLD = "example.com/hold"
 PART_OF = "applyset.kubernetes.io/part-of"
-
-
-def cm(name: str, namespace: str | None = None) -> str:
-    meta: dict[str, Any] = {"name": name, **({"namespace": namespace} if namespace else {})}
-    return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"v": name}}) + "\n"
 
 
 def namespace_doc(name: str) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}) + "\n"
-
-
-def hold(kube: KubeCluster, ref: str, namespace: str) -> None:
-    """A finalizer another controller put there (out of band): nothing removes it but `release`."""
-    kube.kubectl("patch", ref, "-n", namespace, "--type=merge", "-p", json.dumps({"metadata": {"finalizers": [HOLD]}}))
-
-
-def release(kube: KubeCluster, ref: str, namespace: str) -> None:
-    kube.kubectl("patch", ref, "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
-
-
-def live(kube: KubeCluster, ref: str, namespace: str = "") -> dict[str, Any] | None:
-    r = kube.kubectl("get", ref, *(["-n", namespace] if namespace else []), "-o", "json", check=False)
-    return json.loads(r.stdout) if r.returncode == 0 else None
-
-
-def requests(r: subprocess.CompletedProcess[str], method: str) -> list[str]:
-    """The paths of every `method` request the CLI sent (its `--log-level debug` request lines, in order)."""
-    out = []
-    for line in r.stderr.splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and doc.get("event") == "request" and doc.get("method") == method:
-            out.append(str(doc.get("path")))
-    return out
 
 
 def timed(kube: KubeCluster, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
