@@ -279,12 +279,7 @@ class Engine:
             )
         held = [e for e in cs.entries if e.action is Action.TERMINATING]
         if held:  # still there: the parent is how the next attempt finds (and reports) them
-            cs.errors.append(
-                f"inventory kept: {len(held)} member(s) not gone yet: "
-                + "; ".join(
-                    f"{e.key} ({e.terminating.describe() if e.terminating else 'terminating'})" for e in held[:5]
-                )
-            )
+            cs.errors.append(f"inventory kept: {len(held)} member(s) not gone yet: {_held(held)}")
         if pruned_all and not cs.has_errors:
             inventory.delete_parent(self.client, inv)
         return cs, True
@@ -474,9 +469,12 @@ class Engine:
                 kept.add(entry.key)
         gone = [m for m in gone if not planner.prune_disabled(m)]
         # The Namespace holding our inventory parent: deleting it deletes the parent with it (an adopted one is
-        # only released: it stays, and so does the parent).
+        # only released: it stays, and so does the parent; one already Terminating is past saving: pending).
         parent = invs[0].parent_key
-        holder = next((m for m in gone if _holds(m, parent) and not planner.is_adopted(m)), None)
+        holder = next(
+            (m for m in gone if _holds(m, parent) and not planner.is_adopted(m) and not terminating(m, in_git=False)),
+            None,
+        )
         refused: list[Entry] = []
         if holder is not None:
             gone = [m for m in gone if m is not holder]

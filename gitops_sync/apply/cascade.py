@@ -25,6 +25,7 @@ from gitops_sync.errors import ClusterError, NotFoundError
 from gitops_sync.log import get_logger
 from gitops_sync.plan.changeset import Action, Entry
 from gitops_sync.plan.planner import is_adopted
+from gitops_sync.plan.terminating import terminating
 from gitops_sync.resource import Manifest, ObjectKey
 
 log = get_logger(__name__)
@@ -65,8 +66,8 @@ def refusals(
     unknown: Holdings | None = None  # discovery could not be read again: no contents can be vouched for
     for m in gone:
         key = ObjectKey.of(m)
-        if key not in deleted or key.group not in ("", "apiextensions.k8s.io"):
-            continue
+        if key not in deleted or key.group not in ("", "apiextensions.k8s.io") or terminating(m, in_git=False):
+            continue  # not deleted by this prune (released, or already being deleted: no DELETE is sent)
         if not fresh and key.kind in ("Namespace", "CustomResourceDefinition"):
             # The daemon's snapshot may predate a CRD installed since: its resources must be listed too.
             fresh = True

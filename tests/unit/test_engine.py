@@ -331,3 +331,12 @@ def test_a_desired_object_that_is_terminating_is_reported_and_not_applied(tmp_pa
     (entry,) = cs.entries
     assert entry.action is Action.TERMINATING and entry.terminating is not None and entry.terminating.in_git
     assert "Git still wants it" in entry.message and cs.has_changes
+
+
+def test_a_namespace_holding_the_inventory_already_terminating_is_pending_not_refused(tmp_path: Path) -> None:
+    """Deleted by hand before: nothing a refusal could save, and no DELETE to send; the report says so."""
+    api = api_with_holder(member("old")).on("GET", NAMESPACES_PATH, listing(held(namespace_member("gitops"))))
+    cs = run(api, tmp_path, cm("good", k="v"), prune=True)
+    assert [c.path for c in api.sent("DELETE")] == [OLD]
+    (entry,) = [e for e in cs.entries if e.key.kind == "Namespace"]
+    assert entry.action is Action.TERMINATING and "no DELETE sent again" in entry.message
