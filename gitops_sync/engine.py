@@ -31,6 +31,8 @@ from gitops_sync.log import get_logger
 from gitops_sync.plan import fieldpath, ignore, planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, Ignored, SharedWith
 from gitops_sync.plan.planner import Target
+from gitops_sync.plan.terminating import desired_entry as terminating_entry
+from gitops_sync.plan.terminating import terminating
 from gitops_sync.render import RenderOptions, locate, render
 from gitops_sync.rendercache import DiskStore, RenderCache
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
@@ -182,21 +184,20 @@ class Engine:
         for t in targets:  # members of another ApplySet: left alone, reported as `shared` conflicts
             if t.key in shared:
                 entry = planner.shared_entry(t, live[t.key] or {}, shared[t.key], self.field_manager, dry_run=dry_run)
-                cs.entries.append(entry)
-                if on_entry:
-                    on_entry(entry)
+                self._add(cs, entry, on_entry)
+        dying: set[ObjectKey] = set()
+        for t in targets:  # being deleted: it will vanish whatever is applied now; re-created once gone
+            pending = terminating(live.get(t.key), in_git=True)
+            if pending is not None and t.key not in shared:
+                dying.add(t.key)
+                self._add(cs, terminating_entry(t, pending, dry_run=dry_run), on_entry)
         for t in targets:  # create-only objects that exist: never updated
             existing = live.get(t.key)
-            if existing is not None and t.key not in shared and planner.is_create_only(t):
-                entry = planner.create_only_entry(t, existing, self.field_manager, dry_run=dry_run)
-                cs.entries.append(entry)
-                if on_entry:
-                    on_entry(entry)
+            if existing is not None and t.key not in shared and t.key not in dying and planner.is_create_only(t):
+                self._add(cs, planner.create_only_entry(t, existing, self.field_manager, dry_run=dry_run), on_entry)
         for t in denied:  # nothing of the live object is read: the entry is the refusal alone
             entry = Entry(t.key, t.info.api_version, Action.ERROR, message=refused[t.key], origin=t.origin)
-            cs.entries.append(entry)
-            if on_entry:
-                on_entry(entry)
+            self._add(cs, entry, on_entry)
         done = {e.key for e in cs.entries}
         cs.entries += self.manager.apply_all(
             [t for t in targets if t.key not in done], live, policy=opts.policy, dry_run=dry_run, on_entry=on_entry
@@ -215,9 +216,14 @@ class Engine:
 
         pruned_all = True
         kept: set[ObjectKey] = set()  # members `prune: disabled` keeps: still ours, so still recorded
+        waiting_since = time.monotonic()  # --wait: one --timeout for held deletions and health together
         if opts.prune and not partial:
             pruned_all = self._prune(cs, [inv, *([legacy] if legacy else [])], wanted, opts, dry_run, on_entry, kept)
-        if record and pruned_all and not cs.has_errors:
+            if opts.wait and not dry_run:
+                self._wait_deleted(cs, opts.timeout)
+        # A deletion still pending (finalizers hold a member, or an object Git wants is going) leaves the
+        # revision incomplete: not recorded as applied, and the inventory goes on recording what is there.
+        if record and pruned_all and not cs.has_errors and not cs.has_pending:
             if legacy is not None:  # whatever still carries the old id moves into ours before it is retired
                 self._adopt_legacy_members(cs, inv, legacy)
             # Shrink the recorded group-kinds only once every member outside them is gone; a kind the
@@ -240,7 +246,8 @@ class Engine:
             if legacy is not None and not cs.has_errors:
                 self._retire(legacy, name)
         if opts.wait and not dry_run:
-            self._wait(cs, targets, opts.timeout, on_ready)
+            left = max(0.0, opts.timeout - (time.monotonic() - waiting_since))
+            self._wait(cs, [t for t in targets if t.key not in dying], left, on_ready)
         return cs
 
     def collect(self, name: str, namespace: str, identity: str) -> tuple[ChangeSet, bool]:
@@ -263,13 +270,16 @@ class Engine:
         if not inv.exists or not inv.recorded.get(conventions.APPLIED_REVISION):
             return cs, False
         opts = PassOptions(prune=True, allow_empty=True, name=name, inventory_namespace=namespace)
-        pruned_all = self._prune(cs, [inv], [], opts, False, None)
+        pruned_all = self._prune(cs, [inv], [], opts, False, None, parent_goes=True)
         unserved = inventory.unserved_kinds(self.discovery, inv)
         if unserved:  # their members cannot be listed: the parent is how they are found once served again
             cs.errors.append(
                 f"inventory kept: it records kinds not served now ({', '.join(sorted(unserved))}); "
                 "their members cannot be listed or pruned until the server serves them again"
             )
+        held = [e for e in cs.entries if e.action is Action.TERMINATING]
+        if held:  # still there: the parent is how the next attempt finds (and reports) them
+            cs.errors.append(f"inventory kept: {len(held)} member(s) not gone yet: {_held(held)}")
         if pruned_all and not cs.has_errors:
             inventory.delete_parent(self.client, inv)
         return cs, True
@@ -417,9 +427,16 @@ class Engine:
         dry_run: bool,
         on_entry: OnEntry | None,
         kept: set[ObjectKey] | None = None,
+        *,
+        parent_goes: bool = False,
     ) -> bool:
-        """Prune the members that left Git; True when every one went. `kept` hears of the members
-        `prune: disabled` keeps (still labelled ours: the inventory must go on recording them)."""
+        """Prune the members that left Git; True when none was refused or failed. `kept` hears of the
+        members `prune: disabled` keeps (still labelled ours: the inventory must go on recording them).
+
+        A member whose deletion is pending (finalizers hold it) is no failure, but no member gone either
+        (`cs.has_pending`): callers record the pass as complete only once it is gone. `parent_goes`: the
+        caller deletes the inventory parent afterwards (a deleted source's collection), so members kept
+        by `prune: disabled` do not need it."""
         if cs.has_errors:
             cs.errors.append(
                 "prune not evaluated: some objects could not be planned"
@@ -443,28 +460,79 @@ class Engine:
                 "(pass --allow-empty if the repository is meant to be empty)"
             )
             return False
-        for m in [m for m in gone if planner.prune_disabled(m)]:  # gitops-sync.io/prune: disabled
+        disabled = [m for m in gone if planner.prune_disabled(m)]
+        for m in disabled:  # gitops-sync.io/prune: disabled
             entry = Entry(ObjectKey.of(m), str(m.get("apiVersion", "")), Action.UNCHANGED)
             entry.message = f"left Git; kept ({conventions.PRUNE}: {conventions.PRUNE_DISABLED})"
-            cs.entries.append(entry)
+            self._add(cs, entry, on_entry)
             if kept is not None:
                 kept.add(entry.key)
-            if on_entry:
-                on_entry(entry)
         gone = [m for m in gone if not planner.prune_disabled(m)]
+        # The Namespace holding our inventory parent: deleting it deletes the parent with it (an adopted one is
+        # only released: it stays, and so does the parent; one already Terminating is past saving: pending).
+        parent = invs[0].parent_key
+        holder = next(
+            (m for m in gone if _holds(m, parent) and not planner.is_adopted(m) and not terminating(m, in_git=False)),
+            None,
+        )
         refused: list[Entry] = []
+        if holder is not None:
+            gone = [m for m in gone if m is not holder]
+            remaining = len(targets) + (0 if parent_goes else len(disabled))
+            if remaining:  # never, whatever --prune-cascade says: the record of those members would go
+                refused.append(cascade.inventory_refusal(holder, parent, remaining))
         if not opts.prune_cascade:
             # A Namespace or CRD still holding objects this prune does not remove is not deleted.
-            refused = cascade.refusals(self.client, self.discovery, gone, parent=invs[0].parent_key)
-            for e in refused:
-                cs.entries.append(e)
-                if on_entry:
-                    on_entry(e)
-            blocked = {e.key for e in refused}
-            gone = [m for m in gone if ObjectKey.of(m) not in blocked]
+            last = [holder] if holder is not None and not refused else []
+            refused += cascade.refusals(self.client, self.discovery, [*gone, *last], parent=parent)
+        for e in refused:
+            self._add(cs, e, on_entry)
+        blocked = {e.key for e in refused}
+        gone = [m for m in gone if ObjectKey.of(m) not in blocked]
         entries = self.manager.prune(gone, dry_run=dry_run, on_entry=on_entry)
+        if holder is not None and ObjectKey.of(holder) not in blocked:
+            # The last member: the parent has nothing left to record, but it goes only after every other
+            # member is gone, or one that failed or is still held would be forgotten with it.
+            if not refused and all(e.action is Action.PRUNE for e in entries):
+                entries += self.manager.prune([holder], dry_run=dry_run, on_entry=on_entry)
+            else:
+                entry = Entry(ObjectKey.of(holder), str(holder.get("apiVersion", "")), Action.UNCHANGED)
+                entry.message = (
+                    "left Git; kept until the other members are gone: it holds this source's inventory "
+                    f"(ConfigMap {parent.namespace}/{parent.name})"
+                )
+                self._add(cs, entry, on_entry)
+                if kept is not None:
+                    kept.add(entry.key)
         cs.entries.extend(entries)
-        return not refused and all(e.action is Action.PRUNE for e in entries)
+        return not refused and all(e.action in (Action.PRUNE, Action.TERMINATING) for e in entries)
+
+    @staticmethod
+    def _add(cs: ChangeSet, entry: Entry, on_entry: OnEntry | None) -> None:
+        cs.entries.append(entry)
+        if on_entry:
+            on_entry(entry)
+
+    def _wait_deleted(self, cs: ChangeSet, timeout: float) -> None:
+        """`--wait`: a prune held by finalizers is done once the object is gone; still there at the
+        timeout, it is an error naming what holds it, as a `--wait` timeout is."""
+        held = [e for e in cs.entries if e.action is Action.TERMINATING and e.left_git]
+        if not held:
+            return
+        started = time.monotonic()
+        log.info("waiting until deleted", objects=len(held), timeout=timeout)
+        try:
+            still = self.manager.wait_deleted([(e.key, e.api_version) for e in held], timeout)
+        except ClusterError as exc:
+            cs.errors.append(f"wait for deletions abandoned after {time.monotonic() - started:.0f}s: {exc}")
+            return
+        took = time.monotonic() - started
+        for e in held:
+            if e.key not in still:
+                e.action, e.terminating = Action.PRUNE, None
+                e.message = f"deleted (left Git; gone after waiting {took:.1f}s for its finalizers)"
+        if still:
+            cs.errors.append(f"not deleted after {took:.0f}s: {_held([e for e in held if e.key in still])}")
 
     def _wait(
         self,
@@ -539,6 +607,20 @@ def _position(rel: str, positions: locate.Positions, base: tuple[locate.Segment,
         if found is not None:
             return f"{rel}:{found[0]}:{found[1]}"
     return rel
+
+
+def _held(entries: Sequence[Entry], limit: int = 5) -> str:
+    """`ConfigMap/ns/a (deletion pending: finalizer x); …`: what still holds the first few."""
+    named = "; ".join(
+        f"{e.key} ({e.terminating.describe() if e.terminating else 'terminating'})" for e in entries[:limit]
+    )
+    return named + (f" and {len(entries) - limit} more" if len(entries) > limit else "")
+
+
+def _holds(member: Manifest, parent: ObjectKey) -> bool:
+    """Whether `member` is the Namespace the inventory parent lives in."""
+    key = ObjectKey.of(member)
+    return key.kind == "Namespace" and not key.group and key.name == parent.namespace
 
 
 def _sub_path(checkout: Checkout) -> str | None:

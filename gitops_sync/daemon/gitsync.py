@@ -246,9 +246,7 @@ def status_of(
     with r.state:
         entries = list(r.entries.values())
         pass_errors = list(r.pass_errors)
-    states = [
-        object_state(e, applied=r.spec.self_heal, forcing=r.forcing) for e in entries if e.action is not Action.PRUNE
-    ]
+    states = [object_state(e, applied=r.spec.self_heal, forcing=r.forcing) for e in entries if not e.left_git]
     counts = {a.value: 0 for a in Action}
     for e in entries:
         counts[e.action.value] += 1

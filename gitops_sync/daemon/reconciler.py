@@ -31,13 +31,18 @@ from gitops_sync.errors import ApiError, ClusterError, GitOpsError
 from gitops_sync.formatting import rfc3339
 from gitops_sync.log import get_logger
 from gitops_sync.plan.autoscaler import Autoscaler, find_autoscaler, scaled_by_controller_manager
-from gitops_sync.plan.changeset import LIVE_CHANGED, ChangeSet, Entry
+from gitops_sync.plan.changeset import LIVE_CHANGED, Action, ChangeSet, Entry
 from gitops_sync.plan.masking import Redactor
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source import mask_url, short_revision
 
 log = get_logger("gitops_sync.daemon")
+
+# A prune finalizers hold: nothing watches a member that left Git, so full passes look again, first after
+# this many seconds, doubling while it stays, up to the cap.
+PENDING_RECHECK = 1.0
+PENDING_RECHECK_MAX = 60.0
 
 
 @dataclass
@@ -125,6 +130,7 @@ class SourceReconciler:
         self.first_sync = False
         self.attempted = ""  # revision of the last pass that ran (clean or not)
         self.fingerprints: dict[ObjectKey, str] = {}
+        self.recheck = 0.0  # seconds until the next look at a pending deletion (0: none pending)
         self.on_loaded: Callable[[SourceReconciler], None] | None = None  # the fleet re-indexes interest
         self.on_passed: Callable[[SourceReconciler], None] | None = None  # the fleet writes status
 
@@ -401,6 +407,8 @@ class SourceReconciler:
                     self.metrics.applied_at.set(time.time())
         # A full pass that is retried as a whole retries its failed objects too: one backoff, not two.
         self._absorb(src, cs, only is None, retry_objects=not retry_in, retry_in=retry_in)
+        if only is None:
+            self._recheck_pending(cs)
         with self.state:
             self.last_pass = {
                 "kind": kind,
@@ -421,6 +429,16 @@ class SourceReconciler:
         )
         if self.on_passed is not None:
             self.on_passed(self)
+
+    def _recheck_pending(self, cs: ChangeSet) -> None:
+        """Members that left Git but are held by finalizers: a full pass looks again until they are gone
+        (the report says "deletion pending" meanwhile, never "deleted"). Desired ones need nothing: the
+        watch sees them vanish, and the pass that follows re-creates them."""
+        if any(e.action is Action.TERMINATING and e.left_git for e in cs.entries):
+            self.recheck = min(self.recheck * 2, PENDING_RECHECK_MAX) if self.recheck else PENDING_RECHECK
+            self.queue.add_after(FULL, self.recheck)
+        else:
+            self.recheck = 0.0
 
     def _yielding(self, src: DesiredState, only: set[ObjectKey] | None, live_map: LiveMap) -> list[Target]:
         """The targets of this pass with yielded fields left out (daemon/yields.py): end the yields that

@@ -18,12 +18,14 @@ class Action(enum.StrEnum):
     UPDATE = "update"
     UNCHANGED = "unchanged"
     PRUNE = "prune"
+    # Being deleted (a deletionTimestamp), held by finalizers: it will vanish, whether Git wants it or not.
+    TERMINATING = "terminating"
     CONFLICT = "conflict"
     ERROR = "error"
 
     @property
     def is_change(self) -> bool:
-        return self in (Action.CREATE, Action.UPDATE, Action.PRUNE, Action.CONFLICT)
+        return self in (Action.CREATE, Action.UPDATE, Action.PRUNE, Action.TERMINATING, Action.CONFLICT)
 
 
 _ABSENT: Any = None
@@ -122,6 +124,38 @@ class SharedWith:
         return {"applySet": self.applyset_id, "parent": self.parent, "source": self.source, "tooling": self.tooling}
 
 
+def finalizers_text(names: list[str]) -> str:
+    """`finalizer a` or `finalizers a, b`."""
+    return ("finalizer " if len(names) == 1 else "finalizers ") + ", ".join(names)
+
+
+@dataclass
+class Terminating:
+    """An object with a deletionTimestamp: what still holds it, and whether Git wants it.
+
+    `finalizers` are `metadata.finalizers` (and a Namespace's `spec.finalizers`); `note` is what the object
+    says of its own deletion (a Namespace's conditions: "Some content in the namespace has finalizers
+    remaining: …"). A member that left Git is not deleted again; a desired one is re-created once gone.
+    """
+
+    since: str  # the deletionTimestamp
+    finalizers: list[str] = field(default_factory=list)
+    in_git: bool = False
+    note: str = ""
+    graceful: bool = False  # no finalizer: a grace period (a Pod) runs out first
+
+    def describe(self) -> str:
+        """`deletion pending: finalizer example.com/hold`, as every report and the page say it."""
+        if self.finalizers:
+            what = finalizers_text(self.finalizers)
+        else:
+            what = "graceful termination" if self.graceful else "the API server"
+        return f"deletion pending: {what}" + (f" ({self.note})" if self.note else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"since": self.since, "finalizers": list(self.finalizers), "inGit": self.in_git, "note": self.note}
+
+
 @dataclass
 class Yielded(FieldChange):
     """A field Git sets that the daemon stopped correcting: another manager keeps it (see daemon/yields.py).
@@ -196,6 +230,12 @@ class Entry:
     yielded: list[Yielded] = field(default_factory=list)  # fields left to another manager (daemon)
     ignored: list[Ignored] = field(default_factory=list)  # fields ignore rules left to the cluster
     foreign: list[Foreign] = field(default_factory=list)  # fields others added that Git does not declare
+    terminating: Terminating | None = None  # being deleted: what holds it (action `terminating`)
+
+    @property
+    def left_git(self) -> bool:
+        """A member that left Git (pruned, or its deletion pending): not one of the desired objects."""
+        return self.action is Action.PRUNE or (self.terminating is not None and not self.terminating.in_git)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -220,6 +260,8 @@ class Entry:
             out["ignored"] = [i.to_dict() for i in self.ignored]
         if self.foreign:
             out["foreign"] = [f.to_dict() for f in self.foreign]
+        if self.terminating is not None:
+            out["terminating"] = self.terminating.to_dict()
         return out
 
 
@@ -247,6 +289,11 @@ class ChangeSet:
     @property
     def has_conflicts(self) -> bool:
         return any(e.action is Action.CONFLICT or e.conflicts for e in self.entries)
+
+    @property
+    def has_pending(self) -> bool:
+        """An object is being deleted (held by finalizers): the cluster is not what Git says yet."""
+        return any(e.action is Action.TERMINATING for e in self.entries)
 
     @property
     def has_errors(self) -> bool:

@@ -141,6 +141,11 @@ def prune_disabled(live: Manifest) -> bool:
     return _annotation(live, PRUNE) == PRUNE_DISABLED
 
 
+def is_adopted(live: Manifest) -> bool:
+    """`gitops-sync.io/adopted` on a member: it existed before us, so prune releases it, never deletes it."""
+    return _annotation(live, ADOPTED) == "true"
+
+
 def create_only_entry(target: Target, live: Manifest, field_manager: str, *, dry_run: bool) -> Entry:
     """An existing create-only object: left as it is, whatever Git says now."""
     entry = explain(target, live, live, field_manager, dry_run=dry_run)

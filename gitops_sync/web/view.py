@@ -18,7 +18,7 @@ from gitops_sync.formatting import truncate
 from gitops_sync.plan import actors
 from gitops_sync.resource import ObjectKey, is_secret
 
-STATES = ("synced", "drifted", "missing", "conflict", "error")
+STATES = ("synced", "drifted", "missing", "terminating", "conflict", "error")
 PAGE_SIZE = 200  # objects per page of a source's list: a 10,000-object source stays a light page
 VALUE_LIMIT = 4000  # characters of one value on a page (an embedded file is cut, with a note)
 CORE = "core"  # the URL segment for the core API group ("")
@@ -126,8 +126,8 @@ def state_of(obj: Mapping[str, Any]) -> str:
     if isinstance(st, str) and st:
         return st
     action = obj.get("action")
-    if action == "error":
-        return "error"
+    if action in ("error", "terminating"):
+        return str(action)
     if action == "conflict" or obj.get("conflicts"):
         return "conflict"
     if action == "create":
@@ -268,8 +268,8 @@ class Listing:
 def listing(doc: Mapping[str, Any], source_id: str, flt: Filter) -> Listing:
     every = rows(doc, source_id)
     matched = [r for r in every if flt.match(r)]
-    # what needs a look first: errors, conflicts, drift, missing; then by name
-    order = {"error": 0, "conflict": 1, "drifted": 2, "missing": 3, "synced": 4}
+    # what needs a look first: errors, conflicts, drift, missing, going; then by name
+    order = {"error": 0, "conflict": 1, "drifted": 2, "missing": 3, "terminating": 4, "synced": 5}
     matched.sort(key=lambda r: (order.get(r.state, 5), -r.fights, r.kind, r.namespace, r.name))
     pages = max(1, -(-len(matched) // PAGE_SIZE))
     page = min(flt.page, pages)

@@ -236,3 +236,107 @@ def test_a_second_pass_of_the_same_revision_sends_no_write_at_all(tmp_path: Path
     assert not cs.has_errors
     assert second.writes() == [] and second.sent("DELETE") == []
     assert [e.action for e in cs.entries] == [Action.UNCHANGED] * 2
+
+
+# -- the Namespace holding the inventory parent (issue 20, item 6) ---------------------------------------
+
+NAMESPACES_PATH = "/api/v1/namespaces"  # where prune lists the recorded Namespace members, by label
+HOLDER = "/api/v1/namespaces/gitops"  # the Namespace our parent ConfigMap lives in
+HOLD = "example.com/hold"
+
+
+def namespace_member(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "uid": f"u-{name}", "labels": {PART_OF: ID}},
+    }
+
+
+def held(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` as the API server answers a DELETE a finalizer holds: still there, with a deletionTimestamp."""
+    out = copy.deepcopy(obj)
+    out["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=[HOLD])
+    return out
+
+
+def api_with_holder(*others: dict[str, Any]) -> FakeApi:
+    """Our parent lives in Namespace `gitops`, itself a member that left Git, beside ConfigMap members."""
+    return (
+        FakeApi(default=server)
+        .on("GET", PARENT, parent(kinds="ConfigMap,Namespace"))
+        .on("GET", MEMBERS, listing(*others))
+        .on("GET", NAMESPACES_PATH, listing(namespace_member("gitops")))
+    )
+
+
+@pytest.mark.parametrize("cascade", [False, True], ids=["guard", "prune-cascade"])
+def test_the_namespace_holding_the_inventory_is_refused_while_the_source_has_objects(
+    tmp_path: Path, cascade: bool
+) -> None:
+    api = api_with_holder(member("old"))
+    cs = run(api, tmp_path, cm("good", k="v"), prune=True, prune_cascade=cascade)
+    assert [c.path for c in api.sent("DELETE")] == [OLD], "the rest is pruned, the Namespace never"
+    (refusal,) = [e for e in cs.entries if e.key.kind == "Namespace"]
+    assert refusal.action is Action.ERROR and "holds this source's inventory (ConfigMap gitops/inv)" in refusal.message
+    assert "still records 1 other object(s)" in refusal.message
+    assert all(w[APPLIED_REVISION] == "r1" for w in parent_writes(api)), "a refused prune is not a clean pass"
+
+
+def test_as_the_last_member_the_namespace_holding_the_inventory_goes_after_every_other(tmp_path: Path) -> None:
+    api = api_with_holder(member("old"))
+    cs = run(api, tmp_path, prune=True, allow_empty=True, prune_cascade=True)  # the guard is tested elsewhere
+    assert not cs.has_errors, cs.to_dict()
+    assert [c.path for c in api.sent("DELETE")] == [OLD, HOLDER]
+
+
+def test_the_namespace_holding_the_inventory_waits_while_another_member_is_held(tmp_path: Path) -> None:
+    api = api_with_holder(member("old")).on("DELETE", OLD, held(member("old")))
+    cs = run(api, tmp_path, prune=True, allow_empty=True, prune_cascade=True)
+    assert [c.path for c in api.sent("DELETE")] == [OLD], "the parent would go with the Namespace"
+    entries = {e.key.name: e for e in cs.entries}
+    assert entries["old"].action is Action.TERMINATING and cs.has_pending and not cs.has_errors
+    assert entries["gitops"].action is Action.UNCHANGED and "kept until the other members are gone" in (
+        entries["gitops"].message
+    )
+
+
+# -- Terminating objects (issue 20, item 7) -------------------------------------------------------------
+
+
+def test_a_held_prune_is_pending_and_the_revision_is_not_recorded_as_applied(tmp_path: Path) -> None:
+    api = api_with_old_member().on("DELETE", OLD, held(member("old")))
+    cs = run(api, tmp_path, cm("a", k="v"), prune=True)
+    (entry,) = [e for e in cs.entries if e.key.name == "old"]
+    assert entry.action is Action.TERMINATING and entry.message.startswith(f"deletion pending: finalizer {HOLD};")
+    assert not cs.has_errors and cs.has_pending
+    assert all(w[APPLIED_REVISION] == "r1" for w in parent_writes(api)), "pending: not complete, not applied"
+    assert all("ConfigMap" in w[GROUP_KINDS] for w in parent_writes(api))
+
+
+def test_a_member_already_terminating_is_sent_no_delete(tmp_path: Path) -> None:
+    api = FakeApi(default=server).on("GET", PARENT, parent()).on("GET", MEMBERS, listing(held(member("old"))))
+    cs = run(api, tmp_path, cm("a", k="v"), prune=True)
+    assert api.sent("DELETE") == []
+    (entry,) = [e for e in cs.entries if e.key.name == "old"]
+    assert entry.action is Action.TERMINATING and "no DELETE sent again" in entry.message
+
+
+@pytest.mark.parametrize("apply", [True, False], ids=["sync", "diff"])
+def test_a_desired_object_that_is_terminating_is_reported_and_not_applied(tmp_path: Path, apply: bool) -> None:
+    live = held(member("a")) | {"data": {"k": "v"}}
+    api = FakeApi(default=server).on("GET", PARENT, parent()).on("GET", cm_path("a"), live)
+    cs = run(api, tmp_path, cm("a", k="v"), apply=apply)
+    assert [c for c in api.sent("PATCH") if c.path == cm_path("a")] == [], "nothing is sent to an object going away"
+    (entry,) = cs.entries
+    assert entry.action is Action.TERMINATING and entry.terminating is not None and entry.terminating.in_git
+    assert "Git still wants it" in entry.message and cs.has_changes
+
+
+def test_a_namespace_holding_the_inventory_already_terminating_is_pending_not_refused(tmp_path: Path) -> None:
+    """Deleted by hand before: nothing a refusal could save, and no DELETE to send; the report says so."""
+    api = api_with_holder(member("old")).on("GET", NAMESPACES_PATH, listing(held(namespace_member("gitops"))))
+    cs = run(api, tmp_path, cm("good", k="v"), prune=True)
+    assert [c.path for c in api.sent("DELETE")] == [OLD]
+    (entry,) = [e for e in cs.entries if e.key.kind == "Namespace"]
+    assert entry.action is Action.TERMINATING and "no DELETE sent again" in entry.message

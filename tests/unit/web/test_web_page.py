@@ -392,3 +392,27 @@ def test_diff_and_sync_offer_html_output() -> None:
     html = out.getvalue()
     assert html.startswith("<!doctype html>") and "kubectl edit" in html and "&lt;script&gt;" in html
     assert "<script" not in html
+
+
+def test_a_terminating_object_is_its_own_state_with_what_holds_it() -> None:
+    held = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "namespace": "team",
+        "name": "held",
+        "action": "terminating",
+        "message": "deletion pending: finalizer example.com/hold since 2026-01-01T00:00:00Z; left Git",
+        "terminating": {"since": "2026-01-01T00:00:00Z", "finalizers": ["example.com/hold"], "inGit": False},
+        "drift": [],
+        "conflicts": [],
+    }
+    assert view.state_of(held) == "terminating"  # a `diff -o json` document: no daemon state
+    doc = status_doc()
+    doc["objects"].append(held)
+    assert view.source_of(doc).states["terminating"] == 1
+    html = page("/sources/apps", "state=terminating", lambda **_: doc).body.decode()
+    assert re.findall(r'<span class="name">([^<]*)</span>', html) == ["held"]
+    assert 'badge st-terminating">terminating<' in html and "deletion pending: finalizer example.com/hold" in html
+    changed = page("/sources/apps", "state=changed", lambda **_: doc).body.decode()
+    assert "held" in re.findall(r'<span class="name">([^<]*)</span>', changed), "not in sync"
+    assert "deletion pending" in diff_html({**doc, "objects": [held]})
