@@ -183,7 +183,9 @@ class Engine:
             self._record(inv, old_kinds | group_kinds, old_namespaces | namespaces, checkout, cs.source)
         for t in targets:  # members of another ApplySet: left alone, reported as `shared` conflicts
             if t.key in shared:
-                entry = planner.shared_entry(t, live[t.key] or {}, shared[t.key], self.field_manager, dry_run=dry_run)
+                entry = planner.shared_entry(
+                    t, live[t.key] or {}, shared[t.key], self.field_manager, dry_run=dry_run, identity=identity_text
+                )
                 self._add(cs, entry, on_entry)
         dying: set[ObjectKey] = set()
         for t in targets:  # being deleted: it will vanish whatever is applied now; re-created once gone

@@ -259,6 +259,7 @@ def find_parent(client: Client, applyset_id: str) -> SharedWith:
             shared.parent = f"{kind} {meta.get('namespace', '')}/{meta.get('name', '')}"
             shared.source = str(ann.get(SOURCE, ""))
             shared.tooling = str(ann.get(TOOLING, ""))
+            shared.identity = str(ann.get(SOURCE_IDENTITY, ""))
             return shared
     return shared
 

@@ -112,6 +112,7 @@ class SharedWith:
     parent: str = ""  # e.g. "ConfigMap team-a/gitops-sync-deploy-apps" or "Secret ns/name"
     source: str = ""  # the parent's gitops-sync.io/source (repo//path@ref) or tooling annotation
     tooling: str = ""  # applyset.kubernetes.io/tooling, e.g. "kubectl/v1.33.0"
+    identity: str = ""  # the parent's gitops-sync.io/source-identity (`repo//path`), when gitops-sync made it
 
     def describe(self) -> str:
         """`ApplySet ConfigMap team-a/x (source /repos/deploy//apps)`, or the bare id."""
@@ -120,8 +121,24 @@ class SharedWith:
         extra = ", ".join(p for p in (f"source {self.source}" if self.source else "", self.tooling) if p)
         return f"ApplySet {self.parent}" + (f" ({extra})" if extra else "")
 
+    def same_source(self, identity: str) -> bool:
+        """The other parent records a source that looks like this one (`repo//path` identities): the same,
+        or the same repository name and sub-directory spelled another way (a work tree without a remote and
+        its URL, a mirror). Then the object is most likely ours under another inventory name."""
+        if not self.identity or not identity:
+            return False
+        if self.identity == identity:
+            return True
+        (theirs, _, their_path), (ours, _, our_path) = self.identity.partition("//"), identity.partition("//")
+        return their_path == our_path and _repo_name(theirs) == _repo_name(ours) != ""
+
     def to_dict(self) -> dict[str, Any]:
         return {"applySet": self.applyset_id, "parent": self.parent, "source": self.source, "tooling": self.tooling}
+
+
+def _repo_name(repo: str) -> str:
+    last = repo.rstrip("/").rsplit("/", 1)[-1]
+    return last[:-4] if last.endswith(".git") else last
 
 
 def finalizers_text(names: list[str]) -> str:

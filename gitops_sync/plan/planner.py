@@ -202,8 +202,13 @@ def wants_adoption(target: Target) -> bool:
     return str(annotations.get(ADOPT, "")).lower() == "true"
 
 
-def shared_entry(target: Target, live: Manifest, shared: SharedWith, field_manager: str, *, dry_run: bool) -> Entry:
-    """A `shared` conflict: the object belongs to another ApplySet, so it is left alone, and we say whose."""
+def shared_entry(
+    target: Target, live: Manifest, shared: SharedWith, field_manager: str, *, dry_run: bool, identity: str = ""
+) -> Entry:
+    """A `shared` conflict: the object belongs to another ApplySet, so it is left alone, and we say whose.
+
+    `identity` is this source's (`repo//path`): when the other parent records the same source under another
+    spelling, the advice is to sync under that inventory's name, not to take the object over."""
     entry = explain(target, live, None, field_manager, dry_run=dry_run)
     path = f".metadata.labels.{PART_OF}"
     owner = _owner(live, path, field_manager)
@@ -220,6 +225,14 @@ def shared_entry(target: Target, live: Manifest, shared: SharedWith, field_manag
             actor=shared.describe(),
         )
     ]
+    if shared.same_source(identity):
+        ns, _, name = shared.parent.partition(" ")[2].partition("/")
+        option = f"--name {name}" + (f" --inventory-namespace {ns}" if ns else "")
+        entry.message = (
+            f"shared: already a member of {shared.describe()}, which records this repository under another "
+            f"spelling or name; left alone. Same source? `{option}` syncs it as that one"
+        )
+        return entry
     entry.message = (
         f"shared: already a member of {shared.describe()}; left alone (--adopt-shared or the annotation "
         f'{ADOPT}: "true" in Git takes it over)'
