@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from gitops_sync.cluster.client import Client
@@ -30,7 +30,7 @@ from gitops_sync.daemon import gitsync
 from gitops_sync.daemon.access import ReadAccess
 from gitops_sync.daemon.cache import EventType
 from gitops_sync.daemon.conditions import ClusterProbe
-from gitops_sync.daemon.events import WARNING
+from gitops_sync.daemon.events import WARNING, EventSpec
 from gitops_sync.daemon.gitsync import GitSync, InvalidSpec
 from gitops_sync.daemon.leader import ApiLeaseStore, LeaderElector
 from gitops_sync.daemon.loop import Controller, DaemonOptions, FencedClient
@@ -40,12 +40,14 @@ from gitops_sync.daemon.reporter import FULL, SOURCE, QueueKey
 from gitops_sync.daemon.supervisor import describe_crash
 from gitops_sync.daemon.triggers import WebhookResult, verify_webhook
 from gitops_sync.engine import Engine
-from gitops_sync.errors import ApiError, ClusterError, GitOpsError
+from gitops_sync.errors import ApiError, ClusterError, GitOpsError, RepositoryNotAllowed
 from gitops_sync.log import get_logger
 from gitops_sync.plan.changeset import Action, Entry
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source import mask_url
+from gitops_sync.source.allow import LocalRepositories
+from gitops_sync.source.checkout import cache_root
 
 log = get_logger("gitops_sync.daemon")
 
@@ -115,7 +117,9 @@ class _Source:
     shard: int
     reconciler: SourceReconciler | None
     client: SourceClient | None
-    invalid: str = ""
+    invalid: str = ""  # why the controller will not act on it (then it has no reconciler)
+    reason: str = InvalidSpec.reason  # of `invalid`: InvalidSpec or RepositoryNotAllowed
+    announced: bool = False  # the Warning Event saying `invalid` was recorded
     written: dict[str, Any] = field(default_factory=dict)  # the status last written (without times)
     conditions: list[dict[str, Any]] = field(default_factory=list)  # as last written (with times)
     handled: str = ""  # the reconcile request answered in lastHandledReconcileAt
@@ -210,6 +214,9 @@ class Fleet(Controller[FleetKey]):
         self.discovery = Discovery(self.client)
         self.probe = ClusterProbe(self.probe_client, self.cluster_condition, interval=opts.probe_interval)
         self.shared = self._shared(gauges=False)
+        # A GitSync's local path is a tenant's choice: refused unless allowed, never the clone cache.
+        self.local_policy = LocalRepositories.of(opts.allow_local_repositories, cache_root(opts.source.cache_dir))
+        self.source_options = replace(opts.source, local_policy=self.local_policy)
         lease_ns = opts.leader_namespace or opts.watch_namespace or "default"
         self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard, self._requeue_shard)
         self.http = self._http_server(self.metrics.exposition)
@@ -384,16 +391,12 @@ class Fleet(Controller[FleetKey]):
         try:
             gs = gitsync.parse(obj)
         except InvalidSpec as exc:
-            with self._lock:
-                cur = self.sources.get(ref)
-                if cur is None or cur.invalid != str(exc) or cur.gs.generation != int(meta.get("generation") or 0):
-                    stub = _stub(obj)
-                    self.sources[ref] = _Source(gs=stub, shard=shard, reconciler=None, client=None, invalid=str(exc))
-            log.error("invalid GitSync", gitsync=ref, error=str(exc))
-            if gitsync.is_deleting(obj) and self.shards.can_write(shard):  # a spec not understood prunes nothing
-                self._set_finalizer(ref, obj, present=False)
-                return
-            self._write_status(ref)
+            self._refuse(ref, obj, _stub(obj), shard, str(exc), exc.reason)
+            return
+        try:
+            self.local_policy.check(gs.repository)
+        except RepositoryNotAllowed as exc:
+            self._refuse(ref, obj, gs, shard, str(exc), exc.reason)
             return
         # Deleting, or prune switched on/off: the finalizer is the shard holder's work (_run_source).
         finalizing = gitsync.is_deleting(obj) or (gitsync.FINALIZER in gitsync.finalizers(obj)) != gs.wants_finalizer
@@ -435,6 +438,50 @@ class Fleet(Controller[FleetKey]):
             self._write_status(ref)
             if finalizing:
                 self.queue.add((ref, FULL))
+
+    def _refuse(self, ref: str, obj: Manifest, gs: GitSync, shard: int, why: str, reason: str) -> None:
+        """A GitSync the controller will not act on (a spec it does not understand, a repository it may not
+        read): kept without a reconciler, so nothing is fetched, applied or pruned for it; the shard's holder
+        reports it (`_report_refused`), also after a failed status write (every event of it queues that)."""
+        with self._lock:
+            cur = self.sources.get(ref)
+            changed = cur is None or cur.invalid != why or cur.gs.generation != gs.generation
+            if changed:
+                src = _Source(gs=gs, shard=shard, reconciler=None, client=None, invalid=why, reason=reason)
+                if cur is not None:
+                    src.handled, src.conditions = cur.handled, cur.conditions
+                self.sources[ref] = src
+        if changed:
+            log.error("GitSync refused", gitsync=ref, reason=reason, error=why)
+            if cur is not None and cur.reconciler is not None:  # it ran until now: drop its interest and client
+                self._reindex()
+                if cur.client is not None:
+                    cur.client.close()
+        self.queue.add((ref, FULL))  # its status (written only if it changed), an Event, the finalizer
+
+    def _report_refused(self, ref: str, src: _Source) -> None:
+        """On the shard's holder: a refused GitSync being deleted only loses the finalizer (what the
+        controller does not act on it never prunes); otherwise its status says why (Ready=False, reason
+        `src.reason`) and, once per refusal, a Warning Event on the GitSync."""
+        with self._lock:
+            obj = self.objects.get(ref) or {}
+        if gitsync.is_deleting(obj):
+            self._set_finalizer(ref, obj, present=False)
+            return
+        self._write_status(ref)
+        if not src.announced:
+            src.announced = True
+            self.shared.events.record(
+                EventSpec(
+                    key=src.gs.key,
+                    api_version=gitsync.API_VERSION,
+                    reason=src.reason,
+                    message=src.invalid,
+                    type=WARNING,
+                    series=src.reason,
+                    uid=src.gs.uid,
+                )
+            )
 
     def _build(self, gs: GitSync, shard: int) -> _Source:
         opts = self.opts
@@ -480,7 +527,7 @@ class Fleet(Controller[FleetKey]):
             )
             access = ReadAccess(reviewer, gs.impersonate)
         r = SourceReconciler(
-            gs.source_spec(opts.source, debounce=opts.debounce),
+            gs.source_spec(self.source_options, debounce=opts.debounce),
             engine=engine,
             queue=_Scoped(self.queue, gs.ref),
             shared=self.shared,
@@ -579,10 +626,13 @@ class Fleet(Controller[FleetKey]):
         try:
             with self._lock:
                 src = self.sources.get(ref)
-            if src is None or src.reconciler is None or self._stopping:
+            if src is None or self._stopping:
                 return
             if not self.shards.can_write(src.shard):
                 return  # another replica holds this shard
+            if src.reconciler is None:
+                self._report_refused(ref, src)
+                return
             with self._lock:
                 obj = self.objects.get(ref) or {}
             if gitsync.is_deleting(obj):
@@ -689,7 +739,13 @@ class Fleet(Controller[FleetKey]):
         # A pass that ran after a `gitops-sync reconcile` request answers it.
         handled = gs.reconcile_requested if passed or src.reconciler is None else src.handled
         doc = gitsync.status_of(
-            gs, src.reconciler, waiting_for=src.waiting_for, invalid=src.invalid, handled=handled, shard=src.shard
+            gs,
+            src.reconciler,
+            waiting_for=src.waiting_for,
+            invalid=src.invalid,
+            invalid_reason=src.reason,
+            handled=handled,
+            shard=src.shard,
         )
         self._export(ref, src, doc)
         compare = {**doc, "conditions": gitsync.without_times(doc["conditions"])}
@@ -780,7 +836,9 @@ class Fleet(Controller[FleetKey]):
         with self._lock:
             items = sorted(self.sources.items())
         for ref, s in items:
-            doc = gitsync.status_of(s.gs, s.reconciler, waiting_for=s.waiting_for, invalid=s.invalid, shard=s.shard)
+            doc = gitsync.status_of(
+                s.gs, s.reconciler, waiting_for=s.waiting_for, invalid=s.invalid, invalid_reason=s.reason, shard=s.shard
+            )
             ready: dict[str, Any] = next((c for c in doc["conditions"] if c["type"] == "Ready"), {})
             if unreachable and not s.gs.suspend:  # its written status cannot change now: do not echo it
                 ready = {"status": "Unknown", "reason": "ClusterUnreachable", "message": unreachable}

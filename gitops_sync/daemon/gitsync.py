@@ -14,7 +14,7 @@ from typing import Any
 
 from gitops_sync.conventions import RECONCILE_REQUESTED, ConflictPolicy
 from gitops_sync.daemon.metrics import object_state
-from gitops_sync.daemon.reconciler import SourceReconciler, SourceSpec
+from gitops_sync.daemon.reconciler import SOURCE_FAILED, SourceReconciler, SourceSpec
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.options import parse_duration
 from gitops_sync.plan.changeset import Action
@@ -34,6 +34,8 @@ FINALIZER = "gitops-sync.io/finalizer"
 
 class InvalidSpec(ValueError):
     """A GitSync the controller cannot act on; the message names the object and the field."""
+
+    reason = "InvalidSpec"  # of its Ready condition and Event
 
 
 def collection_path(namespace: str | None = None) -> str:
@@ -96,6 +98,7 @@ class GitSync:
             cache_dir=base.cache_dir,
             render=base.render,
             timeout=base.timeout,
+            local_policy=base.local_policy,
         )
         # The ApplySet parent (inventory) of a GitSync is named after it and lives beside it.
         pass_opts = PassOptions(
@@ -218,21 +221,26 @@ def status_of(
     *,
     waiting_for: str = "",
     invalid: str = "",
+    invalid_reason: str = InvalidSpec.reason,
     handled: str = "",
     shard: int = 0,
 ) -> dict[str, Any]:
-    """The status document (no transition times: `with_transition_times` adds them from the last one)."""
+    """The status document (no transition times: `with_transition_times` adds them from the last one).
+
+    `invalid`: why the controller will not act on this GitSync (`invalid_reason`: InvalidSpec, or
+    RepositoryNotAllowed); it then has no reconciler."""
     gen = gs.generation
     doc: dict[str, Any] = {"observedGeneration": gen, "shard": shard}
     if handled:
         doc["lastHandledReconcileAt"] = handled
     if invalid or r is None:
         message = invalid or "not loaded yet"
+        reason = invalid_reason if invalid else "Progressing"
         doc["lastError"] = invalid
         doc["conditions"] = [
-            _condition("Ready", False if invalid else None, "InvalidSpec" if invalid else "Progressing", message, gen),
-            _condition("Reconciling", not invalid, "InvalidSpec" if invalid else "Progressing", message, gen),
-            _condition("Stalled", bool(invalid), "InvalidSpec" if invalid else "Progressing", message, gen),
+            _condition("Ready", False if invalid else None, reason, message, gen),
+            _condition("Reconciling", not invalid, reason, message, gen),
+            _condition("Stalled", bool(invalid), reason, message, gen),
         ]
         return doc
     with r.state:
@@ -263,7 +271,8 @@ def status_of(
         ready, reason, message = None, "Suspended", "reconciliation is suspended"
         reconciling, stalled = False, False
     elif source_error:
-        ready, reason, message = False, "SourceFailed", source_error
+        ready, message = False, source_error
+        reason = r.load_error_reason if r.load_error else SOURCE_FAILED
         reconciling, stalled = False, True
     elif waiting_for:
         ready, reason, message = False, "DependencyNotReady", f"waiting for {waiting_for} to be Ready"

@@ -35,6 +35,8 @@ from gitops_sync.source.identity import SourceIdentity, identify
 if TYPE_CHECKING:
     import git
 
+    from gitops_sync.source.allow import LocalRepositories
+
 log = get_logger(__name__)
 
 _REMOTE_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://", "git+ssh://", "ssh+git://")
@@ -130,12 +132,17 @@ def fetch(
     *,
     cache_dir: Path | None = None,
     timeout: float = 60,
+    local_policy: LocalRepositories | None = None,
 ) -> Checkout:
     """Resolve the source to a directory on disk and the commit it shows.
 
     `cache_dir` holds one sub-directory per repository (default `$XDG_CACHE_HOME/gitops-sync/repos`).
     Remote repositories are fetched on every call so that a force-pushed branch is followed.
+    `local_policy` (the fleet's): a local path or `file://` URL it refuses raises RepositoryNotAllowed before
+    anything reads it; checked on every fetch, so a path turned into a symlink since the last one is caught.
     """
+    if local_policy is not None:
+        local_policy.check(repo)
     if revision is not None and revision.strip() in ("", "HEAD"):
         revision = None
     if revision is not None and revision.startswith("-"):
