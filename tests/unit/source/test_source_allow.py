@@ -203,3 +203,29 @@ def test_spec_path_cannot_lead_from_an_allowed_repository_into_the_cache(layout:
         fetch(str(allowed / "b"), path="into", cache_dir=cache, local_policy=rule)
     with pytest.raises(SourceError, match="leads outside the repository"):
         fetch(str(allowed / "b"), path="../../cache", cache_dir=cache, local_policy=rule)
+
+
+def test_fetch_reads_the_directory_it_checked_not_the_name_again(
+    layout: tuple[Path, Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A symlink swapped into the cache between the check and the read (made certain by swapping it inside
+    the check) changes nothing: the fetch opens the directory the check resolved."""
+    allowed, cache, url = layout
+    (tree,) = (clone_of(cache, url) / "trees").iterdir()
+    own = allowed / "b-real"
+    own.mkdir()
+    (own / "cm.yaml").write_text("kind: ConfigMap\n")
+    link = allowed / "b"
+    link.symlink_to(own)
+    checked = LocalRepositories.check
+
+    def check_then_swap(self: LocalRepositories, repo: str) -> Path | None:
+        real = checked(self, repo)
+        (allowed / "swap").symlink_to(tree)
+        os.replace(allowed / "swap", link)  # atomic: `b` now leads into the clone cache
+        return real
+
+    monkeypatch.setattr(LocalRepositories, "check", check_then_swap)
+    out = fetch(str(link), cache_dir=cache, local_policy=policy(allowed, cache))
+    assert out.root == own.resolve() and out.repo == str(link)
+    assert sorted(p.name for p in out.root.iterdir()) == ["cm.yaml"]
