@@ -221,6 +221,9 @@ class Fleet(Controller[FleetKey]):
         self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard, self._requeue_shard)
         self.http = self._http_server(self.metrics.exposition)
         self._lock = threading.RLock()
+        # GitSync events are handled one at a time, in order: the watch's, and the poller's second look at
+        # a refused repository (which must never bring back a GitSync the watch has just deleted).
+        self._events = threading.Lock()
         self.sources: dict[str, _Source] = {}
         self.objects: dict[str, Manifest] = {}  # every GitSync as last seen (dependsOn reads their status)
         self._wanted_by: dict[ObjectKey, set[str]] = {}
@@ -368,6 +371,18 @@ class Fleet(Controller[FleetKey]):
         self._listed.set()
 
     def _gitsync_event(self, etype: str, obj: Manifest) -> None:
+        with self._events:
+            self._handle_gitsync(etype, obj)
+
+    def _recheck(self, ref: str) -> None:
+        """A GitSync refused for where its repository leads, handled again as it now is (if it still is)."""
+        with self._events:
+            with self._lock:
+                obj = self.objects.get(ref)
+            if obj is not None:
+                self._handle_gitsync("MODIFIED", obj)
+
+    def _handle_gitsync(self, etype: str, obj: Manifest) -> None:
         meta = obj.get("metadata") or {}
         ref = f"{meta.get('namespace')}/{meta.get('name')}"
         if etype == "DELETED":
@@ -448,6 +463,7 @@ class Fleet(Controller[FleetKey]):
             changed = cur is None or cur.invalid != why or cur.gs.generation != gs.generation
             if changed:
                 src = _Source(gs=gs, shard=shard, reconciler=None, client=None, invalid=why, reason=reason)
+                src.next_poll = time.monotonic() + gs.interval
                 if cur is not None:
                     src.handled, src.conditions = cur.handled, cur.conditions
                 self.sources[ref] = src
@@ -568,7 +584,9 @@ class Fleet(Controller[FleetKey]):
             self.queue.add((r, FULL))
 
     def _poll(self) -> None:
-        """Git polls per source at its own interval, and the periodic full resync of every source."""
+        """Git polls per source at its own interval, and the periodic full resync of every source. A
+        repository refused for where it leads is looked at again at its interval too: the file system may
+        have changed (a symlink removed), not the GitSync, so no event of it would load it again."""
         last_resync = time.monotonic()
         while not self._stop.wait(0.5):
             now = time.monotonic()
@@ -576,17 +594,24 @@ class Fleet(Controller[FleetKey]):
             if resync:
                 last_resync = now
             with self._lock:
-                due = []
+                due: list[FleetKey] = []
+                again: list[str] = []
                 for ref, s in self.sources.items():
-                    if s.reconciler is None or s.gs.suspend:
-                        continue
-                    if s.gs.interval > 0 and now >= s.next_poll:
+                    poll = s.gs.interval > 0 and now >= s.next_poll and not s.gs.suspend
+                    if poll:
                         s.next_poll = now + s.gs.interval
+                    if s.reconciler is None:
+                        if poll and s.reason == RepositoryNotAllowed.reason:
+                            again.append(ref)
+                        continue
+                    if poll:
                         due.append((ref, SOURCE))
-                    if resync:
+                    if resync and not s.gs.suspend:
                         due.append((ref, FULL))
             for key in due:
                 self.queue.add(key)
+            for ref in again:
+                self._recheck(ref)
 
     # -- the work ---------------------------------------------------------------------------
 

@@ -3,8 +3,8 @@
 Tenant A's GitSync fetches A's private repository (a Secret in it) into the clone cache, at a path anyone
 can compute: `<cache>/<sha256(url)[:24]>/repo.git` and `.../trees/<sha>`. Tenant B then points GitSyncs
 at that clone in every spelling a tenant has — the bare clone, the materialised commit, a `file://` URL, a
-symlink, a parent of the cache with `spec.path` into it — and at a directory of its own that is swapped for
-a symlink into the cache once B's source has loaded. The allow-list names a directory that holds the
+symlink, a parent of the cache with `spec.path` into it — and at a symlink to a directory of its own,
+turned into the cache once B's source has loaded (then back). The allow-list names a directory that holds the
 cache, the worst set-up an operator could choose. Every attempt must be refused with Ready=False, reason
 RepositoryNotAllowed and a Warning Event, and nothing of A may reach B's namespace.
 
@@ -69,6 +69,13 @@ def _leaks(kube: KubeCluster, namespace: str) -> list[str]:
     return found
 
 
+def _point(link: Path, target: Path) -> None:
+    """Turn `link` to `target` in one step (a new symlink renamed over it): no fetch sees it missing."""
+    new = link.with_name(f".{link.name}.new")
+    new.symlink_to(target)
+    os.replace(new, link)
+
+
 def _settled(kube: KubeCluster, namespace: str, name: str, quiet: float) -> bool:
     """True once the GitSync's resourceVersion stayed the same for `quiet` seconds."""
 
@@ -103,7 +110,9 @@ def test_a_tenant_never_reads_another_tenants_clone(
     )
     url, sha = f"file://{a.path}", a.repo.head.commit.hexsha
     clone = cache / hashlib.sha256(url.encode()).hexdigest()[:24]  # as predictable as it gets
-    b_own = GitRepo(repos / "tenant-b", {"cm.yaml": configmap("b-cm", {"k": "b"})})
+    b_own = GitRepo(repos / "tenant-b-1", {"cm.yaml": configmap("b-cm", {"k": "b"})})
+    b_link = repos / "tenant-b"  # B's repository: a symlink to its current directory, as deploy trees often are
+    b_link.symlink_to(b_own.path)
     (repos / "shortcut").symlink_to(clone)
     env = {**kube.env, "GITOPS_SYNC_ALLOW_LOCAL_REPOSITORY": str(tmp_path)}  # holds the cache: still refused
     args = ["--watch-namespace", namespace, "--cache-dir", str(cache), "--resync", "2"]
@@ -140,18 +149,15 @@ def test_a_tenant_never_reads_another_tenants_clone(
                 assert cond["status"] == "False" and repository in cond["message"], (name, cond)
             wait_until("a Warning Event per attempt", lambda: set(attempts) <= _refused_events(kube, namespace), 30)
 
-            # A directory of B's own, allowed and loaded, then swapped for a symlink into the cache.
-            kube.kubectl(
-                "apply", "-f", "-", input=_gitsync("b-swap", namespace, str(b_own.path), targetNamespace=theirs)
-            )
+            # B's own repository, allowed and loaded; then its link is turned into the cache.
+            kube.kubectl("apply", "-f", "-", input=_gitsync("b-swap", namespace, str(b_link), targetNamespace=theirs))
             kube.kubectl(
                 "wait", "--for=condition=Ready", "gitsync/b-swap", "-n", namespace, "--timeout=60s", timeout=70
             )
             # Swapped only once nothing writes the GitSync any more: no event of it can reach the controller
             # first, so what refuses it is the check every fetch makes (not the one at load).
             wait_until("b-swap's status settled", lambda: _settled(kube, namespace, "b-swap", 3.0), 60, interval=0)
-            os.rename(b_own.path, repos / "tenant-b-moved")
-            (repos / "tenant-b").symlink_to(clone / "trees" / sha)
+            _point(b_link, clone / "trees" / sha)
             t1 = time.monotonic()
             wait_until(
                 "the swapped directory refused at its next fetch",
@@ -170,6 +176,14 @@ def test_a_tenant_never_reads_another_tenants_clone(
             time.sleep(3)  # a few more polls and a resync: still nothing of A's
             leaks = _leaks(kube, theirs)
             kept = kube.kubectl("get", "configmap", "b-cm", "-n", theirs, check=False).returncode == 0
+            # B's link leads to its own directory again: loaded again at its interval, the GitSync untouched.
+            _point(b_link, b_own.path)
+            back = wait_until(
+                "b-swap Ready again",
+                lambda: _ready(kube, namespace, "b-swap").get("status") == "True",
+                30,
+                interval=0.2,
+            )
             after = sorted(p.name for p in cache.iterdir())
             inventories = json.loads(kube.kubectl("get", "configmaps", "-n", namespace, "-o", "json").stdout)["items"]
             log = d.log_path.read_text(errors="replace")
@@ -186,12 +200,13 @@ def test_a_tenant_never_reads_another_tenants_clone(
         fault=(
             "tenant B points GitSyncs at tenant A's clone in the clone cache (a Secret in it): the bare clone, "
             "the materialised commit, a file:// URL, a symlink, a parent of the cache with spec.path into it "
-            "(the allow-list holding the cache); and its own allowed directory swapped for a symlink into the "
-            "cache after it loaded"
+            "(the allow-list holding the cache); and its own allowed symlink turned into the cache after it "
+            "loaded, then back"
         ),
         outcome=(
             f"every attempt Ready=False reason {REASON} naming the repository, a Warning Event each; the "
-            "swapped directory refused at its next fetch, its last good state kept; no traceback"
+            "swapped directory refused at its next fetch, its last good state kept, loaded again at its interval "
+            "once the directory was back; no traceback"
         ),
         checked=(
             "no object of A in B's namespace (the marker in no Secret or ConfigMap there), no inventory for a "
@@ -199,6 +214,7 @@ def test_a_tenant_never_reads_another_tenants_clone(
         ),
         figures=(
             f"{len(attempts)} spellings refused {took:.1f} s after they were created; swap refused after "
-            f"{swap_took:.1f} s; 0 objects of A in B's namespace; 0 new cache directories"
+            f"{swap_took:.1f} s, Ready again {back:.1f} s after the directory came back; 0 objects of A in B's "
+            "namespace; 0 new cache directories"
         ),
     )
