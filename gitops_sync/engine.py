@@ -37,6 +37,7 @@ from gitops_sync.render import RenderOptions, locate, render
 from gitops_sync.rendercache import DiskStore, RenderCache
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_url
+from gitops_sync.source.allow import LocalRepositories
 from gitops_sync.source.checkout import cache_root, is_remote, knows_commit
 from gitops_sync.source.identity import label_identities, legacy_inventory_name
 
@@ -51,6 +52,8 @@ class SourceOptions:
     cache_dir: Path | None = None
     render: RenderOptions = field(default_factory=RenderOptions)
     timeout: float = 60.0  # seconds for each git command (fetch, checkout)
+    # The fleet's rule for local paths and file:// URLs (source/allow.py); None: any path (the CLI's own).
+    local_policy: LocalRepositories | None = None
 
 
 @dataclass
@@ -69,11 +72,23 @@ class PassOptions:
     ignore: tuple[ignore.IgnoreRule, ...] = ()  # --ignore; the repository's .gitops-sync.yaml adds its own
 
 
+def fetch_source(source: SourceOptions) -> Checkout:
+    """The source's directory and commit (raises SourceError, RepositoryNotAllowed under its local policy)."""
+    return fetch(
+        source.repo,
+        source.revision,
+        source.path,
+        cache_dir=source.cache_dir,
+        timeout=source.timeout,
+        local_policy=source.local_policy,
+    )
+
+
 def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Checkout, list[DesiredObject]]:
     """Fetch and render; raises SourceError/RenderError before anything touches the cluster.
 
     `cache`: renders of a commit already rendered are served from it (gitops_sync.rendercache)."""
-    checkout = fetch(source.repo, source.revision, source.path, cache_dir=source.cache_dir, timeout=source.timeout)
+    checkout = fetch_source(source)
     # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths.
     opts = replace(source.render, repo_root=checkout.repo_root or checkout.root)
     if cache is None:
@@ -653,6 +668,7 @@ __all__ = [
     "PassOptions",
     "SourceOptions",
     "default_inventory_name",
+    "fetch_source",
     "inventory_of",
     "load",
     "source_identity",

@@ -20,6 +20,12 @@ class SourceError(GitOpsError):
     """The Git repository or local path cannot be read (unreachable remote, unknown revision, ...)."""
 
 
+class RepositoryNotAllowed(SourceError):
+    """A fleet source names a local path (or `file://` URL) outside the allow-list, or the clone cache."""
+
+    reason = "RepositoryNotAllowed"  # of the GitSync's Ready condition and Event: what a script matches
+
+
 class RenderError(GitOpsError):
     """The manifests cannot be turned into objects (invalid YAML, missing kind, duplicates, ...)."""
 

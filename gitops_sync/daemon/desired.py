@@ -14,14 +14,14 @@ import json
 import time
 from dataclasses import dataclass
 
-from gitops_sync.engine import SourceOptions, load
+from gitops_sync.engine import SourceOptions, fetch_source, load
 from gitops_sync.errors import SourceError
 from gitops_sync.log import get_logger
 from gitops_sync.plan.masking import Redactor
 from gitops_sync.plan.planner import Target
 from gitops_sync.rendercache import MemoryStore, RenderCache
 from gitops_sync.resource import DesiredObject, ObjectKey
-from gitops_sync.source import Checkout, SourceIdentity, fetch, identify
+from gitops_sync.source import Checkout, SourceIdentity, identify
 from gitops_sync.source.checkout import is_remote
 
 log = get_logger("gitops_sync.daemon")
@@ -100,7 +100,7 @@ class DesiredSource:
         if isinstance(exc, SourceError):
             return ""
         with contextlib.suppress(Exception):
-            return fetch(self.opts.repo, self.opts.revision, self.opts.path, cache_dir=self.opts.cache_dir).revision
+            return fetch_source(self.opts).revision
         return ""
 
     def redactor(self) -> Redactor:

@@ -14,7 +14,7 @@ from typing import Any
 
 from gitops_sync.conventions import RECONCILE_REQUESTED, ConflictPolicy
 from gitops_sync.daemon.metrics import object_state
-from gitops_sync.daemon.reconciler import SourceReconciler, SourceSpec
+from gitops_sync.daemon.reconciler import SOURCE_FAILED, SourceReconciler, SourceSpec
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.options import parse_duration
 from gitops_sync.plan.changeset import Action
@@ -36,6 +36,8 @@ FINALIZER = "gitops-sync.io/finalizer"
 
 class InvalidSpec(ValueError):
     """A GitSync the controller cannot act on; the message names the object and the field."""
+
+    reason = "InvalidSpec"  # of its Ready condition and Event
 
 
 def collection_path(namespace: str | None = None) -> str:
@@ -98,6 +100,7 @@ class GitSync:
             cache_dir=base.cache_dir,
             render=base.render,
             timeout=base.timeout,
+            local_policy=base.local_policy,
         )
         # The ApplySet parent (inventory) of a GitSync is named after it and lives beside it.
         pass_opts = PassOptions(
@@ -220,13 +223,16 @@ def status_of(
     *,
     waiting_for: str = "",
     invalid: str = "",
+    invalid_reason: str = InvalidSpec.reason,
     handled: str = "",
     shard: int = 0,
     last: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The status document (no transition times: `with_transition_times` adds them from the last one).
 
-    `last` is the status as the GitSync object holds it now: a suspended source keeps it (see `_suspended`).
+    `invalid`: why the controller will not act on this GitSync (`invalid_reason`: InvalidSpec, or
+    RepositoryNotAllowed); it then has no reconciler. `last` is the status as the GitSync object holds it
+    now: a suspended source keeps it (see `_suspended`).
     """
     gen = gs.generation
     if gs.suspend and not invalid:
@@ -236,11 +242,12 @@ def status_of(
         doc["lastHandledReconcileAt"] = handled
     if invalid or r is None:
         message = invalid or "not loaded yet"
+        reason = invalid_reason if invalid else "Progressing"
         doc["lastError"] = invalid
         doc["conditions"] = [
-            _condition("Ready", False if invalid else None, "InvalidSpec" if invalid else "Progressing", message, gen),
-            _condition("Reconciling", not invalid, "InvalidSpec" if invalid else "Progressing", message, gen),
-            _condition("Stalled", bool(invalid), "InvalidSpec" if invalid else "Progressing", message, gen),
+            _condition("Ready", False if invalid else None, reason, message, gen),
+            _condition("Reconciling", not invalid, reason, message, gen),
+            _condition("Stalled", bool(invalid), reason, message, gen),
         ]
         return doc
     with r.state:
@@ -267,7 +274,8 @@ def status_of(
     drifted, conflicted = counts["drifted"] > 0, counts["conflict"] > 0
     ready: bool | None
     if source_error:
-        ready, reason, message = False, "SourceFailed", source_error
+        ready, message = False, source_error
+        reason = r.load_error_reason if r.load_error else SOURCE_FAILED
         reconciling, stalled = False, True
     elif waiting_for:
         ready, reason, message = False, "DependencyNotReady", f"waiting for {waiting_for} to be Ready"

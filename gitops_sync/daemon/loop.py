@@ -92,6 +92,8 @@ class DaemonOptions:
     shards: int = 1  # sources are split into this many shards, one Lease each (with leader_elect)
     max_shards: int = 0  # at most this many shards held by one replica (0 = all)
     workers: int = 4  # sources reconciled at the same time
+    # Local paths (and file:// URLs) a GitSync may name: none by default (source/allow.py).
+    allow_local_repositories: tuple[Path, ...] = ()
 
     @functools.cached_property
     def source_identity(self) -> SourceIdentity:

@@ -27,7 +27,7 @@ from gitops_sync.daemon.metrics import Metrics, object_state
 from gitops_sync.daemon.reporter import FULL, SOURCE, KeyQueue, QueueKey, Reporter, fingerprint, masked
 from gitops_sync.daemon.yields import Yields
 from gitops_sync.engine import Engine, PassOptions, SourceOptions
-from gitops_sync.errors import ApiError, ClusterError, GitOpsError
+from gitops_sync.errors import ApiError, ClusterError, GitOpsError, RepositoryNotAllowed
 from gitops_sync.formatting import rfc3339
 from gitops_sync.log import get_logger
 from gitops_sync.plan.autoscaler import Autoscaler, find_autoscaler, scaled_by_controller_manager
@@ -43,6 +43,8 @@ log = get_logger("gitops_sync.daemon")
 # this many seconds, doubling while it stays, up to the cap.
 PENDING_RECHECK = 1.0
 PENDING_RECHECK_MAX = 60.0
+
+SOURCE_FAILED = "SourceFailed"  # the reason of a failed fetch or render (RepositoryNotAllowed has its own)
 
 
 @dataclass
@@ -121,6 +123,7 @@ class SourceReconciler:
         self.lock = threading.Lock()  # held while a pass of this source runs: one pass at a time
         self.load_error = ""  # fetch/render failed (masked), or a pass crashed on this source
         self.load_error_revision = ""
+        self.load_error_reason = SOURCE_FAILED  # of the last load_error: its condition and Event reason
         self.crashed = ""  # a pass crashed unexpectedly on the current source (masked)
         self.unresolved = ""  # why the newest render could not be resolved (an API error), while the old is kept
         self.entries: dict[ObjectKey, Entry] = {}
@@ -185,7 +188,8 @@ class SourceReconciler:
         try:
             checkout, objects = self.desired.load()
         except Exception as exc:
-            self._source_failed(masked(exc, self.desired.redactor()), self.desired.failed_revision(exc))
+            reason = exc.reason if isinstance(exc, RepositoryNotAllowed) else SOURCE_FAILED
+            self._source_failed(masked(exc, self.desired.redactor()), self.desired.failed_revision(exc), reason)
             return False
         new_digest = digest(checkout.revision, objects)
         if self.desired.unchanged(new_digest):
@@ -262,8 +266,9 @@ class SourceReconciler:
         self.queue.forget(SOURCE)
         self.set_source_health(revision, load_error="")
 
-    def _source_failed(self, error: str, revision: str) -> None:
+    def _source_failed(self, error: str, revision: str, reason: str = "") -> None:
         """Fetch, render or resolve failed: keep the last good state, retry with backoff, report once."""
+        self.load_error_reason = reason or SOURCE_FAILED
         delay = self.queue.add_rate_limited(SOURCE)
         self.metrics.source_errors.inc()
         kept = self.desired.state.checkout.revision if self.desired.state else ""
@@ -291,7 +296,7 @@ class SourceReconciler:
             if self.condition.set(False, error, rev):
                 keeping = f"; keeping {short_revision(kept)}" if kept else ""
                 self.source_event(
-                    "SourceFailed",
+                    self.load_error_reason if load_error else SOURCE_FAILED,
                     WARNING,
                     f"source failed at revision {short_revision(rev) or '(unknown)'}{keeping}: {error}",
                 )

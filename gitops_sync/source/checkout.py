@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from gitops_sync.errors import SourceError
 from gitops_sync.formatting import last_lines
@@ -34,6 +34,8 @@ from gitops_sync.source.identity import SourceIdentity, identify
 
 if TYPE_CHECKING:
     import git
+
+    from gitops_sync.source.allow import LocalRepositories
 
 log = get_logger(__name__)
 
@@ -130,12 +132,21 @@ def fetch(
     *,
     cache_dir: Path | None = None,
     timeout: float = 60,
+    local_policy: LocalRepositories | None = None,
 ) -> Checkout:
     """Resolve the source to a directory on disk and the commit it shows.
 
     `cache_dir` holds one sub-directory per repository (default `$XDG_CACHE_HOME/gitops-sync/repos`).
     Remote repositories are fetched on every call so that a force-pushed branch is followed.
+    `local_policy` (the fleet's): a local path or `file://` URL it refuses raises RepositoryNotAllowed before
+    anything reads it; checked on every fetch, so a path turned into a symlink since the last one is caught,
+    and the directory it resolved to is the one read.
     """
+    target = repo
+    real = local_policy.check(repo) if local_policy is not None else None
+    if real is not None:
+        # What was checked is what is read: a symlink swapped since the check leads nowhere new.
+        target = f"file://{quote(str(real))}" if is_remote(repo) else str(real)
     if revision is not None and revision.strip() in ("", "HEAD"):
         revision = None
     if revision is not None and revision.startswith("-"):
@@ -143,11 +154,11 @@ def fetch(
     # Absolute and without symlinks: git runs in the cache's own directories, where a relative path
     # would mean something else.
     cache = (cache_dir if cache_dir is not None else _default_cache_dir()).expanduser().resolve()
-    if is_remote(repo):
-        checkout = _fetch_remote(repo, revision, path, cache, timeout)
+    if is_remote(target):
+        checkout = _fetch_remote(target, revision, path, cache, timeout)
     else:
-        checkout = _fetch_local(repo, revision, path, cache, timeout)
-    return replace(checkout, identity=identify(repo, path))
+        checkout = _fetch_local(target, revision, path, cache, timeout)
+    return replace(checkout, repo=repo, identity=identify(repo, path))
 
 
 def knows_commit(repo: str, sha: str) -> bool:
