@@ -9,7 +9,7 @@ from pathlib import Path
 from gitops_sync.daemon.gitsync import shard_of
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
-from tests.integration.test_fleet import condition, crd, gitsync, gs_cli
+from tests.integration.test_fleet import condition, crd, fleet_args, gitsync, gs_cli
 
 __all__ = ["crd"]  # the module fixture, used by name
 
@@ -23,7 +23,7 @@ def test_a_shard_no_replica_holds_is_named_instead_of_first_sync_in_progress(
     shards = {n: shard_of(namespace, n, 4) for n in names}
     repo = GitRepo(tmp_path / "r", {"cm.yaml": configmap("cm", {"v": "1"})})
     kube.kubectl("apply", "-f", "-", input="---\n".join(gitsync(n, namespace, repo.path, path=".") for n in names))
-    args = ["--watch-namespace", namespace, "--leader-elect-namespace", namespace, *ELECT]
+    args = fleet_args(namespace, tmp_path, "--leader-elect-namespace", namespace, *ELECT)
     with Daemon([*args, "--shards", "4", "--max-shards", "2"], kube.env, tmp_path / "fleet.log") as d:
         d.wait_ready(60)
         held = wait_until(
@@ -57,7 +57,7 @@ def test_a_replica_that_cannot_write_its_leases_is_not_ready(
     kube: KubeCluster, crd: None, namespace: str, tmp_path: Path
 ) -> None:
     missing = f"{namespace}-absent"[:63]  # a Lease namespace that does not exist: every create is a 404
-    args = ["--watch-namespace", namespace, "--leader-elect-namespace", missing, *ELECT]
+    args = fleet_args(namespace, tmp_path, "--leader-elect-namespace", missing, *ELECT)
     with Daemon(args, kube.env, tmp_path / "fleet.log") as d:
 
         def unready() -> bytes:
