@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gitops_sync.apply.inventory import applyset_id
 from gitops_sync.conventions import APPLIED_REVISION, ATTEMPTED_REVISION, GROUP_KINDS, ID_LABEL, NAMESPACES, PART_OF
-from gitops_sync.engine import Engine, PassOptions
+from gitops_sync.engine import Engine, PassOptions, _position
 from gitops_sync.plan.changeset import Action, ChangeSet
+from gitops_sync.render import locate
 from gitops_sync.resource import ObjectKey
 from gitops_sync.source import Checkout
 from tests.unit.fakes import Call, FakeApi, StaticDiscovery, cm, fake_client, objs, status_body
@@ -236,3 +238,31 @@ def test_a_second_pass_of_the_same_revision_sends_no_write_at_all(tmp_path: Path
     assert not cs.has_errors
     assert second.writes() == [] and second.sent("DELETE") == []
     assert [e.action for e in cs.entries] == [Action.UNCHANGED] * 2
+
+
+LABELLED = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: lbl
+  labels:
+    app.kubernetes.io/component: grafana
+    app.kubernetes.io/name: grafana
+    app.kubernetes.io/part-of: kube-prometheus
+data:
+  a: "1"
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "where"),
+    [
+        # A dotted key is printed split; the line of the labels map (its first key) was named: 2 lines early.
+        (".metadata.labels.app.kubernetes.io/part-of", "app.yaml:8:32"),
+        (".metadata.labels.app.kubernetes.io/component", "app.yaml:6:34"),
+        (".metadata.labels.app.kubernetes.io/version", "app.yaml:6:5"),  # not in Git: its nearest ancestor
+        (".data.a", "app.yaml:10:6"),
+    ],
+)
+def test_a_field_is_located_at_its_own_line_even_under_a_dotted_key(path: str, where: str) -> None:
+    assert _position("app.yaml", locate.positions(LABELLED, 1), (), path, yaml.safe_load(LABELLED)) == where
