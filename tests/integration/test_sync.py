@@ -274,8 +274,15 @@ def test_secret_values_never_printed(kube: KubeCluster, namespace: str, tmp_path
     assert r.returncode == 0 and "s3cr3t" not in r.stdout and "***" in r.stdout
 
 
-def test_crd_and_custom_resource_in_one_source(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("count", [1, 5])
+def test_crd_and_custom_resource_in_one_source(kube: KubeCluster, namespace: str, tmp_path: Path, count: int) -> None:
+    """5 custom resources: read with one LIST of a collection not served yet (404 page not found), which
+    failed the whole diff and sync (exit 2, nothing applied) before a LIST's 404 read as "none exist"."""
     group = f"{namespace}.example.com"
+    widgets = "".join(
+        f"---\napiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: w{i}}}\nspec: {{size: 3}}\n"
+        for i in range(1, count + 1)
+    )
     repo = write(
         tmp_path / "repo",
         {
@@ -297,17 +304,22 @@ def test_crd_and_custom_resource_in_one_source(kube: KubeCluster, namespace: str
                 properties:
                   spec: {{type: object, properties: {{size: {{type: integer}}}}}}
         """,
-            "w.yaml": f"apiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: w1}}\nspec: {{size: 3}}\n",
+            "w.yaml": widgets,
         },
     )
+    names = [f"Widget/w{i}" for i in range(1, count + 1)]
     try:
         r = gs(kube, *diff_args(repo, namespace))
         assert r.returncode == 1, r.stdout + r.stderr
-        assert by_name(report(r))["Widget/w1"]["action"] == "create"
+        assert [by_name(report(r))[n]["action"] for n in names] == ["create"] * count
         r = gs(kube, *sync_args(repo, namespace))
         assert r.returncode == 0, r.stdout + r.stderr
-        live = get(kube, f"widgets.{group}/w1", namespace)
+        assert [by_name(report(r))[n]["action"] for n in names] == ["create"] * count
+        live = get(kube, f"widgets.{group}/w{count}", namespace)
         assert live["spec"]["size"] == 3
+        r = gs(kube, *diff_args(repo, namespace))  # served now: the LIST reads them all
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert [by_name(report(r))[n]["action"] for n in names] == ["unchanged"] * count
     finally:
         kube.kubectl("delete", "crd", f"widgets.{group}", "--wait=false", check=False)
 
