@@ -74,16 +74,8 @@ def resolve(objects: Iterable[DesiredObject], discovery: Discovery, default_name
         if obj.kind == "CustomResourceDefinition" and obj.api_version.startswith("apiextensions.k8s.io/"):
             discovery.add_crd(obj.manifest)
     targets: dict[ObjectKey, Target] = {}
-    for obj in objects:
-        info = discovery.lookup(obj.api_version, obj.kind)
-        name = f"{obj.kind}/{(obj.manifest.get('metadata') or {}).get('name', '?')}"
-        if info is None:
-            raise RenderError(
-                f"kind {obj.kind} ({obj.api_version}) is not served by the cluster and no "
-                "CustomResourceDefinition in the source defines it",
-                file=obj.origin,
-                obj=name,
-            )
+    for obj, info in zip(objects, _served(objects, discovery), strict=True):
+        name = _object_name(obj)
         check_policy_annotations(obj.manifest, obj.origin, name)
         manifest = prepare_desired(obj.manifest)
         meta = manifest.setdefault("metadata", {})
@@ -103,6 +95,33 @@ def resolve(objects: Iterable[DesiredObject], discovery: Discovery, default_name
         source = str(obj.extra.get("source", ""))
         targets[key] = Target(key=key, info=info, manifest=manifest, origin=obj.origin, source=source)
     return list(targets.values())
+
+
+def _object_name(obj: DesiredObject) -> str:
+    return f"{obj.kind}/{(obj.manifest.get('metadata') or {}).get('name', '?')}"
+
+
+def _served(objects: list[DesiredObject], discovery: Discovery) -> list[ResourceInfo]:
+    """Each object's resource; every kind the cluster does not serve (and no CRD in the source defines) is
+    named in one error: naming only the first made a user fix, re-run and fail again once per missing CRD."""
+    infos: list[ResourceInfo] = []
+    missing: dict[tuple[str, str], DesiredObject] = {}
+    for obj in objects:
+        info = discovery.lookup(obj.api_version, obj.kind)
+        if info is None:
+            missing.setdefault((obj.api_version, obj.kind), obj)
+        else:
+            infos.append(info)
+    if not missing:
+        return infos
+    first, *others = missing.values()
+    more = "; ".join(f"{o.kind} ({o.api_version}) in {o.origin}, {_object_name(o)}" for o in others)
+    raise RenderError(
+        f"kind {first.kind} ({first.api_version}) is not served by the cluster and no "
+        "CustomResourceDefinition in the source defines it" + (f"; also not served: {more}" if more else ""),
+        file=first.origin,
+        obj=_object_name(first),
+    )
 
 
 # Per-object policy annotations in Git and the values each accepts.

@@ -38,6 +38,17 @@ def test_resolve_rejects_unknown_kind_and_namespaced_cluster_object() -> None:
         )
 
 
+def test_resolve_names_every_kind_the_cluster_does_not_serve_at_once() -> None:
+    gadget = {"apiVersion": "x.io/v1", "kind": "Gadget", "metadata": {"name": "g"}}
+    gizmos = [{"apiVersion": "y.io/v2", "kind": "Gizmo", "metadata": {"name": f"z{i}"}} for i in range(3)]
+    with pytest.raises(RenderError) as err:
+        planner.resolve(objs(gadget, *gizmos, cm("a")), StaticDiscovery(), "ns")
+    assert str(err.value) == (
+        "f0.yaml#0, Gadget/g: kind Gadget (x.io/v1) is not served by the cluster and no CustomResourceDefinition "
+        "in the source defines it; also not served: Gizmo (y.io/v2) in f1.yaml#0, Gizmo/z0"
+    )
+
+
 def test_resolve_accepts_custom_resource_whose_crd_is_in_the_same_set() -> None:
     crd = {
         "apiVersion": "apiextensions.k8s.io/v1",
