@@ -252,11 +252,12 @@ def intent_hash(manifest: Manifest) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
-def is_unchanged(target: Target, live: Manifest | None) -> bool:
+def is_unchanged(target: Target, live: Manifest | None, field_manager: str) -> bool:
     """The fast path: exact without a request when the live object carries this very intent.
 
     Same intent hash = we last applied exactly this, so nothing needs removing; every field we set
-    still holds its value = nobody drifted it. Any doubt falls through to a server-side apply.
+    still holds its value (or was never stored, see `dropped_by_server`) = nobody drifted it. Any doubt
+    falls through to a server-side apply.
     """
     if live is None:
         return False
@@ -264,7 +265,24 @@ def is_unchanged(target: Target, live: Manifest | None) -> bool:
     want = (target.manifest.get("metadata") or {}).get("annotations", {}).get(INTENT_HASH)
     if live_ann.get(INTENT_HASH) != want:
         return False
-    return not _diff.diff_intent(target.manifest, live, prepared=True)
+    differences = _diff.diff_intent(target.manifest, live, prepared=True)
+    return not differences or dropped_by_server(differences, live, field_manager)
+
+
+def dropped_by_server(differences: Iterable[_diff.FieldDiff], live: Manifest, field_manager: str) -> bool:
+    """Whether every difference is a field Git sets that the server accepted from our apply and did not store.
+
+    Decided from the server's own record, not a list of such fields: our Apply entry in `managedFields` still
+    owns the path although the live object lacks it. The server records what an apply set even where the
+    stored object omits it (`readOnly: false`, a zero value its Go type leaves out), and a write that later
+    removes a field takes it out of every manager's entry, ours too; so owned-but-absent means the server
+    dropped it from our own apply, and applying again would store nothing new.
+    """
+    differences = list(differences)
+    if any(d.live is not fieldpath.MISSING for d in differences):
+        return False
+    ours = next((e for e in ownership.managed_fields(live) if e.identity == (field_manager, "Apply", "")), None)
+    return ours is not None and all(ours.owns(d.path) for d in differences)
 
 
 def explain(
