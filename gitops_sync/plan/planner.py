@@ -538,10 +538,17 @@ def after_takeover(result: Manifest, desired: Manifest, field_manager: str) -> M
 
 
 def without_conflicts(manifest: Manifest, conflicts: list[ownership.Conflict]) -> Manifest:
-    """The apply body minus the conflicting fields: everything else still applies (policy `report`)."""
+    """The apply body minus the conflicting fields: everything else still applies (policy `report`).
+
+    Its intent hash is that of what it applies, not of Git's whole manifest: the live object must not claim
+    an intent that was only partly applied, or the next pass's fast path would call the object unchanged
+    while the contested fields are still someone else's (a server dry-run still refuses them)."""
     body = manifest
     for c in conflicts:
         body = fieldpath.remove(body, c.path)
+    annotations = (body.get("metadata") or {}).get("annotations")
+    if conflicts and isinstance(annotations, dict) and INTENT_HASH in annotations:
+        annotations[INTENT_HASH] = intent_hash(body)  # `remove` copied the body: the target keeps its own
     return body
 
 

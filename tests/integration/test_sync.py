@@ -516,3 +516,61 @@ def test_sync_as_a_namespaced_service_account(kube: KubeCluster, namespace: str,
         kube.kubectl("get", "configmap/settings", "-n", namespace)
     finally:
         kube.kubectl("delete", "namespace", other, "--wait=false", check=False)
+
+
+DOWNWARD_API = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: exporter}
+spec:
+  selector: {matchLabels: {app: exporter}}
+  template:
+    metadata: {labels: {app: exporter}}
+    spec:
+      containers:
+      - name: proxy
+        image: registry.example/proxy:1
+        env:
+        - name: IP
+          valueFrom: {fieldRef: {fieldPath: status.podIP}}
+"""
+
+
+def test_a_conflict_left_by_a_partial_apply_is_still_reported_by_the_next_diff(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """kube-prometheus's node-exporter after `kubectl apply --server-side --field-manager=kubectl-rw`: the
+    server defaults `fieldRef.apiVersion` inside an atomic struct, so our identical manifest conflicts with
+    kubectl-rw's. The first sync applies all but that field (exit 1); the next diff called the object
+    `unchanged` (the partial apply recorded Git's whole intent hash, and the fast path took the defaulted
+    struct as holding), though a server dry-run still refused it."""
+    repo = write(tmp_path / "repo", {"exporter.yaml": DOWNWARD_API})
+    kube.kubectl(
+        "apply", "--server-side", "--field-manager=kubectl-rw", "-n", namespace, "-f", str(repo / "exporter.yaml")
+    )
+    first = gs(kube, *sync_args(repo, namespace))
+    assert first.returncode == 1, first.stdout + first.stderr
+    entry = by_name(report(first))["Deployment/exporter"]
+    fields = [c["path"] for c in entry["conflicts"]]
+    assert fields == ['.spec.template.spec.containers[name="proxy"].env[name="IP"].valueFrom.fieldRef'], entry
+    refused = kube.kubectl(
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "--field-manager=gitops-sync",
+        "-n",
+        namespace,
+        "-f",
+        str(repo / "exporter.yaml"),
+        check=False,
+    )
+    assert refused.returncode != 0 and "conflict" in refused.stderr.lower(), refused.stderr
+    for command in (diff_args, sync_args):  # neither may call it unchanged while the conflict stands
+        again = gs(kube, *command(repo, namespace))
+        assert again.returncode == 1, again.stdout + again.stderr
+        entry = by_name(report(again))["Deployment/exporter"]
+        assert entry["action"] == "conflict" and [c["path"] for c in entry["conflicts"]] == fields, entry
+    forced = gs(kube, *sync_args(repo, namespace, "--on-conflict", "force"))
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    after = gs(kube, *diff_args(repo, namespace))
+    assert after.returncode == 0 and by_name(report(after))["Deployment/exporter"]["action"] == "unchanged"
