@@ -464,7 +464,8 @@ class Engine:
             gone = [m for m in gone if ObjectKey.of(m) not in blocked]
         entries = self.manager.prune(gone, dry_run=dry_run, on_entry=on_entry)
         cs.entries.extend(entries)
-        return not refused and all(e.action is Action.PRUNE for e in entries)
+        cs.prune_left = [e.key for e in [*refused, *entries] if e.action is not Action.PRUNE]
+        return not cs.prune_left
 
     def _wait(
         self,

@@ -187,6 +187,13 @@ def test_the_parent_keeps_the_union_when_a_prune_fails(tmp_path: Path) -> None:
     )
     cs = run(api, tmp_path, cm("a", k="v"), prune=True)
     assert cs.has_errors
+    # The report says why up top, counted once: the error entry, and no pass error of its own (the daemon
+    # must not back off for it); `errors` was [] with an error count of 1.
+    doc = cs.to_dict()
+    assert cs.errors == [] and doc["summary"]["error"] == 1
+    assert doc["errors"] == [
+        "prune incomplete: did not delete 1 object(s) that left Git: Deployment.apps/team/web (see their entries)"
+    ]
     (union,) = parent_writes(api)  # the union is the last word: web is still listed by the next pass
     assert union[GROUP_KINDS] == "ConfigMap,Deployment.apps" and union[APPLIED_REVISION] == "r1"
 
