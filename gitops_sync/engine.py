@@ -522,7 +522,10 @@ class Engine:
                 if kept is not None:
                     kept.add(entry.key)
         cs.entries.extend(entries)
-        return not refused and all(e.action in (Action.PRUNE, Action.TERMINATING) for e in entries)
+        # Held by a finalizer is pending, not left behind: reported as such (exit 1), never as a failure.
+        pending = (Action.PRUNE, Action.TERMINATING)
+        cs.prune_left = [e.key for e in [*refused, *entries] if e.action not in pending]
+        return not cs.prune_left
 
     @staticmethod
     def _add(cs: ChangeSet, entry: Entry, on_entry: OnEntry | None) -> None:
@@ -600,16 +603,26 @@ def _locate(entries: Sequence[Entry], targets: Sequence[Target], root: Path) -> 
                 cache[(rel, number)] = {}
         base: tuple[locate.Segment, ...] = ("items", int(found["item"])) if found["item"] else ()
         for c in fields:
-            c.source = _position(rel, cache[(rel, number)], base, c.path)
+            c.source = _position(rel, cache[(rel, number)], base, c.path, t.manifest)
 
 
-def _position(rel: str, positions: locate.Positions, base: tuple[locate.Segment, ...], path: str) -> str:
-    """`rel:line:column` of the field, else of its nearest ancestor Git writes, else `rel`."""
+def _position(
+    rel: str, positions: locate.Positions, base: tuple[locate.Segment, ...], path: str, desired: Manifest
+) -> str:
+    """`rel:line:column` of the field, else of its nearest ancestor Git writes, else `rel`.
+
+    A printed path splits a dotted map key (`.metadata.labels.app.kubernetes.io/name`): it is re-joined as
+    `desired` has it, or the position found would be the parent map's (its first key, lines early)."""
     segments: list[locate.Segment] = []
     try:
         elements = list(fieldpath.parse(path))
     except ValueError:
         elements = []
+    for n in range(len(elements), 0, -1):  # the longest prefix Git sets, keys re-joined
+        resolved = fieldpath.resolve(desired, fieldpath.Path(tuple(elements[:n])))
+        if resolved is not None:
+            elements = [*resolved, *elements[n:]]
+            break
     for element in elements:
         if isinstance(element, fieldpath.Field):
             segments.append(element.name)

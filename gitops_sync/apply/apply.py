@@ -100,7 +100,7 @@ class Applier:
 
     def _if_unchanged(self, t: Target, live: Manifest | None, *, dry_run: bool) -> Entry | None:
         """The entry of an object provably unchanged (see `is_unchanged`), without a request; else None."""
-        if is_unchanged(t, live):
+        if is_unchanged(t, live, self.field_manager):
             log.debug(
                 "decided",
                 object=str(t.key),
@@ -154,7 +154,7 @@ class Applier:
         except ClusterError as again:
             message = f"outcome unknown: {exc} (re-read failed: {again})"
         else:
-            if is_unchanged(t, now):  # this very intent hash, every field we set holds its value
+            if is_unchanged(t, now, self.field_manager):  # this very intent hash, every field we set is live
                 entry = explain(t, live, now, self.field_manager, dry_run=False)
                 entry.message = (entry.message + "; " if entry.message else "") + (
                     "the request timed out, a re-read shows it applied"

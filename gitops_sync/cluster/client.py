@@ -499,7 +499,11 @@ def _api_error(status: int, data: bytes, method: str, path: str, note: str = "")
     except ValueError:
         pass
     reason = str(body.get("reason") or "") or _DEFAULT_REASONS.get(status, "Error")
-    message = str(body.get("message") or data[:300].decode(errors="replace").strip() or f"{method} {path}") + note
+    message = str(body.get("message") or "")
+    if not message:  # no Status (a bare "404 page not found" from the mux): name the request, or nothing does
+        text = data[:300].decode(errors="replace").strip()
+        message = f"{method} {path}: {text}" if text else f"{method} {path}"
+    message += note
     return error_for_status(status, reason, message, body, method=method, path=path)
 
 

@@ -292,12 +292,27 @@ class ChangeSet:
     inventory: str = ""  # the ApplySet parent's name chosen for this source (--name or derived)
     inventory_namespace: str = ""
     source_identity: str = ""  # the normalised source the inventory belongs to
+    # Members that left Git and were not deleted (the cascade guard refused, a delete failed). Their entries
+    # are errors; the report says it up top too (`report_errors`), but it is no pass error: the daemon does
+    # not back off for what waits on someone else.
+    prune_left: list[ObjectKey] = field(default_factory=list)
 
     def summary(self) -> dict[str, int]:
         counts = Counter(e.action for e in self.entries)
         out = {a.value: counts.get(a, 0) for a in Action}
         out["error"] += len(self.errors)
         return out
+
+    def report_errors(self) -> list[str]:
+        """`errors` as a report shows them: the pass's own, and one line for a prune that left members behind
+        (an exit 2 whose `errors` was [] named its cause only in an entry)."""
+        if not self.prune_left:
+            return list(self.errors)
+        names = ", ".join(str(k) for k in self.prune_left[:5])
+        more = f" and {len(self.prune_left) - 5} more" if len(self.prune_left) > 5 else ""
+        verb = "would not delete" if self.dry_run else "did not delete"
+        left = f"{len(self.prune_left)} object(s) that left Git: {names}{more}"
+        return [*self.errors, f"prune incomplete: {verb} {left} (see their entries)"]
 
     @property
     def has_changes(self) -> bool:
@@ -331,5 +346,5 @@ class ChangeSet:
             "dryRun": self.dry_run,
             "summary": self.summary(),
             "objects": [e.to_dict() for e in self.sorted_entries()],
-            "errors": list(self.errors),
+            "errors": self.report_errors(),
         }

@@ -59,11 +59,12 @@ def render(root: Path, options: RenderOptions | None = None) -> list[DesiredObje
     except RenderError:
         raise
     except RecursionError:
-        raise RenderError("nested too deeply", file=walker.current or ".") from None
+        raise RenderError("nested too deeply", file=walker.current or walker.name("")) from None
     except OSError as err:
-        raise RenderError(f"cannot read: {err.strerror or type(err).__name__}", file=walker.current or ".") from None
+        where = walker.current or walker.name("")
+        raise RenderError(f"cannot read: {err.strerror or type(err).__name__}", file=where) from None
     except Exception as err:  # a bug or an input nobody foresaw: name the file, never echo the value
-        raise RenderError(f"cannot render ({type(err).__name__})", file=walker.current or ".") from None
+        raise RenderError(f"cannot render ({type(err).__name__})", file=walker.current or walker.name("")) from None
     return _unique(walker.objects)
 
 
@@ -75,29 +76,37 @@ class _Walker:
     boundary: Path = field(init=False)
     budget: NodeBudget = field(init=False)
     current: str = ""  # the file or directory being rendered, for errors nobody foresaw
+    top: str = field(init=False)  # the rendered directory as the repository names it (`--path`), or ""
 
     def __post_init__(self) -> None:
         self.budget = NodeBudget(self.opts.max_yaml_nodes, self.opts.max_render_nodes, self.opts.max_depth)
         self.boundary = (self.opts.repo_root or self.root).resolve()
         if not self.root.resolve().is_relative_to(self.boundary):
             raise RenderError(f"the rendered directory is outside the repository {self.boundary}", file=str(self.root))
+        inner = self.root.resolve().relative_to(self.boundary).as_posix()
+        self.top = "" if inner == "." else inner
+
+    def name(self, rel: str) -> str:
+        """A directory in messages and origins: its path under the rendered one; the rendered directory itself
+        by its `--path` (`apps/web (kustomize)`, not `. (kustomize)`), `.` at the repository's top."""
+        return rel or self.top or "."
 
     def walk(self, directory: Path, rel: str, ancestors: frozenset[Path]) -> None:
         """Sorted, depth-first; a kustomization or chart directory is rendered whole by its tool."""
-        self.current = rel or "."
+        self.current = self.name(rel)
         real = directory.resolve()
         if real in ancestors:
-            raise RenderError("symlink loop: the directory contains itself", file=rel or ".")
+            raise RenderError("symlink loop: the directory contains itself", file=self.name(rel))
         try:
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError as err:
-            raise RenderError(f"cannot read the directory: {err.strerror}", file=rel or ".") from None
+            raise RenderError(f"cannot read the directory: {err.strerror}", file=self.name(rel)) from None
         names = {e.name for e in entries}
         kustomization = next((n for n in KUSTOMIZATION_FILES if n in names), None)
         if kustomization is not None or "Chart.yaml" in names:
             self._check_tree_links(directory, rel)
             tool = "kustomize" if kustomization is not None else "helm"
-            label = f"{rel or '.'} ({tool})"
+            label = f"{self.name(rel)} ({tool})"
             output = self._kustomize(directory, label) if tool == "kustomize" else self._helm(directory, rel, label)
             # A tool's output is the rendering of a whole tree: bounded by bytes and by the render's budget.
             budget = replace(self.budget, per_file=sys.maxsize)

@@ -174,7 +174,7 @@ def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int 
         for e, f in foreign:
             ft.add_row(Text(str(e.key)), Text(f.path), Text(short(f.value, limit)), Text(_by(f)), Text(f.time))
         console.print(ft)
-    for err in cs.errors:
+    for err in cs.report_errors():
         console.print(Text(f"error: {err}", style="bold red"))
 
 
@@ -228,7 +228,7 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
             for e, f in foreign
         ]
         lines += ["", "</details>", ""]
-    lines += [f"> **error:** {_md(err)}" for err in cs.errors]
+    lines += [f"> **error:** {_md(err)}" for err in cs.report_errors()]
     return "\n".join(lines).rstrip() + "\n"
 
 

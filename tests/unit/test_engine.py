@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gitops_sync.apply.inventory import applyset_id
 from gitops_sync.conventions import APPLIED_REVISION, ATTEMPTED_REVISION, GROUP_KINDS, ID_LABEL, NAMESPACES, PART_OF
-from gitops_sync.engine import Engine, PassOptions
+from gitops_sync.engine import Engine, PassOptions, _position
 from gitops_sync.plan.changeset import Action, ChangeSet
+from gitops_sync.render import locate
 from gitops_sync.resource import ObjectKey
 from gitops_sync.source import Checkout
 from tests.unit.fakes import Call, FakeApi, StaticDiscovery, cm, fake_client, objs, status_body
@@ -185,6 +187,13 @@ def test_the_parent_keeps_the_union_when_a_prune_fails(tmp_path: Path) -> None:
     )
     cs = run(api, tmp_path, cm("a", k="v"), prune=True)
     assert cs.has_errors
+    # The report says why up top, counted once: the error entry, and no pass error of its own (the daemon
+    # must not back off for it); `errors` was [] with an error count of 1.
+    doc = cs.to_dict()
+    assert cs.errors == [] and doc["summary"]["error"] == 1
+    assert doc["errors"] == [
+        "prune incomplete: did not delete 1 object(s) that left Git: Deployment.apps/team/web (see their entries)"
+    ]
     (union,) = parent_writes(api)  # the union is the last word: web is still listed by the next pass
     assert union[GROUP_KINDS] == "ConfigMap,Deployment.apps" and union[APPLIED_REVISION] == "r1"
 
@@ -340,3 +349,31 @@ def test_a_namespace_holding_the_inventory_already_terminating_is_pending_not_re
     assert [c.path for c in api.sent("DELETE")] == [OLD]
     (entry,) = [e for e in cs.entries if e.key.kind == "Namespace"]
     assert entry.action is Action.TERMINATING and "no DELETE sent again" in entry.message
+
+
+LABELLED = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: lbl
+  labels:
+    app.kubernetes.io/component: grafana
+    app.kubernetes.io/name: grafana
+    app.kubernetes.io/part-of: kube-prometheus
+data:
+  a: "1"
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "where"),
+    [
+        # A dotted key is printed split; the line of the labels map (its first key) was named: 2 lines early.
+        (".metadata.labels.app.kubernetes.io/part-of", "app.yaml:8:32"),
+        (".metadata.labels.app.kubernetes.io/component", "app.yaml:6:34"),
+        (".metadata.labels.app.kubernetes.io/version", "app.yaml:6:5"),  # not in Git: its nearest ancestor
+        (".data.a", "app.yaml:10:6"),
+    ],
+)
+def test_a_field_is_located_at_its_own_line_even_under_a_dotted_key(path: str, where: str) -> None:
+    assert _position("app.yaml", locate.positions(LABELLED, 1), (), path, yaml.safe_load(LABELLED)) == where

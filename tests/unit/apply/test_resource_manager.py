@@ -94,6 +94,15 @@ def test_fetch_live_falls_back_to_gets_when_the_list_is_forbidden_and_a_refused_
     assert {k.name for k, v in live.items() if v is not None} == {"c0"}
 
 
+def test_fetch_live_reads_a_collection_not_served_yet_as_every_object_absent() -> None:
+    # A CRD and its custom resources in one source, on a fresh cluster: the LIST gets the mux's bare 404.
+    four = targets(*(cm(f"c{i}") for i in range(4)))
+    api = FakeApi().on("GET", "/api/v1/namespaces/ns/configmaps", (404, b"404 page not found"))
+    live = manager(api, concurrency=4).fetch_live(four)
+    assert [c.path for c in api.sent()] == ["/api/v1/namespaces/ns/configmaps"]
+    assert live == {t.key: None for t in four}
+
+
 # -- applying ---------------------------------------------------------------------------------------
 
 
