@@ -2,5 +2,6 @@
 
 from gitops_sync.render._render import RenderOptions, render
 from gitops_sync.render._yaml import to_yaml
+from gitops_sync.render.snapshot import Snapshot
 
-__all__ = ["RenderOptions", "render", "to_yaml"]
+__all__ = ["RenderOptions", "Snapshot", "render", "to_yaml"]
