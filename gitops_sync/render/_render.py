@@ -107,12 +107,15 @@ class _Walker:
         return next((h for h in self.holes if rel == h or rel.startswith(h + "/")), None)
 
     def _check_hole(self, path: Path, rel: str) -> None:
+        """Raise when `path` is (in) a submodule whose files are not there; `rel` names what reached it (a
+        symlink, a kustomization; "" when the walk itself did)."""
         hole = self._hole(path)
         if hole is not None:
             raise RenderError(
-                f"the Git submodule {hole} is not in this checkout (a fetched commit never has a submodule's "
-                "files; in a work tree run `git submodule update --init`): refusing to render it as empty",
-                file=rel or ".",
+                f"Git submodule {hole}: its files are not in this checkout (gitops-sync does not fetch submodules, "
+                "so a fetched or --revision commit never has them; in a work tree run `git submodule update "
+                "--init`); refusing to render it as an empty directory",
+                file=rel or None,
             )
 
     def walk(self, directory: Path, rel: str, ancestors: frozenset[Path]) -> None:
@@ -122,7 +125,7 @@ class _Walker:
         real = directory.resolve() if self.snapshot is None else self.real_root.joinpath(rel)
         if real in ancestors:
             raise RenderError("symlink loop: the directory contains itself", file=rel or ".")
-        self._check_hole(real, rel)
+        self._check_hole(real, "")
         entries = self._list(directory, rel)
         names = {e.name for e in entries}
         kustomization = next((n for n in KUSTOMIZATION_FILES if n in names), None)
