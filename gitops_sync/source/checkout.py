@@ -313,19 +313,33 @@ def _commit_gitlinks(repo: git.Repo, sha: str, under: str, name: str, timeout: f
 
 
 def _work_tree_submodules(local: git.Repo, given: Path, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The submodules of the work tree's index under `given`, and those of them not checked out (their
-    directory holds no `.git`: `git submodule update --init` was never run, or `deinit` was), relative to
-    `given`."""
-    from git.exc import GitCommandError
-
+    """The submodules of the work tree under `given` (those of checked-out submodules too, read from their own
+    index), and those of them not checked out (their directory holds no `.git`: `git submodule update --init`
+    was never run, or `deinit` was), relative to `given`."""
     top = Path(local.working_tree_dir or ".").resolve()
     inside = given.relative_to(top).as_posix() if given.is_relative_to(top) else ""
+    pending = list(gitlinks(_index(local, top, name), "" if inside == "." else inside))
+    found: list[str] = []
+    holes: list[str] = []
+    while pending:
+        path = pending.pop()
+        found.append(path)
+        if not os.path.lexists(given / path / ".git"):
+            holes.append(path)
+            continue
+        pending += [f"{path}/{inner}" for inner in gitlinks(_index(local, given / path, name))]
+    return tuple(sorted(found)), tuple(sorted(holes))
+
+
+def _index(local: git.Repo, directory: Path, name: str) -> str:
+    """`git ls-files -s -z` of the repository whose work tree `directory` is the top of."""
+    from git.exc import GitCommandError
+
     try:
-        listing: str = local.git.execute(["git", "-C", str(top), "ls-files", "-s", "-z", "--full-name"])
+        listing: str = local.git.execute(["git", "-C", str(directory), "ls-files", "-s", "-z", "--full-name"])
     except GitCommandError as err:
-        raise SourceError(f"{name}: cannot read the Git index: {_tail(err.stderr)}") from None
-    found = gitlinks(listing, "" if inside == "." else inside)
-    return found, tuple(p for p in found if not os.path.lexists(given / p / ".git"))
+        raise SourceError(f"{name}: cannot read the Git index of {directory}: {_tail(err.stderr)}") from None
+    return listing
 
 
 def _work_tree_revision(local: git.Repo, root: Path, name: str, *, submodules: bool = False) -> str:

@@ -116,6 +116,23 @@ def test_a_checked_out_submodule_that_differs_from_the_commit_makes_the_revision
     assert fetch(str(top)).revision == f"{head}-dirty"
 
 
+def test_a_submodule_of_a_checked_out_submodule_that_is_not_checked_out_is_refused(tmp_path: Path) -> None:
+    """The superproject's index does not list a submodule's own submodules: they are read from its index."""
+    work, _ = superproject(tmp_path)
+    top = Path(work.working_tree_dir or "")
+    deep = git.Repo.init(tmp_path / "deep", initial_branch="main")
+    commit(deep, {"d.yaml": CM.format(name="deep")})
+    lib = top / "vendor" / "lib"
+    run_git(lib, "submodule", "add", "-q", str(tmp_path / "deep"), "deep")
+    commit(git.Repo(lib), {})
+    assert fetch(str(top)).holes == ()
+    assert "deep" in names(SourceOptions(repo=str(top), cache_dir=tmp_path / "cache"))
+    run_git(lib, "submodule", "deinit", "-q", "-f", "deep")
+    assert fetch(str(top)).holes == ("vendor/lib/deep",)
+    with pytest.raises(RenderError, match="Git submodule vendor/lib/deep"):
+        load(SourceOptions(repo=str(top), cache_dir=tmp_path / "cache"))
+
+
 def test_a_fresh_clone_without_submodule_init_is_refused(tmp_path: Path) -> None:
     """`git clone` without --recurse-submodules: the gitlink is in the index, its directory empty."""
     _, url = superproject(tmp_path)
