@@ -99,5 +99,5 @@ def test_a_submodule_is_never_pruned_by_a_sync_that_does_not_have_its_files(
         "naming it with `git submodule update --init`; checked out again: exit 0, nothing to do",
         checked=f"all {SUB + TOP} ConfigMaps kept their uid: nothing of the submodule pruned (before, the URL "
         f"sync deleted all {SUB})",
-        figures=f"message: {url_message[:110]!r}",
+        figures=f"exit 0 / 2 / 2 / 0; 0 of {SUB} submodule objects pruned; message {url_message[:64]!r}…",
     )
