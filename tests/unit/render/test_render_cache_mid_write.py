@@ -117,3 +117,20 @@ def test_a_kustomization_resource_rewritten_mid_render_is_not_missing_from_the_e
     _, second = load(src, engine.disk_render_cache(src))
     assert len(calls) == 1
     assert "cm-007" in names(first) and "cm-007" in names(second) and len(second) == 20
+
+
+@pytest.mark.parametrize("link", ["relative", "absolute"])
+def test_a_symlink_target_rewritten_mid_render_is_not_missing_from_the_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, link: str
+) -> None:
+    """--path apps with a symlink into ../base: the whole top is read once and rendered from a private copy
+    (an absolute link into the repository leads into the copy, never back to the file being rewritten)."""
+    src = work_tree(tmp_path, {"base/cm.json": configmap(1), "apps/own.json": configmap(2)})
+    top = Path(src.repo)
+    (top / "apps" / "link.json").symlink_to("../base/cm.json" if link == "relative" else top / "base" / "cm.json")
+    src = SourceOptions(repo=str(top), path="apps", cache_dir=tmp_path / "cache")
+    calls = interleave(monkeypatch, lambda: truncated(top / "base" / "cm.json"))
+    _, first = load(src, engine.disk_render_cache(src))
+    _, second = load(src, engine.disk_render_cache(src))
+    assert len(calls) == 1
+    assert names(first) == names(second) == {"cm-001", "cm-002"}
