@@ -89,8 +89,9 @@ def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Check
 
     `cache`: renders of a commit already rendered are served from it (gitops_sync.rendercache)."""
     checkout = fetch_source(source)
-    # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths.
-    opts = replace(source.render, repo_root=checkout.repo_root or checkout.root)
+    # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths; a submodule
+    # whose files are not there is never rendered as an empty directory.
+    opts = replace(source.render, repo_root=checkout.repo_root or checkout.root, holes=checkout.holes)
     if cache is None:
         return checkout, render(checkout.root, opts)
     return checkout, cache.render(checkout, opts, render)
