@@ -71,6 +71,11 @@ class DesiredSource:
             return True
         return False
 
+    @property
+    def settling(self) -> bool:
+        """A new render is waiting for its second look (wait_before_acting): what is held is not Git's yet."""
+        return self._candidate is not None
+
     def wait_before_acting(self, digest: str) -> float:
         """0 when a new render may be acted on, else seconds until it should be read again.
 

@@ -747,8 +747,10 @@ class Fleet(Controller[FleetKey]):
                 self.queue.add_after((ref, FULL), 5.0)
                 return
             r.handle(keys)
-            # A pass, or a failed fetch/render: either may change the status (written only if it did).
-            self._write_status(ref, passed=bool(keys & {SOURCE, FULL}))
+            # A pass, or a failed fetch/render: either may change the status (written only if it did). A work
+            # tree read once and not yet confirmed (desired.settling) answers no reconcile request: the pass
+            # after its second look does, or `reconcile` would report the state from before the change.
+            self._write_status(ref, passed=bool(keys & {SOURCE, FULL}) and not r.desired.settling)
         except Exception as exc:  # keep the worker alive; the keys are retried with backoff
             log.error("reconcile failed unexpectedly", gitsync=ref, error=describe_crash(exc))
             for key in keys:
