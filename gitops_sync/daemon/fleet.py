@@ -422,7 +422,7 @@ class Fleet(Controller[FleetKey]):
                         self._gitsync_event(etype, obj)
             except ClusterError as exc:
                 if isinstance(exc, ApiError) and exc.status == 404:
-                    log.error("the GitSync CRD is not installed (kubectl apply -f deploy/kubernetes/crd/)")
+                    log.error("the GitSync CRD is not installed (kubectl apply -k deploy/kubernetes/crd/)")
                 else:
                     log.warning("GitSync watch failed; relisting", error=mask_url(str(exc)))
                 rv = ""
