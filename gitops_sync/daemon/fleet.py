@@ -25,6 +25,7 @@ from typing import Any, cast
 
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.cluster.lease import ApiLeaseStore, LeaderElector
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon import gitsync
 from gitops_sync.daemon.access import ReadAccess
@@ -32,7 +33,6 @@ from gitops_sync.daemon.cache import EventType
 from gitops_sync.daemon.conditions import ClusterProbe
 from gitops_sync.daemon.events import WARNING
 from gitops_sync.daemon.gitsync import GitSync, InvalidSpec
-from gitops_sync.daemon.leader import ApiLeaseStore, LeaderElector
 from gitops_sync.daemon.loop import Controller, DaemonOptions, FencedClient
 from gitops_sync.daemon.queue import Backoff, WorkQueue
 from gitops_sync.daemon.reconciler import SourceReconciler

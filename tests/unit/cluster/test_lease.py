@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gitops_sync.daemon.leader import LeaderConfig, LeaderElector, lease_name
+from gitops_sync.cluster.lease import LeaderConfig, LeaderElector, lease_name
 from gitops_sync.errors import ClusterError, ConflictError
 
 
