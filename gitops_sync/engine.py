@@ -435,6 +435,16 @@ class Engine:
         except ClusterError as exc:
             cs.errors.append(f"prune not attempted: cannot list the members of the inventory: {exc}")
             return False
+        if not dry_run:  # members another pass applied since this one recorded (a newer revision's) stay
+            for inv in invs:
+                changed = inventory.changed_since(self.client, inv)
+                if changed:
+                    cs.errors.append(
+                        f"prune skipped: the inventory ConfigMap {inv.namespace}/{inv.name} was written by another "
+                        f"pass of this source since this one recorded it ({changed}); nothing is deleted against "
+                        "a record that may be newer than this pass"
+                    )
+                    return False
         wanted = {t.key for t in targets}
         gone = [m for k, m in members.items() if k not in wanted]
         if not targets and gone and not opts.allow_empty:

@@ -131,5 +131,9 @@ class SourceMismatchError(GitOpsError):
         self.ours = ours
 
 
+class InventoryChangedError(ClusterError):
+    """The inventory parent was written by another pass since this one read it: not written over, no prune."""
+
+
 class WaitTimeoutError(GitOpsError):
     """Objects did not become healthy before --timeout."""

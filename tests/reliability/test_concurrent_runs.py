@@ -23,9 +23,9 @@ import pytest
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.lease import ApiLeaseStore, LeaderConfig, LeaderElector, lease_name
-from gitops_sync.conventions import ADOPTED, PART_OF
-from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
-from gitops_sync.plan.changeset import ChangeSet
+from gitops_sync.conventions import ADOPTED, APPLIED_REVISION, ATTEMPTED_REVISION, PART_OF
+from gitops_sync.engine import Engine, PassOptions, SourceOptions, default_inventory_name, load
+from gitops_sync.plan.changeset import Action, ChangeSet
 from gitops_sync.plan.planner import Target
 from tests.conftest import REPO, KubeCluster
 from tests.integration.daemon_support import GitRepo, configmap
@@ -123,6 +123,59 @@ def _sync(repo: Path, namespace: str, cache: Path, *extra: str) -> list[str]:
 
 def _ten(prefix: str) -> dict[str, str | None]:
     return {f"{prefix}-{i}.yaml": configmap(f"{prefix}-{i}", {"v": str(i)}) for i in range(10)}
+
+
+class _HookAfterFirstWrite(Client):
+    """A real client that runs `hook` once, right after its first write to `path` was answered."""
+
+    def __init__(self, kubeconfig: Path, path: str, hook: Callable[[], None]) -> None:
+        super().__init__(kubeconfig)
+        self.target, self.hook, self.fired = path, hook, False
+
+    def request_status(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
+        answer = super().request_status(method, path, **kw)
+        if method == "PATCH" and path == self.target and not self.fired and not (kw.get("query") or {}).get("dryRun"):
+            self.fired = True
+            self.hook()
+        return answer
+
+
+def test_a_run_without_the_lease_never_prunes_what_another_pass_recorded_meanwhile(
+    kube: KubeCluster, namespace: str, tmp_path: Path, reliability: Recorder
+) -> None:
+    """A writer that takes no Lease (a daemon without --leader-elect, an older gitops-sync) prunes with
+    revision A; between its record and its prune, `sync --revision B` (+10 ConfigMaps) runs to the end.
+    The check on the inventory parent (its resourceVersion) keeps A from pruning B's objects."""
+    git = GitRepo(tmp_path / "repo", {"base.yaml": configmap("base", {"v": "1"})})
+    a = git.repo.head.commit.hexsha
+    b = git.commit(_ten("b"), "B adds ten ConfigMaps")
+    cache = tmp_path / "cache"
+    inventory = default_inventory_name(str(git.path), None)
+    newer: list[subprocess.CompletedProcess[str]] = []
+
+    def newer_pipeline() -> None:
+        newer.append(gs(kube, *_sync(git.path, namespace, cache, "--revision", b, "--prune")))
+
+    parent_path = f"/api/v1/namespaces/{namespace}/configmaps/{inventory}"
+    with _HookAfterFirstWrite(kube.kubeconfig, parent_path, newer_pipeline) as client:
+        engine, checkout, targets, opts = _pass(client, git.path, a, namespace, cache, prune=True)
+        cs = engine.run(checkout, targets, opts, apply=True)
+    assert client.fired and newer and newer[0].returncode == 0, newer[0].stderr if newer else "hook not run"
+    assert any("prune skipped: the inventory ConfigMap" in e and "written by another pass" in e for e in cs.errors), (
+        cs.errors
+    )
+    assert [e for e in cs.entries if e.action is Action.PRUNE] == []
+    assert len(_names(kube, namespace, "b-")) == 10, "the newer revision's ConfigMaps were not pruned"
+    recorded = _parent(kube, namespace, inventory)
+    assert recorded[APPLIED_REVISION] == b and recorded[ATTEMPTED_REVISION] == b, "B's record was not written over"
+    reliability.record(
+        area="concurrent runs",
+        fault="a pass holding no Lease (revision A, --prune); sync --revision B (+10 ConfigMaps) runs to the end "
+        "between A's inventory record and A's prune",
+        outcome="A's prune skipped with an error naming what the inventory now records; A records nothing over it",
+        checked="B's 10 ConfigMaps survive; the inventory records B attempted and applied",
+        figures="0 of 10 deleted; 1 extra GET of the parent per prune",
+    )
 
 
 # -- item 2: two runs of one commit never orphan their own objects ------------------------------------------
