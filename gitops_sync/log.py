@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -42,6 +43,7 @@ _LEVELS: dict[str, int] = {
 }
 # `configure`'s choice while structlog is not imported yet: applied by the first line that is logged.
 _pending: tuple[str, str] | None = None
+_first_line = threading.Lock()  # held while that first line imports structlog and applies the choice
 
 
 def _drop(*_args: Any, **_kw: Any) -> None:
@@ -49,13 +51,19 @@ def _drop(*_args: Any, **_kw: Any) -> None:
 
 
 def _structlog() -> ModuleType:
-    """structlog, with the configuration `configure` left pending applied first."""
+    """structlog, with the configuration `configure` left pending applied first.
+
+    Two threads' first lines at once (a sync's Lease renewal beside its pass) must both wait for it: a line
+    logged before it was applied went to structlog's default, stdout, into the middle of the report."""
     global _pending
-    structlog = structlog_module()
-    if _pending is not None:
-        fmt, level = _pending
-        _pending = None
-        _apply(structlog, fmt, level)
+    if _pending is None and "structlog" in sys.modules:
+        return sys.modules["structlog"]
+    with _first_line:
+        structlog = structlog_module()
+        if _pending is not None:
+            fmt, level = _pending
+            _apply(structlog, fmt, level)
+            _pending = None
     return structlog
 
 

@@ -53,3 +53,31 @@ def test_an_unknown_level_is_refused() -> None:
 
     with pytest.raises(ValueError, match="unknown log level"):
         log.configure("json", "verbose")
+
+
+_RACE = """
+import sys, threading, time
+from gitops_sync import log
+log.configure("json", "warning")
+real = log._apply
+def slow_apply(*args):  # the first line's set-up takes a while; meanwhile another thread logs its first line
+    other = threading.Thread(target=lambda: log.get_logger("other").warning("from-the-other-thread"))
+    other.start()
+    time.sleep(0.3)
+    real(*args)
+    threads.append(other)
+threads = []
+log._apply = slow_apply
+log.get_logger("main").warning("from-the-main-thread")
+for t in threads:
+    t.join()
+"""
+
+
+def test_two_threads_first_lines_at_once_both_go_to_stderr_configured() -> None:
+    """A sync's Lease renewal thread and its pass may log their first lines at the same moment: a line
+    written before the configuration was applied went to stdout (structlog's default), into the report."""
+    done = subprocess.run([sys.executable, "-c", _RACE], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout == ""
+    events = sorted(json.loads(line)["event"] for line in done.stderr.splitlines())
+    assert events == ["from-the-main-thread", "from-the-other-thread"]
