@@ -42,6 +42,7 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 _Query = Mapping[str, str | int | bool | None]
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 @dataclass
@@ -53,7 +54,7 @@ class RequestStats:
     dry_runs: int = 0
 
     def count(self, method: str, query: _Query | None, body: Any = None) -> None:
-        if method in ("GET", "HEAD", "OPTIONS"):
+        if method in _READS:
             self.reads += 1
         elif is_dry_run(query, body):
             self.dry_runs += 1
@@ -178,6 +179,9 @@ class Client:
         self._deadline_s = 0.0
         self.stats = RequestStats()
         self._stats_lock = threading.Lock()
+        # Called with (method, path) before any write request (not a read, not a dry run) is sent; it may
+        # block (a `sync` takes its source's Lease there: cluster/lease.py) or raise to refuse the write.
+        self.before_write: Callable[[str, str], None] | None = None
 
     def set_deadline(self, seconds: float | None, *, started: float | None = None) -> None:
         """No request leaves after `started + seconds`; in-flight ones are cut at that moment."""
@@ -279,9 +283,11 @@ class Client:
         import urllib3
 
         self.breaker.check()
-        budget = self._budget(timeout)
         url, headers = self._prepare(method, path, query, content_type, accept)
         data = None if body is None else (body if isinstance(body, bytes) else jsoncodec.dumps(body))
+        if self.before_write is not None and method not in _READS and not is_dry_run(query, body):
+            self.before_write(method, path)  # as late as it can be: the request leaves right after it
+        budget = self._budget(timeout)  # after the hook, which may have waited
         with self._stats_lock:
             self.stats.count(method, query, body)
         started = time.monotonic()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import importlib.util
 import json
 import os
@@ -16,10 +17,14 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import git
 import pytest
+import yaml
+
+if TYPE_CHECKING:
+    from tests.conftest import KubeCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = REPO_ROOT / "deploy" / "local-cluster" / "cluster.py"
@@ -279,3 +284,26 @@ def stop_private_cluster(state_dir: Path) -> None:
     subprocess.run(
         [sys.executable, str(LAUNCHER), "--dir", str(state_dir), "down"], capture_output=True, check=False, timeout=120
     )
+
+
+def sa_kubeconfig(kube: KubeCluster, ns: str, path: Path) -> Path:
+    """A kubeconfig that is the ServiceAccount: the admin one's server and CA, the SA's bound token."""
+    admin = yaml.safe_load(kube.kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    token = kube.kubectl("create", "token", "gitops-sync", "-n", ns, "--duration=1h").stdout.strip()
+    ca = cluster.get("certificate-authority-data")
+    if not ca and cluster.get("certificate-authority"):
+        ca_path = Path(cluster["certificate-authority"])
+        ca_file = ca_path if ca_path.is_absolute() else kube.kubeconfig.parent / ca_path
+        ca = base64.b64encode(ca_file.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": {"server": cluster["server"], "certificate-authority-data": ca}}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": ns}}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path

@@ -4,7 +4,6 @@ outside it."""
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import uuid
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import KubeCluster
-from daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, wait_until
+from daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, sa_kubeconfig, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -97,29 +96,6 @@ def other_namespace(kube: KubeCluster) -> Iterator[str]:
         yield name
     finally:
         kube.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
-
-
-def sa_kubeconfig(kube: KubeCluster, ns: str, path: Path) -> Path:
-    """A kubeconfig that is the ServiceAccount: the admin one's server and CA, the SA's bound token."""
-    admin = yaml.safe_load(kube.kubeconfig.read_text())
-    cluster = admin["clusters"][0]["cluster"]
-    token = kube.kubectl("create", "token", "gitops-sync", "-n", ns, "--duration=1h").stdout.strip()
-    ca = cluster.get("certificate-authority-data")
-    if not ca and cluster.get("certificate-authority"):
-        ca_path = Path(cluster["certificate-authority"])
-        ca_file = ca_path if ca_path.is_absolute() else kube.kubeconfig.parent / ca_path
-        ca = base64.b64encode(ca_file.read_bytes()).decode()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "sa",
-        "clusters": [{"name": "c", "cluster": {"server": cluster["server"], "certificate-authority-data": ca}}],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": ns}}],
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
 
 
 def test_daemon_with_the_service_account_token_works_in_its_namespace_and_is_refused_outside(

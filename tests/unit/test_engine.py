@@ -18,7 +18,7 @@ import pytest
 from gitops_sync.apply.inventory import applyset_id
 from gitops_sync.conventions import APPLIED_REVISION, ATTEMPTED_REVISION, GROUP_KINDS, ID_LABEL, NAMESPACES, PART_OF
 from gitops_sync.engine import Engine, PassOptions
-from gitops_sync.errors import InventoryChangedError
+from gitops_sync.errors import InventoryChangedError, NewerRevisionError
 from gitops_sync.plan.changeset import Action, ChangeSet
 from gitops_sync.resource import ObjectKey
 from gitops_sync.source import Checkout
@@ -299,3 +299,49 @@ def test_a_parent_written_by_another_pass_before_the_first_record_is_not_written
     assert api.sent("DELETE") == [] and [c.path for c in api.writes()] == [PARENT]
     (record,) = api.writes()
     assert record.body["metadata"]["resourceVersion"] == "1", "the record is conditional on what was read"
+
+
+def _commits(tmp_path: Path) -> tuple[Path, str, str]:
+    """A local repository with two commits: (work tree, older, newer)."""
+    import git
+
+    repo = git.Repo.init(tmp_path / "repo")
+    with repo.config_writer() as w:
+        w.set_value("user", "name", "t")
+        w.set_value("user", "email", "t@example.invalid")
+    (tmp_path / "repo" / "a.yaml").write_text("a: 1\n")
+    repo.index.add(["a.yaml"])
+    older = repo.index.commit("older").hexsha
+    (tmp_path / "repo" / "a.yaml").write_text("a: 2\n")
+    repo.index.add(["a.yaml"])
+    newer = repo.index.commit("newer").hexsha
+    return tmp_path / "repo", older, newer
+
+
+def _run_at(api: FakeApi, root: Path, revision: str, **opts: Any) -> ChangeSet:
+    engine = Engine(fake_client(api), discovery=StaticDiscovery(), concurrency=1)
+    checkout = Checkout(root=root, revision=revision, repo=REPO, ref="", repo_root=root)
+    options = PassOptions(namespace="team", name="inv", inventory_namespace="gitops", **opts)
+    return engine.run(checkout, engine.resolve(objs(cm("a", k="v")), options), options, apply=True)
+
+
+@pytest.mark.parametrize("recorded", [APPLIED_REVISION, ATTEMPTED_REVISION])
+def test_a_sync_of_a_commit_older_than_the_recorded_one_is_refused_before_any_write(
+    tmp_path: Path, recorded: str
+) -> None:
+    root, older, newer = _commits(tmp_path)
+    record = parent(applied=older)
+    record["metadata"]["annotations"][recorded] = newer
+    api = with_parent(FakeApi(default=server), record).on("GET", MEMBERS, listing(member("old")))
+    with pytest.raises(NewerRevisionError, match=f"records revision {newer[:12]}.*{older[:12]} is its ancestor"):
+        _run_at(api, root, older, prune=True, refuse_older=True)
+    assert api.writes() == []
+    # --allow-rollback (refuse_older off), the daemon, and a newer or unrelated commit go ahead
+    assert not _run_at(api, root, older, prune=True).has_errors
+    assert api.sent("DELETE"), "the deliberate rollback prunes what the newer commit added"
+
+
+def test_a_recorded_commit_this_clone_does_not_have_refuses_nothing(tmp_path: Path) -> None:
+    root, older, _newer = _commits(tmp_path)
+    api = with_parent(FakeApi(default=server), parent(applied="f" * 40))  # a shallow CI clone lacks it
+    assert not _run_at(api, root, older, refuse_older=True).has_errors
