@@ -26,7 +26,7 @@ from gitops_sync.apply.manager import (
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
-from gitops_sync.errors import ClusterError
+from gitops_sync.errors import ClusterError, NewerRevisionError
 from gitops_sync.log import get_logger
 from gitops_sync.plan import fieldpath, ignore, planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, Ignored, SharedWith
@@ -38,7 +38,7 @@ from gitops_sync.rendercache import DiskStore, RenderCache
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_url
 from gitops_sync.source.allow import LocalRepositories
-from gitops_sync.source.checkout import cache_root, is_remote, knows_commit
+from gitops_sync.source.checkout import cache_root, is_ancestor, is_remote, knows_commit, short_revision
 from gitops_sync.source.identity import label_identities, legacy_inventory_name
 
 log = get_logger(__name__)
@@ -70,6 +70,8 @@ class PassOptions:
     adopt_shared: bool = False  # take over objects that are members of another ApplySet
     prune_cascade: bool = False  # prune Namespaces/CRDs even when they hold objects prune does not remove
     ignore: tuple[ignore.IgnoreRule, ...] = ()  # --ignore; the repository's .gitops-sync.yaml adds its own
+    # `sync`: refuse a commit older than one the inventory records (a descendant of ours); --allow-rollback
+    refuse_older: bool = False
 
 
 def fetch_source(source: SourceOptions) -> Checkout:
@@ -176,6 +178,8 @@ class Engine:
         wanted = targets  # what prune keeps and the inventory records: the refused too
         targets = [t for t in targets if t.key not in refused]
         inv = inventory.load(self.client, name, inv_ns, identity_text, identity.inventory_name())
+        if opts.refuse_older and not dry_run:
+            _refuse_older(inv, checkout)
         legacy = None if opts.name else self._legacy(inv, checkout, identity, cs.source)
         live = (live_of or self.manager.fetch_live)(targets)
         ignored: dict[ObjectKey, list[Ignored]] = {}
@@ -470,6 +474,16 @@ class Engine:
         except ClusterError as exc:
             cs.errors.append(f"prune not attempted: cannot list the members of the inventory: {exc}")
             return False
+        if not dry_run:  # members another pass applied since this one recorded (a newer revision's) stay
+            for inv in invs:
+                changed = inventory.changed_since(self.client, inv)
+                if changed:
+                    cs.errors.append(
+                        f"prune skipped: the inventory ConfigMap {inv.namespace}/{inv.name} was written by another "
+                        f"pass of this source since this one recorded it ({changed}); nothing is deleted against "
+                        "a record that may be newer than this pass"
+                    )
+                    return False
         wanted = {t.key for t in targets}
         gone = [m for k, m in members.items() if k not in wanted]
         if not targets and gone and not opts.allow_empty:
@@ -575,6 +589,23 @@ class Engine:
         if not_ready:
             names = "; ".join(f"{r.key} ({r.status.value}: {r.message})" for r in not_ready)
             cs.errors.append(f"not ready after {time.monotonic() - started:.0f}s: {names}")
+
+
+def _refuse_older(inv: inventory.Inventory, checkout: Checkout) -> None:
+    """A `sync` of a commit the inventory has seen superseded is refused before anything is written.
+
+    Two pipelines of one repository finishing out of order would otherwise have the older one undo the
+    newer one's changes and, with --prune, delete what it added."""
+    for what, key in (("applied", conventions.APPLIED_REVISION), ("attempted", conventions.ATTEMPTED_REVISION)):
+        theirs = inv.recorded.get(key, "")
+        if theirs and is_ancestor(checkout, checkout.revision, theirs):
+            ours = short_revision(checkout.revision)
+            raise NewerRevisionError(
+                f"the inventory ConfigMap {inv.namespace}/{inv.name} records revision {short_revision(theirs)} "
+                f"({what}), a newer commit of this source: {ours} is its ancestor. Applying {ours} would undo "
+                "what the newer one applied (with --prune, delete what it added); nothing was written. To go "
+                f"back to {ours} on purpose pass --allow-rollback, or commit a revert (it is newer)"
+            )
 
 
 _ORIGIN = re.compile(r"^(?P<file>.+)#(?P<number>\d+)(?: items\[(?P<item>\d+)\])?$")

@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import click
 
+from gitops_sync.cluster.lease import LeaderConfig, default_identity
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.auth import AUTH_MODES
 from gitops_sync.daemon.fleet import Fleet
-from gitops_sync.daemon.leader import LeaderConfig, default_identity
 from gitops_sync.daemon.loop import Daemon, DaemonOptions
 from gitops_sync.daemon.triggers import WEBHOOK_SECRET_ENV, load_webhook_secret
 from gitops_sync.engine import PassOptions, SourceOptions

@@ -26,6 +26,7 @@ from typing import Any, cast
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.cluster.kubeconfig import context_namespace
+from gitops_sync.cluster.lease import ApiLeaseStore, LeaderElector
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon import gitsync
 from gitops_sync.daemon.access import ReadAccess
@@ -33,7 +34,6 @@ from gitops_sync.daemon.cache import EventType
 from gitops_sync.daemon.conditions import ClusterProbe
 from gitops_sync.daemon.events import WARNING, EventSpec
 from gitops_sync.daemon.gitsync import GitSync, InvalidSpec
-from gitops_sync.daemon.leader import ApiLeaseStore, LeaderElector
 from gitops_sync.daemon.loop import Controller, DaemonOptions, FencedClient
 from gitops_sync.daemon.queue import Backoff, WorkQueue
 from gitops_sync.daemon.reconciler import SourceReconciler
@@ -184,7 +184,7 @@ class ShardSet:
                 elif held < self.limit and e.step():
                     held += 1
                 elif held >= self.limit:  # at the limit: look only, so a shard nobody holds is named
-                    e.observe()
+                    e.look()
                 if e.vacant() and held >= self.limit:
                     self.on_vacant(i)
                 if e.is_leader and not e.can_write():

@@ -185,6 +185,34 @@ def knows_commit(repo: str, sha: str) -> bool:
     return True
 
 
+def is_ancestor(checkout: Checkout, older: str, newer: str) -> bool | None:
+    """Whether commit `older` comes strictly before `newer` in the history of `checkout`'s repository.
+
+    None when that cannot be told: a plain directory, a revision that is not a commit, a commit this clone
+    or work tree does not have (a shallow CI checkout). A work tree's `-dirty` marker is ignored."""
+    a, b = older.removesuffix(DIRTY), newer.removesuffix(DIRTY)
+    if not (re.fullmatch(r"[0-9a-f]{40}", a) and re.fullmatch(r"[0-9a-f]{40}", b)):
+        return None
+    if a == b:
+        return False
+    where = checkout.git_dir or checkout.repo_root or checkout.root
+    if checkout.git_dir is None and not might_be_repository(where):
+        return None
+    import git
+    from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+
+    try:
+        repo = git.Repo(where, search_parent_directories=True)
+    except (InvalidGitRepositoryError, NoSuchPathError, OSError):
+        return None
+    with repo:
+        try:
+            repo.git.execute(["git", "merge-base", "--is-ancestor", a, b])
+        except GitCommandError as exc:
+            return False if exc.status == 1 else None  # 1: not an ancestor; else a commit it does not have
+    return True
+
+
 def cache_root(cache_dir: Path | None) -> Path:
     """The clone cache's directory: `cache_dir` or `$XDG_CACHE_HOME/gitops-sync/repos` (the render cache
     keeps its entries in a sub-directory of it)."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gitops_sync.daemon.leader import LeaderConfig, LeaderElector, lease_name
+from gitops_sync.cluster.lease import LeaderConfig, LeaderElector, lease_name
 from gitops_sync.errors import ClusterError, ConflictError
 
 
@@ -195,16 +195,16 @@ def test_an_observer_sees_a_lease_vacant_once_its_holder_stopped_renewing_for_it
     holder = LeaderElector(store, "a", cfg, clock=clock)
     observer = LeaderElector(store, "b", cfg, clock=clock)
     assert not observer.vacant()  # never observed: unknown, not vacant
-    observer.observe()
+    observer.look()
     assert observer.vacant() and observer.error == ""  # no Lease yet: nobody holds it
     assert holder.step()
-    observer.observe()
+    observer.look()
     assert not observer.vacant() and observer.holder == "a"
     clock.now += 14
-    observer.observe()  # the same record: the clock runs from when it was first seen
+    observer.look()  # the same record: the clock runs from when it was first seen
     assert not observer.vacant()
     clock.now += 1
     assert observer.vacant() and store.writes == 1  # observing never writes
     store.down = True
-    observer.observe()
+    observer.look()
     assert "unreachable" in observer.error
