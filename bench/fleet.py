@@ -112,7 +112,9 @@ def create_gitsyncs(c: Client, namespace: str, roots: list[Path]) -> None:
 
 def fleet_daemon(cluster: BenchCluster, namespace: str, work: Path, name: str, workers: int) -> DaemonProcess:
     return DaemonProcess(
-        [*GS, "run", "--watch-namespace", namespace, "--workers", str(workers)], cluster.env, work / f"{name}.log"
+        [*GS, "run", "--watch-namespace", namespace, "--workers", str(workers), "--allow-local-repository", str(work)],
+        cluster.env,
+        work / f"{name}.log",
     )
 
 

@@ -39,9 +39,11 @@ from gitops_sync.options import (
 # The pipeline (engine, report, cluster client, renderers) is imported by the command that runs it, inside
 # its function: `--version`, `--help` and shell completion start in ~30 ms instead of ~0.1 s.
 if TYPE_CHECKING:
+    from gitops_sync.cluster.client import Client
     from gitops_sync.engine import PassOptions, SourceOptions
     from gitops_sync.plan.changeset import ChangeSet
     from gitops_sync.plan.masking import Redactor
+    from gitops_sync.plan.planner import Target
     from gitops_sync.resource import DesiredObject, Manifest
     from gitops_sync.source import Checkout
 
@@ -143,6 +145,37 @@ def _budget_options(fn: F) -> F:
 _safety_options = safety_options(
     "Take over objects that are members of another ApplySet (default: leave them, report `shared`)."
 )
+
+
+@dataclass(frozen=True)
+class _LockArgs:
+    """`sync`'s per-source Lease: how long its first write waits for it, and where it lives."""
+
+    timeout: float
+    namespace: str | None  # None: the inventory's (where the daemon keeps it without --leader-elect-namespace)
+
+
+def _lock_options(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        kw["lock"] = _LockArgs(kw.pop("lock_timeout"), kw.pop("lock_namespace"))
+        return fn(*args, **kw)
+
+    wrapper = click.option(
+        "--lock-namespace",
+        default=None,
+        metavar="NS",
+        help="Namespace of the source's Lease: the daemon's --leader-elect-namespace when it runs with one "
+        "(default: the inventory namespace).",
+    )(wrapper)
+    return click.option(  # type: ignore[return-value]
+        "--lock-timeout",
+        type=DURATION,
+        default="5m",
+        show_default=True,
+        help="How long the first write waits for the source's Lease while another run (a sync, the daemon) "
+        "holds it; then exit 2 naming the holder. 0: do not wait.",
+    )(wrapper)
 
 
 @dataclass
@@ -339,7 +372,14 @@ def _load(attempt: _Attempt, source: SourceOptions) -> tuple[Checkout, list[Desi
 
 
 def _run_pass(
-    attempt: _Attempt, src: SourceOptions, opts: PassOptions, cluster: ClusterArgs, budget: _Budget, *, apply: bool
+    attempt: _Attempt,
+    src: SourceOptions,
+    opts: PassOptions,
+    cluster: ClusterArgs,
+    budget: _Budget,
+    lock: _LockArgs | None,
+    *,
+    apply: bool,
 ) -> ChangeSet:
     from gitops_sync.cluster.client import Client
     from gitops_sync.engine import Engine, inventory_of
@@ -359,14 +399,65 @@ def _run_pass(
         client.set_deadline(budget.deadline, started=budget.started)
         engine = Engine(client, field_manager=cluster.field_manager, concurrency=cluster.concurrency)
         targets = engine.resolve(objects, opts)
-        with _progress(enabled=apply and on_terminal, applying=len(targets), waiting=len(targets)) as (tick, ready):
+
+        def one_pass(targets: list[Target]) -> ChangeSet:
+            with _progress(enabled=apply and on_terminal, applying=len(targets), waiting=len(targets)) as bars:
+                try:
+                    return engine.run(checkout, targets, opts, apply=apply, on_entry=bars[0], on_ready=bars[1])
+                except (ApiUnavailableError, ApiTimeoutError) as exc:  # before any object was sent
+                    return engine.not_attempted(checkout, targets, opts, exc, apply=apply)
+
+        with _source_lock(client, lock if apply and not opts.dry_run else None, attempt.inventory) as (stale, replan):
             try:
-                cs = engine.run(checkout, targets, opts, apply=apply, on_entry=tick, on_ready=ready)
-            except (ApiUnavailableError, ApiTimeoutError) as exc:  # before any object was sent
-                cs = engine.not_attempted(checkout, targets, opts, exc, apply=apply)
+                cs = one_pass(targets)
+            except stale:  # nothing was written: the first write found the Lease taken since the pass began
+                log.info("another run held the source's Lease while this one read: planning again under it")
+                replan()
+                # Fresh targets: a pass writes its bookkeeping into them from what it read (now stale).
+                cs = one_pass(engine.resolve(objects, opts))
         stats = client.stats
         log.info("requests", reads=stats.reads, writes=stats.writes, dry_runs=stats.dry_runs, throttled=stats.throttled)
     return cs
+
+
+@contextmanager
+def _source_lock(
+    client: Client, lock: _LockArgs | None, inventory: tuple[str, str, str]
+) -> Iterator[tuple[type[Exception], Callable[[], None]]]:
+    """While a `sync` that may write runs: its source's Lease, taken by the first write (cluster/lease.py).
+
+    Yields the exception on which the pass is planned again (another run held the Lease while this one
+    read the cluster) and what to call before it is; without a lock (diff, --dry-run) one never raised."""
+    if lock is None:
+        yield _NeverRaised, lambda: None
+        return
+    from gitops_sync.cluster.lease import (
+        ApiLeaseStore,
+        LeaderElector,
+        LeaseChanged,
+        SourceLock,
+        cli_identity,
+        lease_name,
+    )
+
+    name, inventory_namespace, _identity = inventory
+    namespace = lock.namespace or inventory_namespace
+    store = ApiLeaseStore(client, namespace, lease_name(name, inventory_namespace, namespace))
+    elector = LeaderElector(store, cli_identity())
+    held = SourceLock(elector, timeout=lock.timeout, exempt=store.owns, namespace=namespace)
+    held.observe()
+    client.before_write = held.before_write
+    try:
+        yield LeaseChanged, held.replan
+    finally:
+        client.before_write = None
+        held.release()
+        if held.replans or held.waited:
+            log.info("source lease", lease=held.where, waited=round(held.waited, 2), replans=held.replans)
+
+
+class _NeverRaised(Exception):
+    """What `_source_lock` yields when there is no Lease: no pass is ever planned again."""
 
 
 _Tick = Callable[[Any], None]
@@ -407,13 +498,14 @@ def _report_pass(
     opts: PassOptions,
     output: str,
     verbose: bool,
+    lock: _LockArgs | None = None,
 ) -> NoReturn:
     """One pass of `sync` (applies) or `diff` (dry run only), its report on stdout, its exit code."""
     from gitops_sync import report
 
     apply = command == "sync"
     attempt = _attempt(command, logs=logs, output=output, source=source, dry_run=opts.dry_run)
-    cs = _run_pass(attempt, source, opts, cluster, budget, apply=apply)
+    cs = _run_pass(attempt, source, opts, cluster, budget, lock, apply=apply)
     code = report.exit_code_sync(cs) if apply else report.exit_code_diff(cs)
     with _stdout_reader_may_leave(code):
         _write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
@@ -435,6 +527,12 @@ def _report_pass(
     "report", "report: apply the rest, leave contested fields to their owner; force: take them; skip: leave the object."
 )
 @_safety_options
+@click.option(
+    "--allow-rollback",
+    is_flag=True,
+    help="Apply a commit older than one the inventory records (an ancestor of it); refused by default.",
+)
+@_lock_options
 @click.option("--wait", is_flag=True, help="Wait until applied objects are healthy (kstatus rules).")
 @click.option(
     "--timeout",
@@ -457,6 +555,8 @@ def sync(
     on_conflict: str,
     adopt_shared: bool,
     prune_cascade: bool,
+    allow_rollback: bool,
+    lock: _LockArgs,
     wait: bool,
     timeout: float,
 ) -> None:
@@ -474,8 +574,9 @@ def sync(
         adopt_shared=adopt_shared,
         prune_cascade=prune_cascade,
         ignore=cluster.ignore,
+        refuse_older=not allow_rollback,
     )
-    _report_pass("sync", logs, source, cluster, budget, opts, output, verbose)
+    _report_pass("sync", logs, source, cluster, budget, opts, output, verbose, lock)
 
 
 @main.command(epilog=_ENV_EPILOG)

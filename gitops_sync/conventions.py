@@ -28,6 +28,7 @@ __all__ = [
     "ID_LABEL",
     "INTENT_HASH",
     "LAST_APPLIED",
+    "LIFECYCLE_FINALIZERS",
     "MASK",
     "NAMESPACES",
     "ON_CONFLICT",
@@ -117,6 +118,12 @@ SERVER_ANNOTATIONS: Final = (LAST_APPLIED, DEPLOYMENT_REVISION)
 # kustomize's record of the file an object came from (kustomization `buildMetadata: [originAnnotations]`):
 # read for reports, removed before applying.
 ORIGIN_ANNOTATION: Final = "config.kubernetes.io/origin"
+
+# Finalizers by which the API server itself deletes what an object holds, and that nobody else must
+# remove: a Namespace's `spec.finalizers` entry (the namespace controller empties it) and a CRD's (its
+# custom resources go first). An object held by these alone after our DELETE is being deleted, not held:
+# what it waits for is either ours (pruned and reported on its own) or was checked by the cascade guard.
+LIFECYCLE_FINALIZERS: Final = frozenset({"kubernetes", "customresourcecleanup.apiextensions.k8s.io"})
 
 # ---- bookkeeping paths ---------------------------------------------------------------------------
 # What we write for our own bookkeeping: written with every apply, but never a field difference, a

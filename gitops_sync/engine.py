@@ -26,16 +26,19 @@ from gitops_sync.apply.manager import (
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
-from gitops_sync.errors import ClusterError
+from gitops_sync.errors import ClusterError, NewerRevisionError
 from gitops_sync.log import get_logger
 from gitops_sync.plan import fieldpath, ignore, planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, Ignored, SharedWith
 from gitops_sync.plan.planner import Target
+from gitops_sync.plan.terminating import desired_entry as terminating_entry
+from gitops_sync.plan.terminating import terminating
 from gitops_sync.render import RenderOptions, locate, render
 from gitops_sync.rendercache import DiskStore, RenderCache
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey
 from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_url
-from gitops_sync.source.checkout import cache_root, is_remote, knows_commit
+from gitops_sync.source.allow import LocalRepositories
+from gitops_sync.source.checkout import cache_root, is_ancestor, is_remote, knows_commit, short_revision
 from gitops_sync.source.identity import label_identities, legacy_inventory_name
 
 log = get_logger(__name__)
@@ -49,6 +52,8 @@ class SourceOptions:
     cache_dir: Path | None = None
     render: RenderOptions = field(default_factory=RenderOptions)
     timeout: float = 60.0  # seconds for each git command (fetch, checkout)
+    # The fleet's rule for local paths and file:// URLs (source/allow.py); None: any path (the CLI's own).
+    local_policy: LocalRepositories | None = None
 
 
 @dataclass
@@ -65,15 +70,30 @@ class PassOptions:
     adopt_shared: bool = False  # take over objects that are members of another ApplySet
     prune_cascade: bool = False  # prune Namespaces/CRDs even when they hold objects prune does not remove
     ignore: tuple[ignore.IgnoreRule, ...] = ()  # --ignore; the repository's .gitops-sync.yaml adds its own
+    # `sync`: refuse a commit older than one the inventory records (a descendant of ours); --allow-rollback
+    refuse_older: bool = False
+
+
+def fetch_source(source: SourceOptions) -> Checkout:
+    """The source's directory and commit (raises SourceError, RepositoryNotAllowed under its local policy)."""
+    return fetch(
+        source.repo,
+        source.revision,
+        source.path,
+        cache_dir=source.cache_dir,
+        timeout=source.timeout,
+        local_policy=source.local_policy,
+    )
 
 
 def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Checkout, list[DesiredObject]]:
     """Fetch and render; raises SourceError/RenderError before anything touches the cluster.
 
     `cache`: renders of a commit already rendered are served from it (gitops_sync.rendercache)."""
-    checkout = fetch(source.repo, source.revision, source.path, cache_dir=source.cache_dir, timeout=source.timeout)
-    # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths.
-    opts = replace(source.render, repo_root=checkout.repo_root or checkout.root)
+    checkout = fetch_source(source)
+    # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths; a submodule
+    # whose files are not there is never rendered as an empty directory.
+    opts = replace(source.render, repo_root=checkout.repo_root or checkout.root, holes=checkout.holes)
     if cache is None:
         return checkout, render(checkout.root, opts)
     return checkout, cache.render(checkout, opts, render)
@@ -158,6 +178,8 @@ class Engine:
         wanted = targets  # what prune keeps and the inventory records: the refused too
         targets = [t for t in targets if t.key not in refused]
         inv = inventory.load(self.client, name, inv_ns, identity_text, identity.inventory_name())
+        if opts.refuse_older and not dry_run:
+            _refuse_older(inv, checkout)
         legacy = None if opts.name else self._legacy(inv, checkout, identity, cs.source)
         live = (live_of or self.manager.fetch_live)(targets)
         ignored: dict[ObjectKey, list[Ignored]] = {}
@@ -181,22 +203,23 @@ class Engine:
             self._record(inv, old_kinds | group_kinds, old_namespaces | namespaces, checkout, cs.source)
         for t in targets:  # members of another ApplySet: left alone, reported as `shared` conflicts
             if t.key in shared:
-                entry = planner.shared_entry(t, live[t.key] or {}, shared[t.key], self.field_manager, dry_run=dry_run)
-                cs.entries.append(entry)
-                if on_entry:
-                    on_entry(entry)
+                entry = planner.shared_entry(
+                    t, live[t.key] or {}, shared[t.key], self.field_manager, dry_run=dry_run, identity=identity_text
+                )
+                self._add(cs, entry, on_entry)
+        dying: set[ObjectKey] = set()
+        for t in targets:  # being deleted: it will vanish whatever is applied now; re-created once gone
+            pending = terminating(live.get(t.key), in_git=True)
+            if pending is not None and t.key not in shared:
+                dying.add(t.key)
+                self._add(cs, terminating_entry(t, pending, dry_run=dry_run), on_entry)
         for t in targets:  # create-only objects that exist: never updated
             existing = live.get(t.key)
-            if existing is not None and t.key not in shared and planner.is_create_only(t):
-                entry = planner.create_only_entry(t, existing, self.field_manager, dry_run=dry_run)
-                cs.entries.append(entry)
-                if on_entry:
-                    on_entry(entry)
+            if existing is not None and t.key not in shared and t.key not in dying and planner.is_create_only(t):
+                self._add(cs, planner.create_only_entry(t, existing, self.field_manager, dry_run=dry_run), on_entry)
         for t in denied:  # nothing of the live object is read: the entry is the refusal alone
             entry = Entry(t.key, t.info.api_version, Action.ERROR, message=refused[t.key], origin=t.origin)
-            cs.entries.append(entry)
-            if on_entry:
-                on_entry(entry)
+            self._add(cs, entry, on_entry)
         done = {e.key for e in cs.entries}
         cs.entries += self.manager.apply_all(
             [t for t in targets if t.key not in done], live, policy=opts.policy, dry_run=dry_run, on_entry=on_entry
@@ -215,9 +238,14 @@ class Engine:
 
         pruned_all = True
         kept: set[ObjectKey] = set()  # members `prune: disabled` keeps: still ours, so still recorded
+        waiting_since = time.monotonic()  # --wait: one --timeout for held deletions and health together
         if opts.prune and not partial:
             pruned_all = self._prune(cs, [inv, *([legacy] if legacy else [])], wanted, opts, dry_run, on_entry, kept)
-        if record and pruned_all and not cs.has_errors:
+            if opts.wait and not dry_run:
+                self._wait_deleted(cs, opts.timeout)
+        # A deletion still pending (finalizers hold a member, or an object Git wants is going) leaves the
+        # revision incomplete: not recorded as applied, and the inventory goes on recording what is there.
+        if record and pruned_all and not cs.has_errors and not cs.has_pending:
             if legacy is not None:  # whatever still carries the old id moves into ours before it is retired
                 self._adopt_legacy_members(cs, inv, legacy)
             # Shrink the recorded group-kinds only once every member outside them is gone; a kind the
@@ -240,7 +268,8 @@ class Engine:
             if legacy is not None and not cs.has_errors:
                 self._retire(legacy, name)
         if opts.wait and not dry_run:
-            self._wait(cs, targets, opts.timeout, on_ready)
+            left = max(0.0, opts.timeout - (time.monotonic() - waiting_since))
+            self._wait(cs, [t for t in targets if t.key not in dying], left, on_ready)
         return cs
 
     def collect(self, name: str, namespace: str, identity: str) -> tuple[ChangeSet, bool]:
@@ -263,13 +292,16 @@ class Engine:
         if not inv.exists or not inv.recorded.get(conventions.APPLIED_REVISION):
             return cs, False
         opts = PassOptions(prune=True, allow_empty=True, name=name, inventory_namespace=namespace)
-        pruned_all = self._prune(cs, [inv], [], opts, False, None)
+        pruned_all = self._prune(cs, [inv], [], opts, False, None, parent_goes=True)
         unserved = inventory.unserved_kinds(self.discovery, inv)
         if unserved:  # their members cannot be listed: the parent is how they are found once served again
             cs.errors.append(
                 f"inventory kept: it records kinds not served now ({', '.join(sorted(unserved))}); "
                 "their members cannot be listed or pruned until the server serves them again"
             )
+        held = [e for e in cs.entries if e.action is Action.TERMINATING]
+        if held:  # still there: the parent is how the next attempt finds (and reports) them
+            cs.errors.append(f"inventory kept: {len(held)} member(s) not gone yet: {_held(held)}")
         if pruned_all and not cs.has_errors:
             inventory.delete_parent(self.client, inv)
         return cs, True
@@ -417,9 +449,16 @@ class Engine:
         dry_run: bool,
         on_entry: OnEntry | None,
         kept: set[ObjectKey] | None = None,
+        *,
+        parent_goes: bool = False,
     ) -> bool:
-        """Prune the members that left Git; True when every one went. `kept` hears of the members
-        `prune: disabled` keeps (still labelled ours: the inventory must go on recording them)."""
+        """Prune the members that left Git; True when none was refused or failed. `kept` hears of the
+        members `prune: disabled` keeps (still labelled ours: the inventory must go on recording them).
+
+        A member whose deletion is pending (finalizers hold it) is no failure, but no member gone either
+        (`cs.has_pending`): callers record the pass as complete only once it is gone. `parent_goes`: the
+        caller deletes the inventory parent afterwards (a deleted source's collection), so members kept
+        by `prune: disabled` do not need it."""
         if cs.has_errors:
             cs.errors.append(
                 "prune not evaluated: some objects could not be planned"
@@ -435,6 +474,16 @@ class Engine:
         except ClusterError as exc:
             cs.errors.append(f"prune not attempted: cannot list the members of the inventory: {exc}")
             return False
+        if not dry_run:  # members another pass applied since this one recorded (a newer revision's) stay
+            for inv in invs:
+                changed = inventory.changed_since(self.client, inv)
+                if changed:
+                    cs.errors.append(
+                        f"prune skipped: the inventory ConfigMap {inv.namespace}/{inv.name} was written by another "
+                        f"pass of this source since this one recorded it ({changed}); nothing is deleted against "
+                        "a record that may be newer than this pass"
+                    )
+                    return False
         wanted = {t.key for t in targets}
         gone = [m for k, m in members.items() if k not in wanted]
         if not targets and gone and not opts.allow_empty:
@@ -443,28 +492,82 @@ class Engine:
                 "(pass --allow-empty if the repository is meant to be empty)"
             )
             return False
-        for m in [m for m in gone if planner.prune_disabled(m)]:  # gitops-sync.io/prune: disabled
+        disabled = [m for m in gone if planner.prune_disabled(m)]
+        for m in disabled:  # gitops-sync.io/prune: disabled
             entry = Entry(ObjectKey.of(m), str(m.get("apiVersion", "")), Action.UNCHANGED)
             entry.message = f"left Git; kept ({conventions.PRUNE}: {conventions.PRUNE_DISABLED})"
-            cs.entries.append(entry)
+            self._add(cs, entry, on_entry)
             if kept is not None:
                 kept.add(entry.key)
-            if on_entry:
-                on_entry(entry)
         gone = [m for m in gone if not planner.prune_disabled(m)]
+        # The Namespace holding our inventory parent: deleting it deletes the parent with it (an adopted one is
+        # only released: it stays, and so does the parent; one already Terminating is past saving: pending).
+        parent = invs[0].parent_key
+        holder = next(
+            (m for m in gone if _holds(m, parent) and not planner.is_adopted(m) and not terminating(m, in_git=False)),
+            None,
+        )
         refused: list[Entry] = []
+        if holder is not None:
+            gone = [m for m in gone if m is not holder]
+            remaining = len(targets) + (0 if parent_goes else len(disabled))
+            if remaining:  # never, whatever --prune-cascade says: the record of those members would go
+                refused.append(cascade.inventory_refusal(holder, parent, remaining))
         if not opts.prune_cascade:
             # A Namespace or CRD still holding objects this prune does not remove is not deleted.
-            refused = cascade.refusals(self.client, self.discovery, gone, parent=invs[0].parent_key)
-            for e in refused:
-                cs.entries.append(e)
-                if on_entry:
-                    on_entry(e)
-            blocked = {e.key for e in refused}
-            gone = [m for m in gone if ObjectKey.of(m) not in blocked]
+            last = [holder] if holder is not None and not refused else []
+            refused += cascade.refusals(self.client, self.discovery, [*gone, *last], parent=parent)
+        for e in refused:
+            self._add(cs, e, on_entry)
+        blocked = {e.key for e in refused}
+        gone = [m for m in gone if ObjectKey.of(m) not in blocked]
         entries = self.manager.prune(gone, dry_run=dry_run, on_entry=on_entry)
+        if holder is not None and ObjectKey.of(holder) not in blocked:
+            # The last member: the parent has nothing left to record, but it goes only after every other
+            # member is gone, or one that failed or is still held would be forgotten with it.
+            if not refused and all(e.action is Action.PRUNE for e in entries):
+                entries += self.manager.prune([holder], dry_run=dry_run, on_entry=on_entry)
+            else:
+                entry = Entry(ObjectKey.of(holder), str(holder.get("apiVersion", "")), Action.UNCHANGED)
+                entry.message = (
+                    "left Git; kept until the other members are gone: it holds this source's inventory "
+                    f"(ConfigMap {parent.namespace}/{parent.name})"
+                )
+                self._add(cs, entry, on_entry)
+                if kept is not None:
+                    kept.add(entry.key)
         cs.entries.extend(entries)
-        return not refused and all(e.action is Action.PRUNE for e in entries)
+        # Held by a finalizer is pending, not left behind: reported as such (exit 1), never as a failure.
+        pending = (Action.PRUNE, Action.TERMINATING)
+        cs.prune_left = [e.key for e in [*refused, *entries] if e.action not in pending]
+        return not cs.prune_left
+
+    @staticmethod
+    def _add(cs: ChangeSet, entry: Entry, on_entry: OnEntry | None) -> None:
+        cs.entries.append(entry)
+        if on_entry:
+            on_entry(entry)
+
+    def _wait_deleted(self, cs: ChangeSet, timeout: float) -> None:
+        """`--wait`: a prune held by finalizers is done once the object is gone; still there at the
+        timeout, it is an error naming what holds it, as a `--wait` timeout is."""
+        held = [e for e in cs.entries if e.action is Action.TERMINATING and e.left_git]
+        if not held:
+            return
+        started = time.monotonic()
+        log.info("waiting until deleted", objects=len(held), timeout=timeout)
+        try:
+            still = self.manager.wait_deleted([(e.key, e.api_version) for e in held], timeout)
+        except ClusterError as exc:
+            cs.errors.append(f"wait for deletions abandoned after {time.monotonic() - started:.0f}s: {exc}")
+            return
+        took = time.monotonic() - started
+        for e in held:
+            if e.key not in still:
+                e.action, e.terminating = Action.PRUNE, None
+                e.message = f"deleted (left Git; gone after waiting {took:.1f}s for its finalizers)"
+        if still:
+            cs.errors.append(f"not deleted after {took:.0f}s: {_held([e for e in held if e.key in still])}")
 
     def _wait(
         self,
@@ -486,6 +589,23 @@ class Engine:
         if not_ready:
             names = "; ".join(f"{r.key} ({r.status.value}: {r.message})" for r in not_ready)
             cs.errors.append(f"not ready after {time.monotonic() - started:.0f}s: {names}")
+
+
+def _refuse_older(inv: inventory.Inventory, checkout: Checkout) -> None:
+    """A `sync` of a commit the inventory has seen superseded is refused before anything is written.
+
+    Two pipelines of one repository finishing out of order would otherwise have the older one undo the
+    newer one's changes and, with --prune, delete what it added."""
+    for what, key in (("applied", conventions.APPLIED_REVISION), ("attempted", conventions.ATTEMPTED_REVISION)):
+        theirs = inv.recorded.get(key, "")
+        if theirs and is_ancestor(checkout, checkout.revision, theirs):
+            ours = short_revision(checkout.revision)
+            raise NewerRevisionError(
+                f"the inventory ConfigMap {inv.namespace}/{inv.name} records revision {short_revision(theirs)} "
+                f"({what}), a newer commit of this source: {ours} is its ancestor. Applying {ours} would undo "
+                "what the newer one applied (with --prune, delete what it added); nothing was written. To go "
+                f"back to {ours} on purpose pass --allow-rollback, or commit a revert (it is newer)"
+            )
 
 
 _ORIGIN = re.compile(r"^(?P<file>.+)#(?P<number>\d+)(?: items\[(?P<item>\d+)\])?$")
@@ -515,16 +635,26 @@ def _locate(entries: Sequence[Entry], targets: Sequence[Target], root: Path) -> 
                 cache[(rel, number)] = {}
         base: tuple[locate.Segment, ...] = ("items", int(found["item"])) if found["item"] else ()
         for c in fields:
-            c.source = _position(rel, cache[(rel, number)], base, c.path)
+            c.source = _position(rel, cache[(rel, number)], base, c.path, t.manifest)
 
 
-def _position(rel: str, positions: locate.Positions, base: tuple[locate.Segment, ...], path: str) -> str:
-    """`rel:line:column` of the field, else of its nearest ancestor Git writes, else `rel`."""
+def _position(
+    rel: str, positions: locate.Positions, base: tuple[locate.Segment, ...], path: str, desired: Manifest
+) -> str:
+    """`rel:line:column` of the field, else of its nearest ancestor Git writes, else `rel`.
+
+    A printed path splits a dotted map key (`.metadata.labels.app.kubernetes.io/name`): it is re-joined as
+    `desired` has it, or the position found would be the parent map's (its first key, lines early)."""
     segments: list[locate.Segment] = []
     try:
         elements = list(fieldpath.parse(path))
     except ValueError:
         elements = []
+    for n in range(len(elements), 0, -1):  # the longest prefix Git sets, keys re-joined
+        resolved = fieldpath.resolve(desired, fieldpath.Path(tuple(elements[:n])))
+        if resolved is not None:
+            elements = [*resolved, *elements[n:]]
+            break
     for element in elements:
         if isinstance(element, fieldpath.Field):
             segments.append(element.name)
@@ -539,6 +669,20 @@ def _position(rel: str, positions: locate.Positions, base: tuple[locate.Segment,
         if found is not None:
             return f"{rel}:{found[0]}:{found[1]}"
     return rel
+
+
+def _held(entries: Sequence[Entry], limit: int = 5) -> str:
+    """`ConfigMap/ns/a (deletion pending: finalizer x); …`: what still holds the first few."""
+    named = "; ".join(
+        f"{e.key} ({e.terminating.describe() if e.terminating else 'terminating'})" for e in entries[:limit]
+    )
+    return named + (f" and {len(entries) - limit} more" if len(entries) > limit else "")
+
+
+def _holds(member: Manifest, parent: ObjectKey) -> bool:
+    """Whether `member` is the Namespace the inventory parent lives in."""
+    key = ObjectKey.of(member)
+    return key.kind == "Namespace" and not key.group and key.name == parent.namespace
 
 
 def _sub_path(checkout: Checkout) -> str | None:
@@ -569,6 +713,7 @@ __all__ = [
     "PassOptions",
     "SourceOptions",
     "default_inventory_name",
+    "fetch_source",
     "inventory_of",
     "load",
     "source_identity",

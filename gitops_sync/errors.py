@@ -20,6 +20,12 @@ class SourceError(GitOpsError):
     """The Git repository or local path cannot be read (unreachable remote, unknown revision, ...)."""
 
 
+class RepositoryNotAllowed(SourceError):
+    """A fleet source names a local path (or `file://` URL) outside the allow-list, or the clone cache."""
+
+    reason = "RepositoryNotAllowed"  # of the GitSync's Ready condition and Event: what a script matches
+
+
 class RenderError(GitOpsError):
     """The manifests cannot be turned into objects (invalid YAML, missing kind, duplicates, ...)."""
 
@@ -138,5 +144,19 @@ class SourceMismatchError(GitOpsError):
         self.ours = ours
 
 
+class InventoryChangedError(ClusterError):
+    """The inventory parent was written by another pass since this one read it: not written over, no prune."""
+
+
 class WaitTimeoutError(GitOpsError):
     """Objects did not become healthy before --timeout."""
+
+
+class LeaseError(GitOpsError):
+    """The source's Lease could not be taken before a write (held past --lock-timeout, refused, unreachable).
+
+    Raised before the pass's first write request leaves, so nothing of the pass was written."""
+
+
+class NewerRevisionError(GitOpsError):
+    """The inventory records a newer commit of this source than the one a `sync` would apply."""

@@ -3,12 +3,20 @@
 The key: for the files of a commit (a fetched or pinned revision, materialised read-only in the clone
 cache), the Git tree of the rendered path (the whole commit's tree when the path holds a kustomization or
 a symlink, which may read elsewhere in the repository); for a plain directory or a work tree (dirty or
-not), a SHA-256 digest of every file's path and content under the rendered directory (and under the
-repository's top for a kustomization, a chart or a symlink), read on every run — the render of 1,000
-objects costs ~0.1 s, their digest ~1 ms. Then the path, the render options, the versions of the tools the
-path needs (kubectl for kustomize, helm for charts), the content of every --helm-values file, and
-gitops-sync's own version. A kustomization rendered with --kustomize-allow-external may read remote bases
-and outside paths: never cached; nor is a directory past the digest's bounds (64 MiB, 20,000 files).
+not), a SHA-256 digest of every entry's path and content under the rendered directory (under the
+repository's top instead for a kustomization, a chart or a symlink), read on every run — the render of
+1,000 objects costs ~0.1 s, their digest ~1 ms. Then the path, the render options, the versions of the tools
+the path needs (kubectl for kustomize, helm for charts), the content of the user's own --helm-values files,
+and gitops-sync's own version. A kustomization rendered with --kustomize-allow-external may read remote
+bases and outside paths: never cached; nor is a directory past the digest's bounds (64 MiB, 20,000 files).
+
+The entry is the render of exactly the bytes the key was computed from. A directory is read once into a
+Snapshot (render/snapshot.py) that is digested and then rendered: from memory for plain manifests, from a
+private copy written from it for kustomize, helm and symlinks (the tools read a directory themselves). A
+file rewritten in place while it is read (truncate, then the same bytes) is either in the snapshot whole
+or empty in both the key and the render, never empty in the render of the complete tree's key. A
+directory merely digested before the render reads it again would not do: the file is back to the same
+bytes after the render, so a second digest agrees with the first and the short render would be stored.
 
 Two stores: on disk for the CLI (`<clone cache>/renders/`, one file per key, written aside and renamed into
 place, a SHA-256 digest of the content checked on every read — a corrupt or foreign entry is a miss and is
@@ -21,28 +29,29 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from gitops_sync import __version__, jsoncodec
+from gitops_sync.errors import RenderError
 from gitops_sync.log import get_logger
-from gitops_sync.render import RenderOptions
+from gitops_sync.render import RenderOptions, Snapshot
+from gitops_sync.render.snapshot import read as read_snapshot
 from gitops_sync.resource import DesiredObject
 from gitops_sync.source import Checkout
 
 log = get_logger(__name__)
 
-FORMAT = 1  # of the key and the entry; a change makes every old entry a miss
+FORMAT = 2  # of the key and the entry; a change makes every old entry a miss
 _KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 _SYMLINK_MODE = "120000"
-
-Render = Callable[[Path, RenderOptions], list[DesiredObject]]
 
 
 class Store(Protocol):
@@ -135,8 +144,21 @@ class DiskStore:
                 os.unlink(path)
 
 
+class Render(Protocol):
+    """gitops_sync.render.render, or a stand-in for it."""
+
+    def __call__(
+        self, root: Path, options: RenderOptions | None = None, *, snapshot: Snapshot | None = None
+    ) -> list[DesiredObject]: ...
+
+
 class RenderCache:
-    """`render` through a store, for the files of a commit; everything else is rendered every time."""
+    """`render` through a store, for the files of a commit or a directory; anything else is rendered every time.
+
+    The entry stored under a key is the render of exactly what the key was computed from: a commit's files
+    never change (materialised once, never edited), a directory is read once into a Snapshot that is both
+    digested and rendered (render/snapshot.py), and --helm-values files are read once and rendered from
+    private copies."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -144,39 +166,41 @@ class RenderCache:
         self.misses = 0
 
     def render(self, checkout: Checkout, opts: RenderOptions, render: Render) -> list[DesiredObject]:
-        key = self.key(checkout, opts)
-        if key is None:
+        tree = None if _is_commit(checkout) else _read_directory(checkout, opts)
+        found = _commit_files(checkout) if _is_commit(checkout) else tree and (tree.source, tree.names)
+        keyed = self._key(found, opts) if found else None
+        if keyed is None:
             return render(checkout.root, opts)
+        key, values = keyed
         cached = self.store.get(key)
         if cached is not None:
             self.hits += 1
             log.info("render cache: served", revision=checkout.revision, objects=len(cached))
             return cached
         self.misses += 1
-        objects = render(checkout.root, opts)
-        self.store.put(key, objects)
+        objects, storable = _render_once(checkout, opts, tree, values, render)
+        if storable:
+            self.store.put(key, objects)
         return objects
 
-    def key(self, checkout: Checkout, opts: RenderOptions) -> str | None:
-        """The entry's name, or None when this render cannot be cached (a kustomization that may read remote
-        bases, git that cannot tell a commit's tree, a directory too large to digest)."""
-        found = _commit_files(checkout) if _is_commit(checkout) else _directory_files(checkout, opts)
-        if found is None:
-            return None
+    def _key(self, found: tuple[dict[str, str], set[str]], opts: RenderOptions) -> tuple[str, list[_Value]] | None:
+        """The entry's name and the --helm-values files as read for it, or None when this render cannot be
+        cached (a kustomization that may read remote bases)."""
         source, names = found
-        uses_kustomize = any(n in _KUSTOMIZATION_FILES for n in names)
+        uses_kustomize = bool(names & set(_KUSTOMIZATION_FILES))
         if uses_kustomize and opts.kustomize_allow_external:
             return None  # remote bases and outside paths change without a commit: the files do not decide
         uses_helm = "Chart.yaml" in names
+        values = _read_values(opts.helm_values) if uses_helm else []
         parts = {
             "format": FORMAT,
             "gitops-sync": __version__,
             "source": source,
             "options": {k: str(v) for k, v in sorted(asdict(opts).items()) if k not in ("repo_root", "helm_values")},
             "tools": tool_versions(opts, kustomize=uses_kustomize, helm=uses_helm),
-            "values": _values_digests(opts.helm_values, opts.repo_root) if uses_helm else [],
+            "values": [v.part for v in values],
         }
-        return hashlib.sha256(jsoncodec.dumps(parts)).hexdigest()[:40]
+        return hashlib.sha256(jsoncodec.dumps(parts)).hexdigest()[:40], values
 
 
 def _is_commit(checkout: Checkout) -> bool:
@@ -202,69 +226,135 @@ def _commit_files(checkout: Checkout) -> tuple[dict[str, str], set[str]] | None:
     return {"tree": tree, "commit-tree": whole, "path": checkout.git_path}, names
 
 
-def _directory_files(checkout: Checkout, opts: RenderOptions) -> tuple[dict[str, str], set[str]] | None:
-    """What decides the render of a plain directory or a work tree (dirty or not): the content of every file
-    under the rendered directory, and under the repository's top too when the directory holds a
-    kustomization, a chart or a symlink (they may read elsewhere in it). Read whole and digested: a file
-    changed within the same second and size is still seen (mtimes would not)."""
-    root = checkout.root
-    inner = _digest_files(root)
-    if inner is None:
-        return None
-    digest, names, has_symlink = inner
-    top = opts.repo_root or root
-    outer = ""
-    if top != root and (has_symlink or names & {*_KUSTOMIZATION_FILES, "Chart.yaml"}):
-        whole = _digest_files(top)
-        if whole is None:
-            return None
-        outer = whole[0]
-    return {"content": digest, "top-content": outer, "path": str(root), "top": str(top)}, names
-
-
-# A directory is digested for the key only up to these bounds (beyond them it is rendered every time): the
-# digest must stay far cheaper than the render it saves.
+# A directory is read for the key only up to these bounds (beyond them it is rendered every time): the
+# digest must stay far cheaper than the render it saves, and the snapshot it keeps is held in memory.
 _DIGEST_MAX_BYTES = 64 * 1024 * 1024
 _DIGEST_MAX_FILES = 20_000
 
 
-def _digest_files(top: Path) -> tuple[str, set[str], bool] | None:
-    """SHA-256 over every file's path, kind and content under `top` (`.git` skipped, symlinks not followed:
-    their targets are digested as text); the file names seen; whether a symlink is among them. None past
-    the bounds or when something cannot be read."""
-    h = hashlib.sha256()
-    names: set[str] = set()
-    has_symlink = False
-    total = files = 0
-    try:
-        for directory, dirs, entries in os.walk(top, onerror=_raise):  # symlinked directories: not entered
-            dirs[:] = sorted(d for d in dirs if d != ".git")
-            rel = os.path.relpath(directory, top)
-            for name in sorted({*entries, *dirs}):
-                path = os.path.join(directory, name)
-                if name not in dirs:
-                    names.add(name)
-                if os.path.islink(path):
-                    has_symlink = True
-                    h.update(b"L\0" + os.path.join(rel, name).encode() + b"\0" + os.readlink(path).encode() + b"\0")
-                    continue
-                if name in dirs:
-                    continue
-                files += 1
-                with open(path, "rb") as handle:
-                    data = handle.read(_DIGEST_MAX_BYTES - total + 1)
-                total += len(data)
-                if total > _DIGEST_MAX_BYTES or files > _DIGEST_MAX_FILES:
-                    return None
-                h.update(b"F\0" + os.path.join(rel, name).encode() + b"\0" + str(len(data)).encode() + b"\0")
-                h.update(data)
-    except OSError:
+@dataclass(frozen=True)
+class _Tree:
+    """A plain directory or work tree as read once: the snapshot (of the rendered root, or of the
+    repository's top when the root holds a kustomization, a chart or a symlink, which may read elsewhere in
+    it), the rendered root inside it, the names under that root, and the key's part for it."""
+
+    snapshot: Snapshot
+    origin: Path  # the directory the snapshot was read from
+    root: str  # the rendered root inside the snapshot ("" for the snapshot itself)
+    names: set[str]
+    source: dict[str, str]
+
+
+def _read_directory(checkout: Checkout, opts: RenderOptions) -> _Tree | None:
+    """What decides the render of a plain directory or a work tree (dirty or not): the content of every
+    entry under the rendered directory, and under the repository's top instead when the directory holds a
+    kustomization, a chart or a symlink. Read once, whole (a file changed within the same second and size
+    is still seen, as mtimes would not), and what was read decides which of the two it is."""
+    root = checkout.root
+    top = opts.repo_root or root
+    snap = _read(root)
+    if snap is None:
         return None
-    return h.hexdigest(), names, has_symlink
+    rel, origin, inner = "", root, snap
+    if top != root and not snap.plain:
+        try:
+            inside = root.relative_to(top).as_posix()
+        except ValueError:
+            return None
+        whole = _read(top)
+        sub = whole.sub(inside) if whole is not None else None
+        if whole is None or sub is None:
+            return None
+        inner = sub
+        snap, rel, origin = (inner, "", root) if inner.plain else (whole, inside, top)
+    part = {"content": snap.digest(), "region": "top" if rel else "root", "path": str(root), "top": str(top)}
+    return _Tree(snap, origin, rel, inner.names, part)
 
 
-def _raise(error: OSError) -> None:
-    raise error
+def _read(directory: Path) -> Snapshot | None:
+    return read_snapshot(directory, max_bytes=_DIGEST_MAX_BYTES, max_files=_DIGEST_MAX_FILES)
+
+
+@dataclass(frozen=True)
+class _Value:
+    """A --helm-values file as read for the key: the user's own (absolute, or found in the current
+    directory) with its content, or one the render looks up in the repository (whose files the key has)."""
+
+    given: Path
+    data: bytes | None  # None: not the user's own file (looked up in the repository, or absent)
+
+    @property
+    def part(self) -> str:
+        found = "repository" if self.data is None else hashlib.sha256(self.data).hexdigest()
+        return f"{self.given}:{found}"
+
+
+def _read_values(values: Sequence[Path]) -> list[_Value]:
+    """Each --helm-values file as the render picks it: absolute, else in the current directory, else in the
+    repository (rendering/_render.py `_values_file`)."""
+    out = []
+    for given in values:
+        path = given if given.is_absolute() else Path.cwd() / given
+        try:
+            data = path.read_bytes() if path.is_file() else None
+        except OSError:
+            data = None
+        out.append(_Value(given, data))
+    return out
+
+
+def _render_once(
+    checkout: Checkout, opts: RenderOptions, tree: _Tree | None, values: list[_Value], render: Render
+) -> tuple[list[DesiredObject], bool]:
+    """The render of what the key was computed from, and whether it may be stored under that key.
+
+    A plain snapshot is rendered from memory. Anything kustomize or helm read themselves is rendered from a
+    private copy: the snapshot written out (a commit's files need none: they never change), each
+    --helm-values file of the user's written from the bytes read for the key. A private path in a render
+    error would confuse: then the source is rendered as it is (the message names its own files), uncached.
+    A copy that cannot be written: rendered as it is, uncached."""
+    if tree is not None and tree.snapshot.plain:
+        return render(checkout.root, opts, snapshot=tree.snapshot), True
+    own = [v for v in values if v.data is not None]
+    if tree is None and not own:
+        return render(checkout.root, opts), True
+    private = Path(tempfile.mkdtemp(prefix="gitops-sync-render-")).resolve()
+    try:
+        try:
+            root, opts_private = _write_private(private, checkout, opts, tree, values)
+        except OSError as exc:
+            log.warning("render cache: cannot write a private copy; rendering uncached", error=str(exc))
+            return render(checkout.root, opts), False
+        try:
+            return render(root, opts_private), True
+        except RenderError as err:
+            if str(private) not in str(err):
+                raise
+            return render(checkout.root, opts), False
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _write_private(
+    private: Path, checkout: Checkout, opts: RenderOptions, tree: _Tree | None, values: list[_Value]
+) -> tuple[Path, RenderOptions]:
+    """The root to render and its options, with the snapshot and the user's values files under `private`."""
+    given = []
+    for number, value in enumerate(values):
+        if value.data is None:
+            given.append(value.given)
+            continue
+        copy = private / "values" / str(number) / value.given.name
+        copy.parent.mkdir(parents=True)
+        copy.write_bytes(value.data)
+        given.append(copy)
+    opts = replace(opts, helm_values=tuple(given))
+    if tree is None:
+        return checkout.root, opts
+    base = private / "tree" / (tree.origin.name or "root")  # a chart's release is named after its directory
+    base.parent.mkdir()
+    tree.snapshot.write(base, tree.origin)
+    return base / tree.root if tree.root else base, replace(opts, repo_root=base)
 
 
 def tool_versions(opts: RenderOptions, *, kustomize: bool, helm: bool) -> dict[str, str]:
@@ -284,21 +374,6 @@ def _version(argv: Sequence[str]) -> str:
     except (OSError, subprocess.SubprocessError) as exc:
         return f"unavailable: {type(exc).__name__}"  # the render itself reports the missing tool
     return hashlib.sha256(done.stdout).hexdigest()
-
-
-def _values_digests(values: Sequence[Path], repo_root: Path | None) -> list[str]:
-    """SHA-256 of every --helm-values file where the render may look for it (cwd first, then the repository)."""
-    out = []
-    for given in values:
-        candidates = (
-            [given] if given.is_absolute() else [Path.cwd() / given, *([repo_root / given] if repo_root else [])]
-        )
-        for path in candidates:
-            try:
-                out.append(f"{path}:{hashlib.sha256(path.read_bytes()).hexdigest()}")
-            except OSError:
-                out.append(f"{path}:absent")
-    return out
 
 
 def _tree(git_dir: Path, revision: str, path: str) -> tuple[str, list[str]]:

@@ -17,7 +17,7 @@ from gitops_sync.apply.live import LiveMap
 from gitops_sync.apply.pool import each
 from gitops_sync.apply.wait import wait_crds_established
 from gitops_sync.cluster.client import APPLY_PATCH, Client
-from gitops_sync.conventions import FIELD_MANAGER, PART_OF, ConflictPolicy
+from gitops_sync.conventions import ADOPTED, FIELD_MANAGER, PART_OF, ConflictPolicy
 from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, ClusterError, ConflictError
 from gitops_sync.log import get_logger
 from gitops_sync.plan import ownership
@@ -100,7 +100,7 @@ class Applier:
 
     def _if_unchanged(self, t: Target, live: Manifest | None, *, dry_run: bool) -> Entry | None:
         """The entry of an object provably unchanged (see `is_unchanged`), without a request; else None."""
-        if is_unchanged(t, live):
+        if is_unchanged(t, live, self.field_manager):
             log.debug(
                 "decided",
                 object=str(t.key),
@@ -154,7 +154,7 @@ class Applier:
         except ClusterError as again:
             message = f"outcome unknown: {exc} (re-read failed: {again})"
         else:
-            if is_unchanged(t, now):  # this very intent hash, every field we set holds its value
+            if is_unchanged(t, now, self.field_manager):  # this very intent hash, every field we set is live
                 entry = explain(t, live, now, self.field_manager, dry_run=False)
                 entry.message = (entry.message + "; " if entry.message else "") + (
                     "the request timed out, a re-read shows it applied"
@@ -220,22 +220,28 @@ class Applier:
             status, result = self._ssa_status(t, body, force=False, dry_run=False)
         except ConflictError:  # it exists after all (a stale read or a racing create); nothing was written
             return self._adopt_after_stale_read(t, policy)
-        if status != 201:  # the impossible resourceVersion matched: it existed, and our apply landed on it
-            return self._adopt_after_stale_read(t, policy)
+        if status != 201:  # the impossible resourceVersion matched: it existed, and our apply (our label) landed
+            return self._adopt_after_stale_read(t, policy, untouched=False)
         return explain(t, None, result, self.field_manager, dry_run=False)
 
-    def _adopt_after_stale_read(self, t: Target, policy: ConflictPolicy) -> Entry:
+    def _adopt_after_stale_read(self, t: Target, policy: ConflictPolicy, *, untouched: bool = True) -> Entry:
         """The plan read the object as absent, yet the API server says it exists (409 to our create).
 
         A lagging watch cache, a refused read or a create racing ours: the object existed before us, so it
         is read again and, when nothing else rules it out, applied with the adopted marker in the same
         write that labels it ours (prune releases it, never deletes it). A member of another ApplySet is
-        left alone, and so is an existing create-only object, as if the read had seen them.
+        left alone, and so is an existing create-only object, as if the read had seen them. One already
+        labelled a member of this very ApplySet (another run of this source created it a moment ago) is
+        ours already: applied as the member it is, not adopted (an adopted member would never be deleted).
+        `untouched`: nothing of ours was written (a 409), so a label of ours on it is not our own doing.
         """
-        log.warning("object existed although read as absent; marking it adopted", object=str(t.key))
         current = self.client.get_or_none(t.path)
+        ours = _part_of(t.manifest)
+        if untouched and current is not None and ours and _part_of(current) == ours:
+            return self._apply_member_created_meanwhile(t, current, policy)
+        log.warning("object existed although read as absent; marking it adopted", object=str(t.key))
         note = "existed before gitops-sync applied it (read as absent: stale cache or refused read)"
-        other = foreign_applyset(current, [_part_of(t.manifest)])
+        other = foreign_applyset(current, [ours])
         if other:
             message = f"{note}; a member of another ApplySet ({other}): left alone, the next pass plans it again"
             return Entry(t.key, t.info.api_version, Action.ERROR, message=message, origin=t.origin)
@@ -249,6 +255,25 @@ class Applier:
         mark_adopted(t)
         entry = self._apply(t, current, policy)
         entry.message = f"{entry.message}; {note}; marked adopted" if entry.message else f"{note}; marked adopted"
+        return entry
+
+    def _apply_member_created_meanwhile(self, t: Target, current: Manifest, policy: ConflictPolicy) -> Entry:
+        """A 409 to our create from an object labelled a member of our ApplySet: applied as it is.
+
+        Its membership is the label, so prune already counts it ours; marking it adopted would only turn
+        a later delete into a release. An adopted marker it carries (it existed before this source) stays,
+        and so does an existing create-only object, untouched.
+        """
+        log.info("object created meanwhile by another run of this source; applying it as a member", object=str(t.key))
+        note = "already a member of this source (another run of it created it meanwhile)"
+        if is_create_only(t):
+            entry = create_only_entry(t, current, self.field_manager, dry_run=False)
+            entry.message = f"{note}; {entry.message}"
+            return entry
+        if _annotation(current, ADOPTED) == "true":
+            mark_adopted(t)
+        entry = self._apply(t, current, policy)
+        entry.message = f"{entry.message}; {note}" if entry.message else note
         return entry
 
     def _apply_policy(self, t: Target, live: Manifest, policy: ConflictPolicy) -> Entry:
@@ -311,6 +336,10 @@ def _crd_group_kind(crd: Manifest) -> tuple[str, str]:
 
 def _part_of(manifest: Manifest) -> str:
     return str(((manifest.get("metadata") or {}).get("labels") or {}).get(PART_OF, ""))
+
+
+def _annotation(manifest: Manifest, key: str) -> str:
+    return str(((manifest.get("metadata") or {}).get("annotations") or {}).get(key, ""))
 
 
 def _join(message: str, more: str) -> str:

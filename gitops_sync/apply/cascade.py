@@ -5,6 +5,11 @@ before prune deletes either, this lists what it still holds; objects this prune 
 (another team's Pod, a ConfigMap made by hand, a member still in Git, an adopted member that prune only
 releases) make it refuse that one deletion. The engine turns each refusal into an error entry of the
 pass and prunes everything else; `--prune-cascade` skips the guard.
+
+One Namespace is refused whatever `--prune-cascade` says: the one holding this source's own inventory
+parent while the source still has members (`inventory_refusal`). Deleting it deletes the record of every
+member elsewhere: no later pass could prune them, and another inventory would find them `shared` with an
+ApplySet nobody holds.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ from dataclasses import dataclass, field
 from gitops_sync.apply.inventory import METADATA_ONLY
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
-from gitops_sync.conventions import ADOPTED
+from gitops_sync.conventions import PRUNE, PRUNE_DISABLED
 from gitops_sync.errors import ClusterError, NotFoundError
 from gitops_sync.log import get_logger
 from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.plan.planner import is_adopted
+from gitops_sync.plan.terminating import terminating
 from gitops_sync.resource import Manifest, ObjectKey
 
 log = get_logger(__name__)
@@ -51,7 +58,7 @@ def refusals(
     hold stays and is not checked, and they count as left behind. `parent` (our inventory ConfigMap) is
     ours and does not count.
     """
-    deleted = {ObjectKey.of(m) for m in gone if not _adopted(m)}
+    deleted = {ObjectKey.of(m) for m in gone if not is_adopted(m)}
     if parent is not None:
         deleted.add(parent)
     out: list[Entry] = []
@@ -59,8 +66,8 @@ def refusals(
     unknown: Holdings | None = None  # discovery could not be read again: no contents can be vouched for
     for m in gone:
         key = ObjectKey.of(m)
-        if key not in deleted or key.group not in ("", "apiextensions.k8s.io"):
-            continue
+        if key not in deleted or key.group not in ("", "apiextensions.k8s.io") or terminating(m, in_git=False):
+            continue  # not deleted by this prune (released, or already being deleted: no DELETE is sent)
         if not fresh and key.kind in ("Namespace", "CustomResourceDefinition"):
             # The daemon's snapshot may predate a CRD installed since: its resources must be listed too.
             fresh = True
@@ -82,6 +89,19 @@ def refusals(
             log.warning("prune refused", object=str(key), reason=message)
             out.append(Entry(key, str(m.get("apiVersion", "")), Action.ERROR, message=message))
     return out
+
+
+def inventory_refusal(namespace: Manifest, parent: ObjectKey, remaining: int) -> Entry:
+    """The error entry of the Namespace holding our inventory parent while `remaining` members stay."""
+    name = ObjectKey.of(namespace).name
+    message = (
+        f"prune refused: Namespace {name} holds this source's inventory (ConfigMap {parent.namespace}/{parent.name}), "
+        f"which still records {remaining} other object(s) of this source: deleting it would delete that record "
+        "and leave them impossible to prune (keep the Namespace in Git, or keep it with "
+        f"`kubectl annotate namespace {name} {PRUNE}={PRUNE_DISABLED}`; --prune-cascade does not override this)"
+    )
+    log.warning("prune refused", object=str(ObjectKey.of(namespace)), reason=message)
+    return Entry(ObjectKey.of(namespace), str(namespace.get("apiVersion", "")), Action.ERROR, message=message)
 
 
 def namespace_holdings(client: Client, discovery: Discovery, namespace: str, deleted: Iterable[ObjectKey]) -> Holdings:
@@ -174,7 +194,3 @@ def _message(what: str, held: Holdings) -> str:
         + "; ".join(parts)
         + " (delete or move them first, or pass --prune-cascade)"
     )
-
-
-def _adopted(m: Manifest) -> bool:
-    return ((m.get("metadata") or {}).get("annotations") or {}).get(ADOPTED) == "true"

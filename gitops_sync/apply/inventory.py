@@ -28,8 +28,16 @@ from gitops_sync.conventions import (
     SOURCE_IDENTITY,
     TOOLING,
 )
-from gitops_sync.errors import ClusterError, ConflictError, ForbiddenError, NotFoundError, SourceMismatchError
+from gitops_sync.errors import (
+    ClusterError,
+    ConflictError,
+    ForbiddenError,
+    InventoryChangedError,
+    NotFoundError,
+    SourceMismatchError,
+)
 from gitops_sync.plan.changeset import SharedWith
+from gitops_sync.plan.planner import CREATE_ONLY_RV
 from gitops_sync.resource import Manifest, ObjectKey
 
 # Lists answer with metadata only: finding a parent or a namespace's contents never reads Secret data.
@@ -52,6 +60,7 @@ class Inventory:
     recorded: dict[str, str] = field(default_factory=dict)  # the parent's annotations as last read/written
     identity: str = ""  # the source identity this pass records on the parent
     uid: str = ""
+    resource_version: str = ""  # of the parent as this pass last read or wrote it: its writes are guarded by it
 
     @property
     def id(self) -> str:
@@ -153,6 +162,7 @@ def _read(inv: Inventory, meta: Manifest) -> Inventory:
     inv.exists = True
     inv.recorded = {k: str(v) for k, v in ann.items()}
     inv.uid = str(meta.get("uid") or "")
+    inv.resource_version = str(meta.get("resourceVersion") or "")
     return inv
 
 
@@ -179,7 +189,12 @@ def save(
 
     `revision` is recorded as attempted; with `applied` (after a clean pass) also as applied, else the
     applied revision recorded earlier is kept. Writes only when the record changes, so a pass with
-    nothing to do sends no write at all.
+    nothing to do sends no write at all. An existing parent is written only as this pass last saw it (its
+    resourceVersion, a precondition of the apply), and one this pass found absent is only created (a
+    precondition no object meets): a parent another pass wrote meanwhile is not written over
+    (InventoryChangedError), so a pass never records its revision, or fewer kinds, over another's record
+    (members of a kind dropped from the record could never be pruned). One that already records as much
+    (another pass of this revision) is taken as it is.
     """
     kept = inv.recorded.get(APPLIED_REVISION, "")
     body = inv.parent_manifest(
@@ -188,8 +203,10 @@ def save(
     annotations = body["metadata"]["annotations"]
     if inv.exists and all(inv.recorded.get(k) == v for k, v in annotations.items()):
         return
+    # Written only over the parent this pass read, or created only where none was: see the docstring.
+    body["metadata"]["resourceVersion"] = inv.resource_version if inv.exists else CREATE_ONLY_RV
     try:
-        client.request(
+        written = client.request(
             "PATCH",
             inv.parent_path,
             query={"fieldManager": field_manager, "force": True},
@@ -201,8 +218,57 @@ def save(
             f"cannot record the inventory ConfigMap {inv.namespace}/{inv.name}: namespace {inv.namespace} "
             "does not exist (create it, declare it in Git, or pass --inventory-namespace)"
         ) from exc
+    except ConflictError as exc:  # the resourceVersion precondition: another pass wrote it since we read it
+        live = client.get_or_none(inv.parent_path)
+        if live is not None and _covers(inv, live, annotations, applied=applied):
+            _read(inv, live.get("metadata") or {})  # another pass of this revision recorded as much: kept
+            return
+        raise InventoryChangedError(
+            f"the inventory ConfigMap {inv.namespace}/{inv.name} was written by another pass of this source "
+            f"since this one read it ({_describe(live)}): not recording over it"
+        ) from exc
     inv.group_kinds, inv.namespaces, inv.exists = set(group_kinds), set(namespaces) | {inv.namespace}, True
     inv.recorded.update(annotations)
+    inv.resource_version = str(((written or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _covers(inv: Inventory, live: Manifest, annotations: dict[str, str], *, applied: bool) -> bool:
+    """Whether a parent another pass wrote already records what this write would: this revision attempted
+    (and applied, when this write records it), every kind and namespace of ours, our source."""
+    meta = live.get("metadata") or {}
+    ann = {k: str(v) for k, v in (meta.get("annotations") or {}).items()}
+    kinds, spaces = ({x for x in ann.get(key, "").split(",") if x} for key in (GROUP_KINDS, NAMESPACES))
+    want_kinds, want_spaces = ({x for x in annotations[key].split(",") if x} for key in (GROUP_KINDS, NAMESPACES))
+    return (
+        (meta.get("labels") or {}).get(ID_LABEL) == inv.id
+        and ann.get(SOURCE_IDENTITY, "") == annotations.get(SOURCE_IDENTITY, "")
+        and ann.get(ATTEMPTED_REVISION) == annotations[ATTEMPTED_REVISION]
+        and (not applied or ann.get(APPLIED_REVISION) == annotations[APPLIED_REVISION])
+        and kinds >= want_kinds
+        and spaces >= want_spaces
+    )
+
+
+def changed_since(client: Client, inv: Inventory) -> str:
+    """What another pass recorded on the parent since this pass last read or wrote it; "" when unchanged.
+
+    Prune asks right before it deletes: members it listed may be another pass's, of a newer revision."""
+    if not inv.exists:
+        return ""
+    live = client.get_or_none(inv.parent_path)
+    if live is not None and str((live.get("metadata") or {}).get("resourceVersion") or "") == inv.resource_version:
+        return ""
+    return _describe(live)
+
+
+def _describe(live: Manifest | None) -> str:
+    """What a parent another pass wrote records now, for a message."""
+    if live is None:
+        return "the parent was deleted"
+    ann = (live.get("metadata") or {}).get("annotations") or {}
+    recorded = (("attempted", ATTEMPTED_REVISION), ("applied", APPLIED_REVISION))
+    revisions = ", ".join(f"{what} {str(ann[key])[:12]}" for what, key in recorded if ann.get(key))
+    return f"it now records {revisions}" if revisions else "its record changed"
 
 
 def list_members(client: Client, discovery: Discovery, inv: Inventory) -> dict[ObjectKey, Manifest]:
@@ -259,6 +325,7 @@ def find_parent(client: Client, applyset_id: str) -> SharedWith:
             shared.parent = f"{kind} {meta.get('namespace', '')}/{meta.get('name', '')}"
             shared.source = str(ann.get(SOURCE, ""))
             shared.tooling = str(ann.get(TOOLING, ""))
+            shared.identity = str(ann.get(SOURCE_IDENTITY, ""))
             return shared
     return shared
 

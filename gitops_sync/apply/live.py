@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from gitops_sync.apply.pool import each
 from gitops_sync.cluster.client import Client
-from gitops_sync.errors import ForbiddenError, UnauthorizedError
+from gitops_sync.errors import ForbiddenError, NotFoundError, UnauthorizedError
 from gitops_sync.log import get_logger
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
@@ -28,7 +28,9 @@ _LIST_THRESHOLD = 4
 def fetch_live(client: Client, targets: Sequence[Target], *, concurrency: int) -> LiveMap:
     """Live state of every target: one LIST per busy collection, GETs for the rest, concurrently.
 
-    A refused LIST falls back to GETs; a refused GET leaves that one object absent.
+    A refused LIST falls back to GETs; a refused GET leaves that one object absent. A LIST answered 404
+    reads a collection the API server does not serve yet (custom resources whose CRD is in the same source,
+    created by this pass): none of its objects exists, as a GET of each would say.
     """
     by_collection: dict[str, list[Target]] = defaultdict(list)
     for t in targets:
@@ -42,6 +44,8 @@ def fetch_live(client: Client, targets: Sequence[Target], *, concurrency: int) -
                 items = client.list_collection(collection).items
             except ForbiddenError:
                 pass
+            except NotFoundError:
+                return  # not served (yet): every target stays absent
             else:
                 wanted = {t.key.name: t for t in group}
                 for item in items:

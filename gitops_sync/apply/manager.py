@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from gitops_sync.apply.apply import NOT_ATTEMPTED, Applier, OnEntry, not_attempted_entry
 from gitops_sync.apply.live import LiveMap, fetch_live
 from gitops_sync.apply.prune import prune_members, relabel_members
-from gitops_sync.apply.wait import WaitResult, wait_current
+from gitops_sync.apply.wait import WaitResult, wait_current, wait_gone
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
@@ -77,3 +77,14 @@ class ResourceManager:
     ) -> list[WaitResult]:
         """Poll until every target is Current (kstatus rules); returns the ones that are not."""
         return wait_current(self.client, targets, timeout, interval, concurrency=self.concurrency, on_ready=on_ready)
+
+    def wait_deleted(
+        self, objects: Sequence[tuple[ObjectKey, str]], timeout: float, interval: float = 0.5
+    ) -> set[ObjectKey]:
+        """Poll until each (key, apiVersion) is gone; returns the ones still Terminating (see `wait.wait_gone`)."""
+        paths = {}
+        for key, api_version in objects:
+            info = self.discovery.lookup(api_version, key.kind)
+            if info is not None:  # a kind no longer served: nothing of it can be read, or be left
+                paths[key] = info.path(key.namespace or None, key.name)
+        return wait_gone(self.client, paths, timeout, interval, concurrency=self.concurrency)

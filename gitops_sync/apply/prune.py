@@ -5,6 +5,10 @@ cascade guard and only on a clean pass); this sends the requests, in reverse app
 their Namespace and CRD), and returns one `Entry` per member for the change set. A delete is guarded by the
 member's uid, a release or relabel by its resourceVersion, so an object re-created or changed meanwhile is
 never touched on the strength of an old read.
+
+A DELETE accepted is not an object gone: the answer of one whose finalizers hold it (`plan.terminating`)
+is the entry `terminating` ("deletion pending: finalizer X"), and a member already Terminating is sent
+nothing (another DELETE changes nothing) and reported the same way on every pass until it is gone.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from gitops_sync.cluster.client import JSON_PATCH, Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import ADOPTED, INTENT_HASH, PART_OF
 from gitops_sync.errors import ApiUnavailableError, ClusterError, NotFoundError
-from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.plan.changeset import Action, Entry, Terminating, finalizers_text
+from gitops_sync.plan.planner import is_adopted
+from gitops_sync.plan.terminating import holders, terminating
 from gitops_sync.resource import Manifest, ObjectKey
 
 
@@ -52,8 +58,11 @@ def _prune_one(client: Client, discovery: Discovery, obj: Manifest, key: ObjectK
     if info is None:
         entry.action, entry.message = Action.ERROR, "kind no longer served; cannot prune"
         return entry
+    already = terminating(obj, in_git=False)
+    if already is not None:  # deleted before (by a pass of ours or anyone): held, not gone; nothing to send
+        return _pending(entry, already, f" since {already.since}; left Git: no DELETE sent again")
     path = info.path(key.namespace or None, key.name)
-    adopted = ((obj.get("metadata") or {}).get("annotations") or {}).get(ADOPTED) == "true"
+    adopted = is_adopted(obj)
     verb = "would " if dry_run else ""
     try:
         if adopted:
@@ -61,7 +70,6 @@ def _prune_one(client: Client, discovery: Discovery, obj: Manifest, key: ObjectK
             if not dry_run:
                 _release(client, path, obj)
         else:
-            entry.message = f"{verb}delete (left Git)" if dry_run else "deleted (left Git)"
             # With a body the API server reads every option from it and ignores the query string.
             options: dict[str, object] = {
                 "kind": "DeleteOptions",
@@ -71,13 +79,40 @@ def _prune_one(client: Client, discovery: Discovery, obj: Manifest, key: ObjectK
             }
             if dry_run:
                 options["dryRun"] = ["All"]
-            client.request("DELETE", path, body=options)
+            answer = client.request("DELETE", path, body=options)
+            _deleted(entry, answer, dry_run=dry_run)
     except NotFoundError:
         entry.message = "already gone"
     except ApiUnavailableError as exc:
         entry.action, entry.message = Action.ERROR, f"prune not attempted: {exc}"
     except ClusterError as exc:
         entry.action, entry.message = Action.ERROR, f"prune failed: {exc}"
+    return entry
+
+
+def _deleted(entry: Entry, answer: object, *, dry_run: bool) -> None:
+    """What the DELETE's answer says: a Status (gone), or the object itself, still there with a
+    deletionTimestamp (held by finalizers: pending; or being emptied by the API server: deleted)."""
+    obj = answer if isinstance(answer, dict) and answer.get("kind") not in (None, "Status") else None
+    left = terminating(obj, in_git=False)
+    held = holders(obj) if obj is not None and left is not None else []
+    if dry_run:
+        entry.message = "would delete (left Git)" + (
+            f"; deletion would wait for {finalizers_text(held)}" if held else ""
+        )
+    elif left is not None and held:
+        _pending(entry, left, "; left Git: DELETE accepted, it stays until its finalizers are removed")
+    elif left is not None:
+        entry.message = "deleted (left Git; terminating: " + (
+            "the API server deletes what it holds first)" if left.finalizers else "graceful termination)"
+        )
+    else:
+        entry.message = "deleted (left Git)"
+
+
+def _pending(entry: Entry, pending: Terminating, tail: str) -> Entry:
+    entry.action, entry.terminating = Action.TERMINATING, pending
+    entry.message = pending.describe() + tail
     return entry
 
 

@@ -1,14 +1,14 @@
-"""Wait until applied objects are healthy (kstatus rules, `gitops_sync.health`).
+"""Wait until applied objects are healthy (kstatus rules, `gitops_sync.health`), and pruned ones gone.
 
 `wait_current` polls for `sync --wait`; the objects still not Current go back to the engine, which names
-them in the `--wait` timeout error. `wait_crds_established` lets the applier's first stage (CRDs) settle
-before custom resources are applied.
+them in the `--wait` timeout error. `wait_gone` polls pruned objects finalizers still hold.
+`wait_crds_established` lets the applier's first stage (CRDs) settle before custom resources are applied.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gitops_sync.apply.pool import each
@@ -67,6 +67,28 @@ def wait_current(
             break
         time.sleep(interval)
     return [last[t.key] for t in pending]
+
+
+def wait_gone(
+    client: Client, paths: Mapping[ObjectKey, str], timeout: float, interval: float = 0.5, *, concurrency: int
+) -> set[ObjectKey]:
+    """Poll until every object is gone; returns the keys still Terminating when `timeout` passed.
+
+    An object found without a deletionTimestamp is another one, created since under the same name (a
+    deletionTimestamp is never taken back): the one being deleted is gone."""
+    deadline = time.monotonic() + timeout
+
+    def there(key: ObjectKey) -> bool:
+        obj = client.get_or_none(paths[key])
+        return obj is not None and bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+    left = list(paths)
+    while left:
+        left = [k for k, still in zip(left, each(there, left, concurrency=concurrency), strict=True) if still]
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(interval)
+    return set(left)
 
 
 def wait_crds_established(client: Client, crds: Sequence[Target], timeout: float) -> None:

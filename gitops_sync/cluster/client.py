@@ -50,6 +50,7 @@ JSON_PATCH = "application/json-patch+json"
 
 _Query = Mapping[str, str | int | bool | None]
 MAX_RETRIES = 10  # of a throttled request: client-go's default (rest.NewRESTClient: maxRetries 10)
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 @dataclass
@@ -65,7 +66,7 @@ class RequestStats:
     throttled: int = 0
 
     def count(self, method: str, query: _Query | None, body: Any = None) -> None:
-        if method in ("GET", "HEAD", "OPTIONS"):
+        if method in _READS:
             self.reads += 1
         elif is_dry_run(query, body):
             self.dry_runs += 1
@@ -194,6 +195,9 @@ class Client:
         self._deadline_s = 0.0
         self.stats = RequestStats()
         self._stats_lock = threading.Lock()
+        # Called with (method, path) before any write request (not a read, not a dry run) is sent; it may
+        # block (a `sync` takes its source's Lease there: cluster/lease.py) or raise to refuse the write.
+        self.before_write: Callable[[str, str], None] | None = None
 
     def set_deadline(self, seconds: float | None, *, started: float | None = None) -> None:
         """No request leaves after `started + seconds`; in-flight ones are cut at that moment."""
@@ -298,15 +302,20 @@ class Client:
         import urllib3
 
         self.breaker.check()
-        budget = self._budget(timeout)
-        first = time.monotonic()
-        until = first + budget  # a throttled request's retries end here: its timeout bounds them all
         url, headers = self._prepare(method, path, query, content_type, accept)
         data = None if body is None else (body if isinstance(body, bytes) else jsoncodec.dumps(body))
+        hook = self.before_write if method not in _READS and not is_dry_run(query, body) else None
+        if hook is not None:
+            hook(method, path)  # as late as it can be: the request leaves right after it
+        budget = self._budget(timeout)  # after the hook, which may have waited
+        first = time.monotonic()
+        until = first + budget  # a throttled request's retries end here: its timeout bounds them all
         with self._stats_lock:
             self.stats.count(method, query, body)
         retries = 0
         while True:
+            if retries and hook is not None:
+                hook(method, path)  # a retry after a throttled wait: the Lease may be gone since
             started = time.monotonic()
             try:
                 resp = self._conn.pool.request(
@@ -499,7 +508,11 @@ def _api_error(status: int, data: bytes, method: str, path: str, note: str = "")
     except ValueError:
         pass
     reason = str(body.get("reason") or "") or _DEFAULT_REASONS.get(status, "Error")
-    message = str(body.get("message") or data[:300].decode(errors="replace").strip() or f"{method} {path}") + note
+    message = str(body.get("message") or "")
+    if not message:  # no Status (a bare "404 page not found" from the mux): name the request, or nothing does
+        text = data[:300].decode(errors="replace").strip()
+        message = f"{method} {path}: {text}" if text else f"{method} {path}"
+    message += note
     return error_for_status(status, reason, message, body, method=method, path=path)
 
 

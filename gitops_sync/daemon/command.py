@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import click
 
+from gitops_sync.cluster.lease import LeaderConfig, default_identity
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.auth import AUTH_MODES
 from gitops_sync.daemon.fleet import Fleet
-from gitops_sync.daemon.leader import LeaderConfig, default_identity
 from gitops_sync.daemon.loop import Daemon, DaemonOptions
 from gitops_sync.daemon.triggers import WEBHOOK_SECRET_ENV, load_webhook_secret
 from gitops_sync.engine import PassOptions, SourceOptions
@@ -168,6 +168,13 @@ def _seconds(flag: str, default: float, least: float, help: str) -> Callable[[F]
     type=click.IntRange(1, 256),
     help="Without --repo: GitSyncs reconciled at the same time (one pass per GitSync at a time).",
 )
+@click.option(
+    "--allow-local-repository",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Without --repo: a directory under which a GitSync's spec.repository may be a local path or "
+    "file:// URL (repeatable; default none: only remote URLs). The clone cache is never allowed.",
+)
 def run(
     logs: LogChoices,
     source: SourceOptions,
@@ -200,6 +207,7 @@ def run(
     shards: int,
     max_shards: int,
     workers: int,
+    allow_local_repository: tuple[Path, ...],
 ) -> None:
     """Keep the cluster equal to the repository for as long as it runs (the daemon).
 
@@ -208,6 +216,11 @@ def run(
     as Kubernetes Events, on /status and /metrics. SIGTERM finishes the pass, releases the Lease, exits 0.
     """
     logs.configure("info")  # a daemon's log is its report
+    if allow_local_repository and source.repo:
+        raise click.UsageError(
+            "--allow-local-repository is for the fleet (run without --repo): the --repo of `run` is the "
+            "operator's own and is not checked"
+        )
     try:
         policy = ConflictPolicy(on_conflict)
         leader = LeaderConfig(lease_duration, renew_deadline, retry_period)
@@ -251,6 +264,7 @@ def run(
         shards=shards,
         max_shards=max_shards,
         workers=workers,
+        allow_local_repositories=allow_local_repository,
     )
     try:
         daemon: Daemon | Fleet = Daemon(opts) if source.repo else Fleet(opts)

@@ -14,14 +14,14 @@ import json
 import time
 from dataclasses import dataclass
 
-from gitops_sync.engine import SourceOptions, load
+from gitops_sync.engine import SourceOptions, fetch_source, load
 from gitops_sync.errors import SourceError
 from gitops_sync.log import get_logger
 from gitops_sync.plan.masking import Redactor
 from gitops_sync.plan.planner import Target
 from gitops_sync.rendercache import MemoryStore, RenderCache
 from gitops_sync.resource import DesiredObject, ObjectKey
-from gitops_sync.source import Checkout, SourceIdentity, fetch, identify
+from gitops_sync.source import Checkout, SourceIdentity, identify
 from gitops_sync.source.checkout import is_remote
 
 log = get_logger("gitops_sync.daemon")
@@ -71,6 +71,11 @@ class DesiredSource:
             return True
         return False
 
+    @property
+    def settling(self) -> bool:
+        """A new render is waiting for its second look (wait_before_acting): what is held is not Git's yet."""
+        return self._candidate is not None
+
     def wait_before_acting(self, digest: str) -> float:
         """0 when a new render may be acted on, else seconds until it should be read again.
 
@@ -100,7 +105,7 @@ class DesiredSource:
         if isinstance(exc, SourceError):
             return ""
         with contextlib.suppress(Exception):
-            return fetch(self.opts.repo, self.opts.revision, self.opts.path, cache_dir=self.opts.cache_dir).revision
+            return fetch_source(self.opts).revision
         return ""
 
     def redactor(self) -> Redactor:

@@ -20,20 +20,20 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.cluster.kubeconfig import context_namespace
+from gitops_sync.cluster.lease import ApiLeaseStore, LeaderElector
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon import gitsync
 from gitops_sync.daemon.access import ReadAccess
 from gitops_sync.daemon.cache import EventType
 from gitops_sync.daemon.conditions import ClusterProbe
-from gitops_sync.daemon.events import WARNING
+from gitops_sync.daemon.events import WARNING, EventSpec
 from gitops_sync.daemon.gitsync import GitSync, InvalidSpec
-from gitops_sync.daemon.leader import ApiLeaseStore, LeaderElector
 from gitops_sync.daemon.loop import Controller, DaemonOptions, FencedClient
 from gitops_sync.daemon.queue import Backoff, WorkQueue
 from gitops_sync.daemon.reconciler import SourceReconciler
@@ -41,12 +41,14 @@ from gitops_sync.daemon.reporter import FULL, SOURCE, QueueKey
 from gitops_sync.daemon.supervisor import describe_crash
 from gitops_sync.daemon.triggers import WebhookResult, verify_webhook
 from gitops_sync.engine import Engine
-from gitops_sync.errors import ApiError, ClusterError, GitOpsError
+from gitops_sync.errors import ApiError, ClusterError, GitOpsError, RepositoryNotAllowed
 from gitops_sync.log import get_logger
 from gitops_sync.plan.changeset import Action, Entry
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source import mask_url
+from gitops_sync.source.allow import LocalRepositories
+from gitops_sync.source.checkout import cache_root
 
 log = get_logger("gitops_sync.daemon")
 
@@ -116,7 +118,9 @@ class _Source:
     shard: int
     reconciler: SourceReconciler | None
     client: SourceClient | None
-    invalid: str = ""
+    invalid: str = ""  # why the controller will not act on it (then it has no reconciler)
+    reason: str = InvalidSpec.reason  # of `invalid`: InvalidSpec or RepositoryNotAllowed
+    announced: bool = False  # the Warning Event saying `invalid` was recorded
     written: dict[str, Any] = field(default_factory=dict)  # the status last written (without times)
     conditions: list[dict[str, Any]] = field(default_factory=list)  # as last written (with times)
     handled: str = ""  # the reconcile request answered in lastHandledReconcileAt
@@ -134,8 +138,10 @@ class ShardSet:
         namespace: str,
         on_change: Callable[[int, bool], None],
         on_reopen: Callable[[int], None] = lambda shard: None,
+        on_vacant: Callable[[int], None] = lambda shard: None,
     ) -> None:
         self.on_reopen = on_reopen
+        self.on_vacant = on_vacant  # a shard nobody holds, seen by a replica that will not take it
         self._fenced: set[int] = set()  # shards held whose renewal is overdue: nothing of theirs is written
         self.count = max(opts.shards, 1)
         self.limit = opts.max_shards or self.count
@@ -177,6 +183,10 @@ class ShardSet:
                     e.step()
                 elif held < self.limit and e.step():
                     held += 1
+                elif held >= self.limit:  # at the limit: look only, so a shard nobody holds is named
+                    e.look()
+                if e.vacant() and held >= self.limit:
+                    self.on_vacant(i)
                 if e.is_leader and not e.can_write():
                     self._fenced.add(i)
                 elif i in self._fenced:
@@ -192,13 +202,43 @@ class ShardSet:
         for e in self.electors:
             e.release()
 
+    def vacant(self) -> list[int]:
+        """Shards no replica holds, as this one last saw their Leases."""
+        return [i for i, e in enumerate(self.electors) if e.vacant()]
+
+    def problem(self) -> str:
+        """Why this replica is not doing its part ("" = it is): a Lease it cannot read or write, or a free
+        shard it could take and has not (yet)."""
+        for e in self.electors:
+            if e.error:
+                return f"cannot write Lease {e.store.where}: {e.error}"
+        vacant = self.vacant()
+        if vacant and len(self.held()) < self.limit:
+            return f"shard {vacant[0]} is held by no replica and not taken yet"
+        return ""
+
     def status(self) -> list[dict[str, Any]]:
         if not self.elect:
             return [{"shard": i, "held": True, "holder": "", "lease": ""} for i in range(self.count)]
         return [
-            {"shard": i, "held": e.is_leader, "holder": e.holder, "lease": e.store.where}
+            {
+                "shard": i,
+                "held": e.is_leader,
+                "holder": e.holder,
+                "lease": e.store.where,
+                "vacant": e.vacant(),
+                **({"error": e.error} if e.error else {}),
+            }
             for i, e in enumerate(self.electors)
         ]
+
+
+def vacant_message(shard: int, lease: str) -> str:
+    """What a GitSync of a shard nobody holds says instead of "first sync in progress" for ever."""
+    return (
+        f"no replica holds shard {shard} (Lease {lease} free or expired): start another replica "
+        "or raise --max-shards so that every shard is held"
+    )
 
 
 class Fleet(Controller[FleetKey]):
@@ -213,6 +253,9 @@ class Fleet(Controller[FleetKey]):
         self.discovery = Discovery(self.client)
         self.probe = ClusterProbe(self.probe_client, self.cluster_condition, interval=opts.probe_interval)
         self.shared = self._shared(gauges=False)
+        # A GitSync's local path is a tenant's choice: refused unless allowed, never the clone cache.
+        self.local_policy = LocalRepositories.of(opts.allow_local_repositories, cache_root(opts.source.cache_dir))
+        self.source_options = replace(opts.source, local_policy=self.local_policy)
         # The pod's namespace in a cluster (opts.leader_namespace), else the kubeconfig context's, as kubectl.
         lease_ns = (
             opts.leader_namespace
@@ -220,9 +263,12 @@ class Fleet(Controller[FleetKey]):
             or opts.watch_namespace
             or "default"
         )
-        self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard, self._requeue_shard)
+        self.shards = ShardSet(opts, self.aux, lease_ns, self._on_shard, self._requeue_shard, self._on_vacant)
         self.http = self._http_server(self.metrics.exposition)
         self._lock = threading.RLock()
+        # GitSync events are handled one at a time, in order: the watch's, and the poller's second look at
+        # a refused repository (which must never bring back a GitSync the watch has just deleted).
+        self._events = threading.Lock()
         self.sources: dict[str, _Source] = {}
         self.objects: dict[str, Manifest] = {}  # every GitSync as last seen (dependsOn reads their status)
         self._wanted_by: dict[ObjectKey, set[str]] = {}
@@ -295,6 +341,34 @@ class Fleet(Controller[FleetKey]):
                     self._fresh(ref)
             self._requeue_shard(shard)
 
+    def _on_vacant(self, shard: int) -> None:
+        """Say so in the status of every GitSync of a shard nobody holds, once. A merge patch guarded by the
+        resourceVersion this replica saw: a replica that took the shard and wrote since wins (409 here)."""
+        message = vacant_message(shard, self.shards.electors[shard].store.where)
+        with self._lock:
+            refs = [ref for ref, s in self.sources.items() if s.shard == shard]
+            objs = {ref: self.objects.get(ref) or {} for ref in refs}
+        for ref, obj in objs.items():
+            meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+            ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+            if not meta.get("resourceVersion") or ready.get("message") == message:
+                continue
+            ns, name = ref.split("/", 1)
+            body = {
+                "metadata": {"resourceVersion": meta["resourceVersion"]},
+                "status": gitsync.vacant_status(int(meta.get("generation") or 0), shard, message),
+            }
+            try:
+                self.client.request(
+                    "PATCH",
+                    gitsync.object_path(ns, name, "status"),
+                    body=body,
+                    query={"fieldManager": self.opts.field_manager},
+                    content_type="application/merge-patch+json",
+                )
+            except ClusterError as exc:  # 409: changed meanwhile (its holder wrote); looked at again next round
+                log.debug("shard vacancy not written", gitsync=ref, error=str(exc))
+
     def _requeue_shard(self, shard: int) -> None:
         """A fetch and a full pass for every source of the shard (taken, or its fence open again)."""
         with self._lock:
@@ -350,7 +424,7 @@ class Fleet(Controller[FleetKey]):
                         self._gitsync_event(etype, obj)
             except ClusterError as exc:
                 if isinstance(exc, ApiError) and exc.status == 404:
-                    log.error("the GitSync CRD is not installed (kubectl apply -f deploy/kubernetes/crd/)")
+                    log.error("the GitSync CRD is not installed (kubectl apply -k deploy/kubernetes/crd/)")
                 else:
                     log.warning("GitSync watch failed; relisting", error=mask_url(str(exc)))
                 rv = ""
@@ -370,6 +444,18 @@ class Fleet(Controller[FleetKey]):
         self._listed.set()
 
     def _gitsync_event(self, etype: str, obj: Manifest) -> None:
+        with self._events:
+            self._handle_gitsync(etype, obj)
+
+    def _recheck(self, ref: str) -> None:
+        """A GitSync refused for where its repository leads, handled again as it now is (if it still is)."""
+        with self._events:
+            with self._lock:
+                obj = self.objects.get(ref)
+            if obj is not None:
+                self._handle_gitsync("MODIFIED", obj)
+
+    def _handle_gitsync(self, etype: str, obj: Manifest) -> None:
         meta = obj.get("metadata") or {}
         ref = f"{meta.get('namespace')}/{meta.get('name')}"
         if etype == "DELETED":
@@ -393,16 +479,12 @@ class Fleet(Controller[FleetKey]):
         try:
             gs = gitsync.parse(obj)
         except InvalidSpec as exc:
-            with self._lock:
-                cur = self.sources.get(ref)
-                if cur is None or cur.invalid != str(exc) or cur.gs.generation != int(meta.get("generation") or 0):
-                    stub = _stub(obj)
-                    self.sources[ref] = _Source(gs=stub, shard=shard, reconciler=None, client=None, invalid=str(exc))
-            log.error("invalid GitSync", gitsync=ref, error=str(exc))
-            if gitsync.is_deleting(obj) and self.shards.can_write(shard):  # a spec not understood prunes nothing
-                self._set_finalizer(ref, obj, present=False)
-                return
-            self._write_status(ref)
+            self._refuse(ref, obj, _stub(obj), shard, str(exc), exc.reason)
+            return
+        try:
+            self.local_policy.check(gs.repository)
+        except RepositoryNotAllowed as exc:
+            self._refuse(ref, obj, gs, shard, str(exc), exc.reason)
             return
         # Deleting, or prune switched on/off: the finalizer is the shard holder's work (_run_source).
         finalizing = gitsync.is_deleting(obj) or (gitsync.FINALIZER in gitsync.finalizers(obj)) != gs.wants_finalizer
@@ -444,6 +526,51 @@ class Fleet(Controller[FleetKey]):
             self._write_status(ref)
             if finalizing:
                 self.queue.add((ref, FULL))
+
+    def _refuse(self, ref: str, obj: Manifest, gs: GitSync, shard: int, why: str, reason: str) -> None:
+        """A GitSync the controller will not act on (a spec it does not understand, a repository it may not
+        read): kept without a reconciler, so nothing is fetched, applied or pruned for it; the shard's holder
+        reports it (`_report_refused`), also after a failed status write (every event of it queues that)."""
+        with self._lock:
+            cur = self.sources.get(ref)
+            changed = cur is None or cur.invalid != why or cur.gs.generation != gs.generation
+            if changed:
+                src = _Source(gs=gs, shard=shard, reconciler=None, client=None, invalid=why, reason=reason)
+                src.next_poll = time.monotonic() + gs.interval
+                if cur is not None:
+                    src.handled, src.conditions = cur.handled, cur.conditions
+                self.sources[ref] = src
+        if changed:
+            log.error("GitSync refused", gitsync=ref, reason=reason, error=why)
+            if cur is not None and cur.reconciler is not None:  # it ran until now: drop its interest and client
+                self._reindex()
+                if cur.client is not None:
+                    cur.client.close()
+        self.queue.add((ref, FULL))  # its status (written only if it changed), an Event, the finalizer
+
+    def _report_refused(self, ref: str, src: _Source) -> None:
+        """On the shard's holder: a refused GitSync being deleted only loses the finalizer (what the
+        controller does not act on it never prunes); otherwise its status says why (Ready=False, reason
+        `src.reason`) and, once per refusal, a Warning Event on the GitSync."""
+        with self._lock:
+            obj = self.objects.get(ref) or {}
+        if gitsync.is_deleting(obj):
+            self._set_finalizer(ref, obj, present=False)
+            return
+        self._write_status(ref)
+        if not src.announced:
+            src.announced = True
+            self.shared.events.record(
+                EventSpec(
+                    key=src.gs.key,
+                    api_version=gitsync.API_VERSION,
+                    reason=src.reason,
+                    message=src.invalid,
+                    type=WARNING,
+                    series=src.reason,
+                    uid=src.gs.uid,
+                )
+            )
 
     def _build(self, gs: GitSync, shard: int) -> _Source:
         opts = self.opts
@@ -489,7 +616,7 @@ class Fleet(Controller[FleetKey]):
             )
             access = ReadAccess(reviewer, gs.impersonate)
         r = SourceReconciler(
-            gs.source_spec(opts.source, debounce=opts.debounce),
+            gs.source_spec(self.source_options, debounce=opts.debounce),
             engine=engine,
             queue=_Scoped(self.queue, gs.ref),
             shared=self.shared,
@@ -530,7 +657,9 @@ class Fleet(Controller[FleetKey]):
             self.queue.add((r, FULL))
 
     def _poll(self) -> None:
-        """Git polls per source at its own interval, and the periodic full resync of every source."""
+        """Git polls per source at its own interval, and the periodic full resync of every source. A
+        repository refused for where it leads is looked at again at its interval too: the file system may
+        have changed (a symlink removed), not the GitSync, so no event of it would load it again."""
         last_resync = time.monotonic()
         while not self._stop.wait(0.5):
             now = time.monotonic()
@@ -538,17 +667,24 @@ class Fleet(Controller[FleetKey]):
             if resync:
                 last_resync = now
             with self._lock:
-                due = []
+                due: list[FleetKey] = []
+                again: list[str] = []
                 for ref, s in self.sources.items():
-                    if s.reconciler is None or s.gs.suspend:
-                        continue
-                    if s.gs.interval > 0 and now >= s.next_poll:
+                    poll = s.gs.interval > 0 and now >= s.next_poll and not s.gs.suspend
+                    if poll:
                         s.next_poll = now + s.gs.interval
+                    if s.reconciler is None:
+                        if poll and s.reason == RepositoryNotAllowed.reason:
+                            again.append(ref)
+                        continue
+                    if poll:
                         due.append((ref, SOURCE))
-                    if resync:
+                    if resync and not s.gs.suspend:
                         due.append((ref, FULL))
             for key in due:
                 self.queue.add(key)
+            for ref in again:
+                self._recheck(ref)
 
     # -- the work ---------------------------------------------------------------------------
 
@@ -588,10 +724,13 @@ class Fleet(Controller[FleetKey]):
         try:
             with self._lock:
                 src = self.sources.get(ref)
-            if src is None or src.reconciler is None or self._stopping:
+            if src is None or self._stopping:
                 return
             if not self.shards.can_write(src.shard):
                 return  # another replica holds this shard
+            if src.reconciler is None:
+                self._report_refused(ref, src)
+                return
             with self._lock:
                 obj = self.objects.get(ref) or {}
             if gitsync.is_deleting(obj):
@@ -610,8 +749,10 @@ class Fleet(Controller[FleetKey]):
                 self.queue.add_after((ref, FULL), 5.0)
                 return
             r.handle(keys)
-            # A pass, or a failed fetch/render: either may change the status (written only if it did).
-            self._write_status(ref, passed=bool(keys & {SOURCE, FULL}))
+            # A pass, or a failed fetch/render: either may change the status (written only if it did). A work
+            # tree read once and not yet confirmed (desired.settling) answers no reconcile request: the pass
+            # after its second look does, or `reconcile` would report the state from before the change.
+            self._write_status(ref, passed=bool(keys & {SOURCE, FULL}) and not r.desired.settling)
         except Exception as exc:  # keep the worker alive; the keys are retried with backoff
             log.error("reconcile failed unexpectedly", gitsync=ref, error=describe_crash(exc))
             for key in keys:
@@ -704,6 +845,7 @@ class Fleet(Controller[FleetKey]):
             src.reconciler,
             waiting_for=src.waiting_for,
             invalid=src.invalid,
+            invalid_reason=src.reason,
             handled=handled,
             shard=src.shard,
             last=last,
@@ -785,6 +927,9 @@ class Fleet(Controller[FleetKey]):
             return False, "GitSyncs not listed yet"
         if not self.cache.is_synced():
             return False, "watch caches not synced yet"
+        problem = self.shards.problem()
+        if problem:
+            return False, problem
         return True, "ok"
 
     def _webhook(self, headers: dict[str, str], body: bytes) -> WebhookResult:
@@ -808,6 +953,7 @@ class Fleet(Controller[FleetKey]):
                 s.reconciler,
                 waiting_for=s.waiting_for,
                 invalid=s.invalid,
+                invalid_reason=s.reason,
                 shard=s.shard,
                 last=self._last_status(ref),
             )

@@ -113,7 +113,7 @@ def get(
             _fail(
                 f"GitSync {namespace}/{name} not found"
                 if name
-                else "the GitSync CRD is not installed (kubectl apply -f deploy/kubernetes/crd/)"
+                else "the GitSync CRD is not installed (kubectl apply -k deploy/kubernetes/crd/)"
             )
         except ClusterError as exc:
             _fail(str(exc))

@@ -14,7 +14,7 @@ from typing import Any
 
 from gitops_sync.conventions import RECONCILE_REQUESTED, ConflictPolicy
 from gitops_sync.daemon.metrics import object_state
-from gitops_sync.daemon.reconciler import SourceReconciler, SourceSpec
+from gitops_sync.daemon.reconciler import SOURCE_FAILED, SourceReconciler, SourceSpec
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.options import parse_duration
 from gitops_sync.plan.changeset import Action
@@ -36,6 +36,8 @@ FINALIZER = "gitops-sync.io/finalizer"
 
 class InvalidSpec(ValueError):
     """A GitSync the controller cannot act on; the message names the object and the field."""
+
+    reason = "InvalidSpec"  # of its Ready condition and Event
 
 
 def collection_path(namespace: str | None = None) -> str:
@@ -98,6 +100,7 @@ class GitSync:
             cache_dir=base.cache_dir,
             render=base.render,
             timeout=base.timeout,
+            local_policy=base.local_policy,
         )
         # The ApplySet parent (inventory) of a GitSync is named after it and lives beside it.
         pass_opts = PassOptions(
@@ -220,13 +223,16 @@ def status_of(
     *,
     waiting_for: str = "",
     invalid: str = "",
+    invalid_reason: str = InvalidSpec.reason,
     handled: str = "",
     shard: int = 0,
     last: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The status document (no transition times: `with_transition_times` adds them from the last one).
 
-    `last` is the status as the GitSync object holds it now: a suspended source keeps it (see `_suspended`).
+    `invalid`: why the controller will not act on this GitSync (`invalid_reason`: InvalidSpec, or
+    RepositoryNotAllowed); it then has no reconciler. `last` is the status as the GitSync object holds it
+    now: a suspended source keeps it (see `_suspended`).
     """
     gen = gs.generation
     if gs.suspend and not invalid:
@@ -236,19 +242,18 @@ def status_of(
         doc["lastHandledReconcileAt"] = handled
     if invalid or r is None:
         message = invalid or "not loaded yet"
+        reason = invalid_reason if invalid else "Progressing"
         doc["lastError"] = invalid
         doc["conditions"] = [
-            _condition("Ready", False if invalid else None, "InvalidSpec" if invalid else "Progressing", message, gen),
-            _condition("Reconciling", not invalid, "InvalidSpec" if invalid else "Progressing", message, gen),
-            _condition("Stalled", bool(invalid), "InvalidSpec" if invalid else "Progressing", message, gen),
+            _condition("Ready", False if invalid else None, reason, message, gen),
+            _condition("Reconciling", not invalid, reason, message, gen),
+            _condition("Stalled", bool(invalid), reason, message, gen),
         ]
         return doc
     with r.state:
         entries = list(r.entries.values())
         pass_errors = list(r.pass_errors)
-    states = [
-        object_state(e, applied=r.spec.self_heal, forcing=r.forcing) for e in entries if e.action is not Action.PRUNE
-    ]
+    states = [object_state(e, applied=r.spec.self_heal, forcing=r.forcing) for e in entries if not e.left_git]
     counts = {a.value: 0 for a in Action}
     for e in entries:
         counts[e.action.value] += 1
@@ -269,7 +274,8 @@ def status_of(
     drifted, conflicted = counts["drifted"] > 0, counts["conflict"] > 0
     ready: bool | None
     if source_error:
-        ready, reason, message = False, "SourceFailed", source_error
+        ready, message = False, source_error
+        reason = r.load_error_reason if r.load_error else SOURCE_FAILED
         reconciling, stalled = False, True
     elif waiting_for:
         ready, reason, message = False, "DependencyNotReady", f"waiting for {waiting_for} to be Ready"
@@ -310,6 +316,24 @@ def status_of(
         _condition("Suspended", False, "NotSuspended", "", gen),
     ]
     return doc
+
+
+def vacant_status(generation: int, shard: int, message: str) -> dict[str, Any]:
+    """The status of a GitSync whose shard no replica holds (written by a replica that will not take it):
+    Stalled, for nothing progresses until an operator acts; the rest of the last status is left as it was."""
+    return {
+        "observedGeneration": generation,
+        "shard": shard,
+        "conditions": [
+            {**_condition("Ready", None, "ShardUnheld", message, generation), "lastTransitionTime": _now()},
+            {**_condition("Reconciling", False, "Idle", "", generation), "lastTransitionTime": _now()},
+            {**_condition("Stalled", True, "ShardUnheld", message, generation), "lastTransitionTime": _now()},
+        ],
+    }
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 SUSPENDED_MESSAGE = "reconciliation is suspended (spec.suspend: true); the rest of the status is from before"
@@ -369,6 +393,7 @@ __all__ = [
     "parse",
     "shard_of",
     "status_of",
+    "vacant_status",
     "with_transition_times",
     "without_times",
 ]

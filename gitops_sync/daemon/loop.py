@@ -30,19 +30,19 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from gitops_sync.cluster.client import Client, is_dry_run
-from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
-from gitops_sync.daemon.auth import KubernetesAuth
-from gitops_sync.daemon.cache import EventType, WatchCache
-from gitops_sync.daemon.conditions import ClusterProbe, Condition
-from gitops_sync.daemon.events import EventRecorder
-from gitops_sync.daemon.http import Endpoints, HttpServer
-from gitops_sync.daemon.leader import (
+from gitops_sync.cluster.lease import (
     ApiLeaseStore,
     LeaderConfig,
     LeaderElector,
     default_identity,
     lease_name,
 )
+from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
+from gitops_sync.daemon.auth import KubernetesAuth
+from gitops_sync.daemon.cache import EventType, WatchCache
+from gitops_sync.daemon.conditions import ClusterProbe, Condition
+from gitops_sync.daemon.events import EventRecorder
+from gitops_sync.daemon.http import Endpoints, HttpServer
 from gitops_sync.daemon.metrics import Metrics
 from gitops_sync.daemon.queue import WorkQueue
 from gitops_sync.daemon.reconciler import Shared, SourceReconciler, SourceSpec
@@ -92,6 +92,8 @@ class DaemonOptions:
     shards: int = 1  # sources are split into this many shards, one Lease each (with leader_elect)
     max_shards: int = 0  # at most this many shards held by one replica (0 = all)
     workers: int = 4  # sources reconciled at the same time
+    # Local paths (and file:// URLs) a GitSync may name: none by default (source/allow.py).
+    allow_local_repositories: tuple[Path, ...] = ()
 
     @functools.cached_property
     def source_identity(self) -> SourceIdentity:

@@ -11,7 +11,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from gitops_sync.plan.changeset import Action, Entry
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-OBJECT_STATES = ("synced", "drifted", "missing", "conflict", "error")
+OBJECT_STATES = ("synced", "drifted", "missing", "terminating", "conflict", "error")
 
 
 class Metrics:
@@ -136,9 +136,7 @@ class Metrics:
         self.revision.labels(revision, source).set(1)
 
     def set_objects(self, entries: list[Entry], *, applied: bool, forcing: bool) -> None:
-        tally = _Tally(
-            object_state(e, applied=applied, forcing=forcing) for e in entries if e.action is not Action.PRUNE
-        )
+        tally = _Tally(object_state(e, applied=applied, forcing=forcing) for e in entries if not e.left_git)
         for state in OBJECT_STATES:
             self.objects.labels(state).set(tally.get(state, 0))
 
@@ -154,9 +152,7 @@ class Metrics:
         ready: bool,
     ) -> None:
         """One GitSync's figures (the fleet): objects by state, revision, source health, readiness."""
-        tally = _Tally(
-            object_state(e, applied=applied, forcing=forcing) for e in entries if e.action is not Action.PRUNE
-        )
+        tally = _Tally(object_state(e, applied=applied, forcing=forcing) for e in entries if not e.left_git)
         with self._source_lock:
             self._exported.add(source)
             for state in OBJECT_STATES:
@@ -191,13 +187,16 @@ class Metrics:
 
 
 def object_state(entry: Entry, *, applied: bool, forcing: bool) -> str:
-    """synced | drifted | missing | conflict | error, as the objects gauge and /status count them.
+    """synced | drifted | missing | terminating | conflict | error, as the objects gauge and /status count them.
 
     A field another manager took over is a conflict for a plan; when the policy is to force (what
     self-heal does), a plan that shows one is drift self-heal would correct, so it counts as drifted.
+    `terminating`: being deleted (finalizers hold it): it will vanish, whatever a pass applies.
     """
     if entry.action is Action.ERROR:
         return "error"
+    if entry.action is Action.TERMINATING:
+        return "terminating"
     if entry.action is Action.CONFLICT or entry.conflicts:
         return "drifted" if forcing and not applied else "conflict"
     if applied or entry.action is Action.UNCHANGED:

@@ -27,17 +27,24 @@ from gitops_sync.daemon.metrics import Metrics, object_state
 from gitops_sync.daemon.reporter import FULL, SOURCE, KeyQueue, QueueKey, Reporter, fingerprint, masked
 from gitops_sync.daemon.yields import Yields
 from gitops_sync.engine import Engine, PassOptions, SourceOptions
-from gitops_sync.errors import ApiError, ClusterError, GitOpsError
+from gitops_sync.errors import ApiError, ClusterError, GitOpsError, RepositoryNotAllowed
 from gitops_sync.formatting import rfc3339
 from gitops_sync.log import get_logger
 from gitops_sync.plan.autoscaler import Autoscaler, find_autoscaler, scaled_by_controller_manager
-from gitops_sync.plan.changeset import LIVE_CHANGED, ChangeSet, Entry
+from gitops_sync.plan.changeset import LIVE_CHANGED, Action, ChangeSet, Entry
 from gitops_sync.plan.masking import Redactor
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source import mask_url, short_revision
 
 log = get_logger("gitops_sync.daemon")
+
+# A prune finalizers hold: nothing watches a member that left Git, so full passes look again, first after
+# this many seconds, doubling while it stays, up to the cap.
+PENDING_RECHECK = 1.0
+PENDING_RECHECK_MAX = 60.0
+
+SOURCE_FAILED = "SourceFailed"  # the reason of a failed fetch or render (RepositoryNotAllowed has its own)
 
 
 @dataclass
@@ -116,6 +123,7 @@ class SourceReconciler:
         self.lock = threading.Lock()  # held while a pass of this source runs: one pass at a time
         self.load_error = ""  # fetch/render failed (masked), or a pass crashed on this source
         self.load_error_revision = ""
+        self.load_error_reason = SOURCE_FAILED  # of the last load_error: its condition and Event reason
         self.crashed = ""  # a pass crashed unexpectedly on the current source (masked)
         self.unresolved = ""  # why the newest render could not be resolved (an API error), while the old is kept
         self.entries: dict[ObjectKey, Entry] = {}
@@ -125,6 +133,7 @@ class SourceReconciler:
         self.first_sync = False
         self.attempted = ""  # revision of the last pass that ran (clean or not)
         self.fingerprints: dict[ObjectKey, str] = {}
+        self.recheck = 0.0  # seconds until the next look at a pending deletion (0: none pending)
         self.on_loaded: Callable[[SourceReconciler], None] | None = None  # the fleet re-indexes interest
         self.on_passed: Callable[[SourceReconciler], None] | None = None  # the fleet writes status
 
@@ -179,7 +188,8 @@ class SourceReconciler:
         try:
             checkout, objects = self.desired.load()
         except Exception as exc:
-            self._source_failed(masked(exc, self.desired.redactor()), self.desired.failed_revision(exc))
+            reason = exc.reason if isinstance(exc, RepositoryNotAllowed) else SOURCE_FAILED
+            self._source_failed(masked(exc, self.desired.redactor()), self.desired.failed_revision(exc), reason)
             return False
         new_digest = digest(checkout.revision, objects)
         if self.desired.unchanged(new_digest):
@@ -256,8 +266,9 @@ class SourceReconciler:
         self.queue.forget(SOURCE)
         self.set_source_health(revision, load_error="")
 
-    def _source_failed(self, error: str, revision: str) -> None:
+    def _source_failed(self, error: str, revision: str, reason: str = "") -> None:
         """Fetch, render or resolve failed: keep the last good state, retry with backoff, report once."""
+        self.load_error_reason = reason or SOURCE_FAILED
         delay = self.queue.add_rate_limited(SOURCE)
         self.metrics.source_errors.inc()
         kept = self.desired.state.checkout.revision if self.desired.state else ""
@@ -285,7 +296,7 @@ class SourceReconciler:
             if self.condition.set(False, error, rev):
                 keeping = f"; keeping {short_revision(kept)}" if kept else ""
                 self.source_event(
-                    "SourceFailed",
+                    self.load_error_reason if load_error else SOURCE_FAILED,
                     WARNING,
                     f"source failed at revision {short_revision(rev) or '(unknown)'}{keeping}: {error}",
                 )
@@ -401,6 +412,8 @@ class SourceReconciler:
                     self.metrics.applied_at.set(time.time())
         # A full pass that is retried as a whole retries its failed objects too: one backoff, not two.
         self._absorb(src, cs, only is None, retry_objects=not retry_in, retry_in=retry_in)
+        if only is None:
+            self._recheck_pending(cs)
         with self.state:
             self.last_pass = {
                 "kind": kind,
@@ -421,6 +434,16 @@ class SourceReconciler:
         )
         if self.on_passed is not None:
             self.on_passed(self)
+
+    def _recheck_pending(self, cs: ChangeSet) -> None:
+        """Members that left Git but are held by finalizers: a full pass looks again until they are gone
+        (the report says "deletion pending" meanwhile, never "deleted"). Desired ones need nothing: the
+        watch sees them vanish, and the pass that follows re-creates them."""
+        if any(e.action is Action.TERMINATING and e.left_git for e in cs.entries):
+            self.recheck = min(self.recheck * 2, PENDING_RECHECK_MAX) if self.recheck else PENDING_RECHECK
+            self.queue.add_after(FULL, self.recheck)
+        else:
+            self.recheck = 0.0
 
     def _yielding(self, src: DesiredState, only: set[ObjectKey] | None, live_map: LiveMap) -> list[Target]:
         """The targets of this pass with yielded fields left out (daemon/yields.py): end the yields that

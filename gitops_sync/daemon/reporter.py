@@ -97,6 +97,13 @@ class Reporter:
                 self.reported[key] = ("prune",)
                 log.warning("would prune", object=str(key), message=e.message)
             return
+        if e.action is Action.TERMINATING:  # held by finalizers: said once, until what holds it changes
+            held = e.terminating.finalizers if e.terminating else []
+            if self.reported.get(key) != ("terminating", *held):
+                self.reported[key] = ("terminating", *held)
+                log.warning("deletion pending", object=str(key), finalizers=held, message=e.message)
+                self.event(e, "DeletionPending", WARNING, e.message)
+            return
         fields = list({c.path: c for c in e.drift + e.conflicts}.values())  # a conflict is also a drift
         sig = (
             e.action.value,

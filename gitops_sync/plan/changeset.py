@@ -18,12 +18,14 @@ class Action(enum.StrEnum):
     UPDATE = "update"
     UNCHANGED = "unchanged"
     PRUNE = "prune"
+    # Being deleted (a deletionTimestamp), held by finalizers: it will vanish, whether Git wants it or not.
+    TERMINATING = "terminating"
     CONFLICT = "conflict"
     ERROR = "error"
 
     @property
     def is_change(self) -> bool:
-        return self in (Action.CREATE, Action.UPDATE, Action.PRUNE, Action.CONFLICT)
+        return self in (Action.CREATE, Action.UPDATE, Action.PRUNE, Action.TERMINATING, Action.CONFLICT)
 
 
 _ABSENT: Any = None
@@ -152,6 +154,7 @@ class SharedWith:
     parent: str = ""  # e.g. "ConfigMap team-a/gitops-sync-deploy-apps" or "Secret ns/name"
     source: str = ""  # the parent's gitops-sync.io/source (repo//path@ref) or tooling annotation
     tooling: str = ""  # applyset.kubernetes.io/tooling, e.g. "kubectl/v1.33.0"
+    identity: str = ""  # the parent's gitops-sync.io/source-identity (`repo//path`), when gitops-sync made it
 
     def describe(self) -> str:
         """`ApplySet ConfigMap team-a/x (source /repos/deploy//apps)`, or the bare id."""
@@ -160,8 +163,56 @@ class SharedWith:
         extra = ", ".join(p for p in (f"source {self.source}" if self.source else "", self.tooling) if p)
         return f"ApplySet {self.parent}" + (f" ({extra})" if extra else "")
 
+    def same_source(self, identity: str) -> bool:
+        """The other parent records a source that looks like this one (`repo//path` identities): the same,
+        or the same repository name and sub-directory spelled another way (a work tree without a remote and
+        its URL, a mirror). Then the object is most likely ours under another inventory name."""
+        if not self.identity or not identity:
+            return False
+        if self.identity == identity:
+            return True
+        (theirs, _, their_path), (ours, _, our_path) = self.identity.partition("//"), identity.partition("//")
+        return their_path == our_path and _repo_name(theirs) == _repo_name(ours) != ""
+
     def to_dict(self) -> dict[str, Any]:
         return {"applySet": self.applyset_id, "parent": self.parent, "source": self.source, "tooling": self.tooling}
+
+
+def _repo_name(repo: str) -> str:
+    last = repo.rstrip("/").rsplit("/", 1)[-1]
+    return last[:-4] if last.endswith(".git") else last
+
+
+def finalizers_text(names: list[str]) -> str:
+    """`finalizer a` or `finalizers a, b`."""
+    return ("finalizer " if len(names) == 1 else "finalizers ") + ", ".join(names)
+
+
+@dataclass
+class Terminating:
+    """An object with a deletionTimestamp: what still holds it, and whether Git wants it.
+
+    `finalizers` are `metadata.finalizers` (and a Namespace's `spec.finalizers`); `note` is what the object
+    says of its own deletion (a Namespace's conditions: "Some content in the namespace has finalizers
+    remaining: …"). A member that left Git is not deleted again; a desired one is re-created once gone.
+    """
+
+    since: str  # the deletionTimestamp
+    finalizers: list[str] = field(default_factory=list)
+    in_git: bool = False
+    note: str = ""
+    graceful: bool = False  # no finalizer: a grace period (a Pod) runs out first
+
+    def describe(self) -> str:
+        """`deletion pending: finalizer example.com/hold`, as every report and the page say it."""
+        if self.finalizers:
+            what = finalizers_text(self.finalizers)
+        else:
+            what = "graceful termination" if self.graceful else "the API server"
+        return f"deletion pending: {what}" + (f" ({self.note})" if self.note else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"since": self.since, "finalizers": list(self.finalizers), "inGit": self.in_git, "note": self.note}
 
 
 @dataclass
@@ -238,6 +289,12 @@ class Entry:
     yielded: list[Yielded] = field(default_factory=list)  # fields left to another manager (daemon)
     ignored: list[Ignored] = field(default_factory=list)  # fields ignore rules left to the cluster
     foreign: list[Foreign] = field(default_factory=list)  # fields others added that Git does not declare
+    terminating: Terminating | None = None  # being deleted: what holds it (action `terminating`)
+
+    @property
+    def left_git(self) -> bool:
+        """A member that left Git (pruned, or its deletion pending): not one of the desired objects."""
+        return self.action is Action.PRUNE or (self.terminating is not None and not self.terminating.in_git)
 
     def change(self, *, dry_run: bool = True) -> str:
         """`planned change`, `drift`, …: see `change_of`."""
@@ -266,6 +323,8 @@ class Entry:
             out["ignored"] = [i.to_dict() for i in self.ignored]
         if self.foreign:
             out["foreign"] = [f.to_dict() for f in self.foreign]
+        if self.terminating is not None:
+            out["terminating"] = self.terminating.to_dict()
         return out
 
 
@@ -279,12 +338,27 @@ class ChangeSet:
     inventory: str = ""  # the ApplySet parent's name chosen for this source (--name or derived)
     inventory_namespace: str = ""
     source_identity: str = ""  # the normalised source the inventory belongs to
+    # Members that left Git and were not deleted (the cascade guard refused, a delete failed). Their entries
+    # are errors; the report says it up top too (`report_errors`), but it is no pass error: the daemon does
+    # not back off for what waits on someone else.
+    prune_left: list[ObjectKey] = field(default_factory=list)
 
     def summary(self) -> dict[str, int]:
         counts = Counter(e.action for e in self.entries)
         out = {a.value: counts.get(a, 0) for a in Action}
         out["error"] += len(self.errors)
         return out
+
+    def report_errors(self) -> list[str]:
+        """`errors` as a report shows them: the pass's own, and one line for a prune that left members behind
+        (an exit 2 whose `errors` was [] named its cause only in an entry)."""
+        if not self.prune_left:
+            return list(self.errors)
+        names = ", ".join(str(k) for k in self.prune_left[:5])
+        more = f" and {len(self.prune_left) - 5} more" if len(self.prune_left) > 5 else ""
+        verb = "would not delete" if self.dry_run else "did not delete"
+        left = f"{len(self.prune_left)} object(s) that left Git: {names}{more}"
+        return [*self.errors, f"prune incomplete: {verb} {left} (see their entries)"]
 
     @property
     def has_changes(self) -> bool:
@@ -293,6 +367,11 @@ class ChangeSet:
     @property
     def has_conflicts(self) -> bool:
         return any(e.action is Action.CONFLICT or e.conflicts for e in self.entries)
+
+    @property
+    def has_pending(self) -> bool:
+        """An object is being deleted (held by finalizers): the cluster is not what Git says yet."""
+        return any(e.action is Action.TERMINATING for e in self.entries)
 
     @property
     def has_errors(self) -> bool:
@@ -313,5 +392,5 @@ class ChangeSet:
             "dryRun": self.dry_run,
             "summary": self.summary(),
             "objects": [e.to_dict() for e in self.sorted_entries()],
-            "errors": list(self.errors),
+            "errors": self.report_errors(),
         }

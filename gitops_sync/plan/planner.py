@@ -74,16 +74,8 @@ def resolve(objects: Iterable[DesiredObject], discovery: Discovery, default_name
         if obj.kind == "CustomResourceDefinition" and obj.api_version.startswith("apiextensions.k8s.io/"):
             discovery.add_crd(obj.manifest)
     targets: dict[ObjectKey, Target] = {}
-    for obj in objects:
-        info = discovery.lookup(obj.api_version, obj.kind)
-        name = f"{obj.kind}/{(obj.manifest.get('metadata') or {}).get('name', '?')}"
-        if info is None:
-            raise RenderError(
-                f"kind {obj.kind} ({obj.api_version}) is not served by the cluster and no "
-                "CustomResourceDefinition in the source defines it",
-                file=obj.origin,
-                obj=name,
-            )
+    for obj, info in zip(objects, _served(objects, discovery), strict=True):
+        name = _object_name(obj)
         check_policy_annotations(obj.manifest, obj.origin, name)
         manifest = prepare_desired(obj.manifest)
         meta = manifest.setdefault("metadata", {})
@@ -103,6 +95,33 @@ def resolve(objects: Iterable[DesiredObject], discovery: Discovery, default_name
         source = str(obj.extra.get("source", ""))
         targets[key] = Target(key=key, info=info, manifest=manifest, origin=obj.origin, source=source)
     return list(targets.values())
+
+
+def _object_name(obj: DesiredObject) -> str:
+    return f"{obj.kind}/{(obj.manifest.get('metadata') or {}).get('name', '?')}"
+
+
+def _served(objects: list[DesiredObject], discovery: Discovery) -> list[ResourceInfo]:
+    """Each object's resource; every kind the cluster does not serve (and no CRD in the source defines) is
+    named in one error: naming only the first made a user fix, re-run and fail again once per missing CRD."""
+    infos: list[ResourceInfo] = []
+    missing: dict[tuple[str, str], DesiredObject] = {}
+    for obj in objects:
+        info = discovery.lookup(obj.api_version, obj.kind)
+        if info is None:
+            missing.setdefault((obj.api_version, obj.kind), obj)
+        else:
+            infos.append(info)
+    if not missing:
+        return infos
+    first, *others = missing.values()
+    more = "; ".join(f"{o.kind} ({o.api_version}) in {o.origin}, {_object_name(o)}" for o in others)
+    raise RenderError(
+        f"kind {first.kind} ({first.api_version}) is not served by the cluster and no "
+        "CustomResourceDefinition in the source defines it" + (f"; also not served: {more}" if more else ""),
+        file=first.origin,
+        obj=_object_name(first),
+    )
 
 
 # Per-object policy annotations in Git and the values each accepts.
@@ -139,6 +158,11 @@ def is_create_only(target: Target) -> bool:
 def prune_disabled(live: Manifest) -> bool:
     """`gitops-sync.io/prune: disabled` on the live member (as Git last applied it): never pruned."""
     return _annotation(live, PRUNE) == PRUNE_DISABLED
+
+
+def is_adopted(live: Manifest) -> bool:
+    """`gitops-sync.io/adopted` on a member: it existed before us, so prune releases it, never deletes it."""
+    return _annotation(live, ADOPTED) == "true"
 
 
 def create_only_entry(target: Target, live: Manifest, field_manager: str, *, dry_run: bool) -> Entry:
@@ -197,8 +221,13 @@ def wants_adoption(target: Target) -> bool:
     return str(annotations.get(ADOPT, "")).lower() == "true"
 
 
-def shared_entry(target: Target, live: Manifest, shared: SharedWith, field_manager: str, *, dry_run: bool) -> Entry:
-    """A `shared` conflict: the object belongs to another ApplySet, so it is left alone, and we say whose."""
+def shared_entry(
+    target: Target, live: Manifest, shared: SharedWith, field_manager: str, *, dry_run: bool, identity: str = ""
+) -> Entry:
+    """A `shared` conflict: the object belongs to another ApplySet, so it is left alone, and we say whose.
+
+    `identity` is this source's (`repo//path`): when the other parent records the same source under another
+    spelling, the advice is to sync under that inventory's name, not to take the object over."""
     entry = explain(target, live, None, field_manager, dry_run=dry_run)
     path = f".metadata.labels.{PART_OF}"
     owner = _owner(live, path, field_manager)
@@ -215,6 +244,14 @@ def shared_entry(target: Target, live: Manifest, shared: SharedWith, field_manag
             actor=shared.describe(),
         )
     ]
+    if shared.same_source(identity):
+        ns, _, name = shared.parent.partition(" ")[2].partition("/")
+        option = f"--name {name}" + (f" --inventory-namespace {ns}" if ns else "")
+        entry.message = (
+            f"shared: already a member of {shared.describe()}, which records this repository under another "
+            f"spelling or name; left alone. Same source? `{option}` syncs it as that one"
+        )
+        return entry
     entry.message = (
         f"shared: already a member of {shared.describe()}; left alone (--adopt-shared or the annotation "
         f'{ADOPT}: "true" in Git takes it over)'
@@ -233,11 +270,12 @@ def intent_hash(manifest: Manifest) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
-def is_unchanged(target: Target, live: Manifest | None) -> bool:
+def is_unchanged(target: Target, live: Manifest | None, field_manager: str) -> bool:
     """The fast path: exact without a request when the live object carries this very intent.
 
     Same intent hash = we last applied exactly this, so nothing needs removing; every field we set
-    still holds its value = nobody drifted it. Any doubt falls through to a server-side apply.
+    still holds its value (or was never stored, see `dropped_by_server`) = nobody drifted it. Any doubt
+    falls through to a server-side apply.
     """
     if live is None:
         return False
@@ -245,7 +283,24 @@ def is_unchanged(target: Target, live: Manifest | None) -> bool:
     want = (target.manifest.get("metadata") or {}).get("annotations", {}).get(INTENT_HASH)
     if live_ann.get(INTENT_HASH) != want:
         return False
-    return not _diff.diff_intent(target.manifest, live, prepared=True)
+    differences = _diff.diff_intent(target.manifest, live, prepared=True)
+    return not differences or dropped_by_server(differences, live, field_manager)
+
+
+def dropped_by_server(differences: Iterable[_diff.FieldDiff], live: Manifest, field_manager: str) -> bool:
+    """Whether every difference is a field Git sets that the server accepted from our apply and did not store.
+
+    Decided from the server's own record, not a list of such fields: our Apply entry in `managedFields` still
+    owns the path although the live object lacks it. The server records what an apply set even where the
+    stored object omits it (`readOnly: false`, a zero value its Go type leaves out), and a write that later
+    removes a field takes it out of every manager's entry, ours too; so owned-but-absent means the server
+    dropped it from our own apply, and applying again would store nothing new.
+    """
+    differences = list(differences)
+    if any(d.live is not fieldpath.MISSING for d in differences):
+        return False
+    ours = next((e for e in ownership.managed_fields(live) if e.identity == (field_manager, "Apply", "")), None)
+    return ours is not None and all(ours.owns(d.path) for d in differences)
 
 
 def explain(
@@ -501,10 +556,17 @@ def after_takeover(result: Manifest, desired: Manifest, field_manager: str) -> M
 
 
 def without_conflicts(manifest: Manifest, conflicts: list[ownership.Conflict]) -> Manifest:
-    """The apply body minus the conflicting fields: everything else still applies (policy `report`)."""
+    """The apply body minus the conflicting fields: everything else still applies (policy `report`).
+
+    Its intent hash is that of what it applies, not of Git's whole manifest: the live object must not claim
+    an intent that was only partly applied, or the next pass's fast path would call the object unchanged
+    while the contested fields are still someone else's (a server dry-run still refuses them)."""
     body = manifest
     for c in conflicts:
         body = fieldpath.remove(body, c.path)
+    annotations = (body.get("metadata") or {}).get("annotations")
+    if conflicts and isinstance(annotations, dict) and INTENT_HASH in annotations:
+        annotations[INTENT_HASH] = intent_hash(body)  # `remove` copied the body: the target keeps its own
     return body
 
 

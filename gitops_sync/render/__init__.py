@@ -2,5 +2,6 @@
 
 from gitops_sync.render._render import RenderOptions, render
 from gitops_sync.render._yaml import load_config, to_yaml
+from gitops_sync.render.snapshot import Snapshot
 
-__all__ = ["RenderOptions", "load_config", "render", "to_yaml"]
+__all__ = ["RenderOptions", "Snapshot", "load_config", "render", "to_yaml"]

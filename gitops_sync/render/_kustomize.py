@@ -12,7 +12,7 @@ output can be redacted before it reaches a message (see _tools.redact).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,10 +40,19 @@ _OBJECT_PATHS = ("patches", "patchesJson6902", "replacements")
 _GENERATORS = ("configMapGenerator", "secretGenerator")
 
 
-def check(directory: Path, boundary: Path, *, allow_external: bool = False) -> frozenset[str]:
+def check(
+    directory: Path,
+    boundary: Path,
+    *,
+    allow_external: bool = False,
+    check: Callable[[Path, str], None] = lambda target, name: None,
+) -> frozenset[str]:
     """Raise a RenderError naming the kustomization file and entry for a remote or outside reference;
-    return the secretGenerator values found on the way (to redact from the tool's output)."""
-    walk = _Walk(boundary, allow_external)
+    return the secretGenerator values found on the way (to redact from the tool's output).
+
+    `check(target, kustomization file)` is called on every local path an entry names (it may raise: a
+    submodule whose files are not there, see RenderOptions.holes)."""
+    walk = _Walk(boundary, allow_external, check)
     walk.visit(directory.resolve())
     return frozenset(walk.secrets)
 
@@ -52,6 +61,7 @@ def check(directory: Path, boundary: Path, *, allow_external: bool = False) -> f
 class _Walk:
     boundary: Path
     allow_external: bool
+    check: Callable[[Path, str], None]
     secrets: set[str] = field(default_factory=set)
     seen: set[Path] = field(default_factory=set)
 
@@ -137,6 +147,7 @@ class _Walk:
                 f"{key} entry {entry!r} leads outside the repository (to {target}); pass {_FLAG} to allow it",
                 file=name,
             )
+        self.check(target, name)
         return target if target.exists() else None
 
     def _name(self, file: Path) -> str:

@@ -13,12 +13,13 @@ import posixpath
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gitops_sync.errors import RenderError
 from gitops_sync.render import _kustomize, _tools, locate
 from gitops_sync.render._kustomize import KUSTOMIZATION_FILES
 from gitops_sync.render._yaml import NodeBudget, load_config, load_json, load_yaml, read_bounded
+from gitops_sync.render.snapshot import Snapshot
 from gitops_sync.resource import DesiredObject, Manifest, ObjectKey, split_api_version
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -46,24 +47,36 @@ class RenderOptions:
     max_tool_output_bytes: int = 32 * 1024 * 1024  # stdout of one `kubectl kustomize` / `helm template`
     # Kustomizations may name remote bases (URLs, git refs) and paths outside the repository.
     kustomize_allow_external: bool = False
+    # Directories of the repository (posix, relative to repo_root) whose files are not there: a Git submodule
+    # of a fetched commit, or one not checked out in a work tree. Rendering one (walking into it, a symlink
+    # or a kustomization reaching it) is an error naming it, never an empty directory.
+    holes: tuple[str, ...] = ()
 
 
-def render(root: Path, options: RenderOptions | None = None) -> list[DesiredObject]:
-    """All desired objects under `root`, in walk order; raises RenderError naming the file and object."""
+def render(
+    root: Path, options: RenderOptions | None = None, *, snapshot: Snapshot | None = None
+) -> list[DesiredObject]:
+    """All desired objects under `root`, in walk order; raises RenderError naming the file and object.
+
+    `snapshot`: the files of `root` as read once (a plain one: no symlink, no kustomization or chart),
+    rendered instead of the disk, so the objects are of exactly those bytes (render/snapshot.py)."""
     opts = options or RenderOptions()
-    if not root.is_dir():
+    if snapshot is None and not root.is_dir():
         raise RenderError("not a directory", file=str(root))
-    walker = _Walker(root, opts)
+    if snapshot is not None and not snapshot.plain:
+        raise ValueError("only a plain snapshot renders from memory: kustomize, helm and symlinks read the disk")
+    walker = _Walker(root, opts, snapshot)
     try:
         walker.walk(root, "", frozenset())
     except RenderError:
         raise
     except RecursionError:
-        raise RenderError("nested too deeply", file=walker.current or ".") from None
+        raise RenderError("nested too deeply", file=walker.current or walker.name("")) from None
     except OSError as err:
-        raise RenderError(f"cannot read: {err.strerror or type(err).__name__}", file=walker.current or ".") from None
+        where = walker.current or walker.name("")
+        raise RenderError(f"cannot read: {err.strerror or type(err).__name__}", file=where) from None
     except Exception as err:  # a bug or an input nobody foresaw: name the file, never echo the value
-        raise RenderError(f"cannot render ({type(err).__name__})", file=walker.current or ".") from None
+        raise RenderError(f"cannot render ({type(err).__name__})", file=walker.current or walker.name("")) from None
     return _unique(walker.objects)
 
 
@@ -71,33 +84,64 @@ def render(root: Path, options: RenderOptions | None = None) -> list[DesiredObje
 class _Walker:
     root: Path
     opts: RenderOptions
+    snapshot: Snapshot | None = None
     objects: list[DesiredObject] = field(default_factory=list)
     boundary: Path = field(init=False)
+    holes: frozenset[str] = field(init=False)
+    real_root: Path = field(init=False)
     budget: NodeBudget = field(init=False)
     current: str = ""  # the file or directory being rendered, for errors nobody foresaw
+    top: str = field(init=False)  # the rendered directory as the repository names it (`--path`), or ""
 
     def __post_init__(self) -> None:
         self.budget = NodeBudget(self.opts.max_yaml_nodes, self.opts.max_render_nodes, self.opts.max_depth)
         self.boundary = (self.opts.repo_root or self.root).resolve()
-        if not self.root.resolve().is_relative_to(self.boundary):
+        self.real_root = self.root.resolve()
+        if not self.real_root.is_relative_to(self.boundary):
             raise RenderError(f"the rendered directory is outside the repository {self.boundary}", file=str(self.root))
+        inner = self.real_root.relative_to(self.boundary).as_posix()
+        self.top = "" if inner == "." else inner
+        self.holes = frozenset(self.opts.holes)
+
+    def name(self, rel: str) -> str:
+        """A directory in messages and origins: its path under the rendered one; the rendered directory itself
+        by its `--path` (`apps/web (kustomize)`, not `. (kustomize)`), `.` at the repository's top."""
+        return rel or self.top or "."
+
+    def _hole(self, path: Path) -> str | None:
+        """The submodule (RenderOptions.holes) that `path`, a resolved path, is or lies in."""
+        if not self.holes or not path.is_relative_to(self.boundary):
+            return None
+        rel = path.relative_to(self.boundary).as_posix()
+        return next((h for h in self.holes if rel == h or rel.startswith(h + "/")), None)
+
+    def _check_hole(self, path: Path, rel: str) -> None:
+        """Raise when `path` is (in) a submodule whose files are not there; `rel` names what reached it (a
+        symlink, a kustomization; "" when the walk itself did)."""
+        hole = self._hole(path)
+        if hole is not None:
+            raise RenderError(
+                f"Git submodule {hole}: its files are not in this checkout (gitops-sync does not fetch submodules, "
+                "so a fetched or --revision commit never has them; in a work tree run `git submodule update "
+                "--init`); refusing to render it as an empty directory",
+                file=rel or None,
+            )
 
     def walk(self, directory: Path, rel: str, ancestors: frozenset[Path]) -> None:
         """Sorted, depth-first; a kustomization or chart directory is rendered whole by its tool."""
-        self.current = rel or "."
-        real = directory.resolve()
+        self.current = self.name(rel)
+        # A snapshot holds no symlink: its directories are where they are spelt.
+        real = directory.resolve() if self.snapshot is None else self.real_root.joinpath(rel)
         if real in ancestors:
-            raise RenderError("symlink loop: the directory contains itself", file=rel or ".")
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError as err:
-            raise RenderError(f"cannot read the directory: {err.strerror}", file=rel or ".") from None
+            raise RenderError("symlink loop: the directory contains itself", file=self.name(rel))
+        self._check_hole(real, "")
+        entries = self._list(directory, rel)
         names = {e.name for e in entries}
         kustomization = next((n for n in KUSTOMIZATION_FILES if n in names), None)
         if kustomization is not None or "Chart.yaml" in names:
             self._check_tree_links(directory, rel)
             tool = "kustomize" if kustomization is not None else "helm"
-            label = f"{rel or '.'} ({tool})"
+            label = f"{self.name(rel)} ({tool})"
             output = self._kustomize(directory, label) if tool == "kustomize" else self._helm(directory, rel, label)
             # A tool's output is the rendering of a whole tree: bounded by bytes and by the render's budget.
             budget = replace(self.budget, per_file=sys.maxsize)
@@ -121,6 +165,16 @@ class _Walker:
                 self.current = entry_rel
                 self._load_file(path, entry_rel)
 
+    def _list(self, directory: Path, rel: str) -> list[_Listed]:
+        """The directory's entries sorted by name: from the disk, or from the snapshot being rendered."""
+        if self.snapshot is not None:
+            snap = self.snapshot
+            return [_SnapshotEntry(n, directory / n, posixpath.join(rel, n), snap) for n in snap.dirs.get(rel, ())]
+        try:
+            return sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as err:
+            raise RenderError(f"cannot read the directory: {err.strerror}", file=self.name(rel)) from None
+
     def _check_link(self, path: Path, rel: str) -> None:
         try:
             target = path.resolve()
@@ -128,6 +182,7 @@ class _Walker:
             raise RenderError("symlink loop", file=rel) from None
         if not target.is_relative_to(self.boundary):
             raise RenderError(f"symlink leads outside the repository (to {target})", file=rel)
+        self._check_hole(target, rel)
         if not target.exists():
             raise RenderError(f"broken symlink (to {target})", file=rel)
 
@@ -137,12 +192,21 @@ class _Walker:
             dirs[:] = [d for d in dirs if d != ".git"]
             for name in dirs + files:
                 path = Path(top, name)
+                if name in dirs:
+                    inner = path.relative_to(directory).as_posix()
+                    self._check_hole(path.resolve(), f"{rel}/{inner}" if rel else inner)
                 if path.is_symlink():
                     inner = path.relative_to(directory).as_posix()
                     self._check_link(path, f"{rel}/{inner}" if rel else inner)
 
     def _load_file(self, path: Path, rel: str) -> None:
-        data = read_bounded(path, rel, self.opts.max_file_bytes)
+        limit = self.opts.max_file_bytes
+        if self.snapshot is None:
+            data = read_bounded(path, rel, limit)
+        else:
+            data = self.snapshot.files[rel]
+            if len(data) > limit:
+                raise RenderError(f"file is larger than the {limit}-byte limit", file=rel)
         if rel.lower().endswith(".json"):
             docs = load_json(data, rel, self.budget)
         else:
@@ -175,7 +239,9 @@ class _Walker:
     def _kustomize(self, directory: Path, label: str) -> str:
         # Refuse remote bases and paths leaving the repository before kustomize fetches or reads them, and
         # learn the secretGenerator values its error messages might quote.
-        secrets = _kustomize.check(directory, self.boundary, allow_external=self.opts.kustomize_allow_external)
+        secrets = _kustomize.check(
+            directory, self.boundary, allow_external=self.opts.kustomize_allow_external, check=self._check_hole
+        )
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
         return _tools.kustomize(self.opts.kubectl, directory, label, limits, secrets)
 
@@ -242,6 +308,43 @@ _CHART_FILES = ("Chart.yaml", "Chart.lock", "requirements.yaml", "requirements.l
 
 def _join(rel: str, name: str) -> str:
     return f"{rel}/{name}" if rel else name
+
+
+class _Listed(Protocol):
+    """What the walk needs of a directory entry (os.DirEntry, or one of a snapshot)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    def is_dir(self) -> bool: ...
+
+    def is_file(self) -> bool: ...
+
+    def is_symlink(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class _SnapshotEntry:
+    name: str
+    where: Path
+    rel: str  # inside the snapshot
+    snapshot: Snapshot
+
+    @property
+    def path(self) -> str:
+        return str(self.where)
+
+    def is_dir(self) -> bool:
+        return self.rel in self.snapshot.dirs
+
+    def is_file(self) -> bool:
+        return self.rel in self.snapshot.files
+
+    def is_symlink(self) -> bool:
+        return self.rel in self.snapshot.links
 
 
 def _is_list(value: dict[str, Any]) -> bool:

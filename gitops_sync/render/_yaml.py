@@ -106,6 +106,11 @@ def _scalar_text(loader: yaml.SafeLoader, node: Node) -> str:
 
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", _scalar_text)
 _Loader.add_constructor("tag:yaml.org,2002:binary", lambda ld, n: "".join(_scalar_text(ld, n).split()))
+# YAML 1.1 resolves a plain `=` to the "value" type and a plain `<<` to "merge", and PyYAML has no constructor
+# for either as a value; the API server and kubectl (go-yaml) read both as strings. kube-prometheus's
+# AlertmanagerConfig CRD has `- =` in an enum of match operators. (`<<` as a key still merges.)
+_Loader.add_constructor("tag:yaml.org,2002:value", _scalar_text)
+_Loader.add_constructor("tag:yaml.org,2002:merge", _scalar_text)
 
 
 class _Dumper(_BaseDumper):  # type: ignore[valid-type,misc]
@@ -158,6 +163,8 @@ def load_yaml(data: bytes | str, source: str, budget: NodeBudget | int) -> list[
     except RenderError:
         raise
     except yaml.MarkedYAMLError as err:
+        if isinstance(err, ConstructorError) and node is not None:
+            err = _first_unreadable_scalar(node) or err
         context = err.context or ""
         if err.context_mark is not None and err.problem_mark is not None and context:
             # Where the unclosed thing started is usually where the mistake is, not where libyaml noticed.
@@ -350,6 +357,33 @@ def _check_nodes(root: Node, budget: NodeBudget, source: str, number: int, file_
             _check_unique_keys(node, source, root)
         stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
     return sizes[id(root)]
+
+
+def _first_unreadable_scalar(root: Node) -> ConstructorError | None:
+    """The constructor error of the first scalar (in file order) that cannot be read, if a scalar is the cause.
+
+    PyYAML builds a document level by level, so the error it raises names the shallowest bad value, which
+    can be thousands of lines after the first one; the author wants the first.
+    """
+    loader = _Loader("")
+    seen: set[int] = set()
+    stack: list[Node] = [root]
+    try:
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, ScalarNode):
+                try:
+                    loader.construct_object(node)
+                except ConstructorError as err:
+                    return err
+            else:
+                stack.extend(reversed(_children(node)))
+    finally:
+        loader.dispose()
+    return None
 
 
 def _duplicate_key(node: MappingNode) -> ScalarNode | None:

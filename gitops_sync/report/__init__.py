@@ -30,6 +30,7 @@ _STYLE = {
     Action.UPDATE: "yellow",
     Action.UNCHANGED: "dim",
     Action.PRUNE: "magenta",
+    Action.TERMINATING: "bold magenta",
     Action.CONFLICT: "bold red",
     Action.ERROR: "bold red",
 }
@@ -173,7 +174,7 @@ def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int 
         for e, f in foreign:
             ft.add_row(Text(str(e.key)), Text(f.path), Text(short(f.value, limit)), Text(_by(f)), Text(f.time))
         console.print(ft)
-    for err in cs.errors:
+    for err in cs.report_errors():
         console.print(Text(f"error: {err}", style="bold red"))
 
 
@@ -227,7 +228,7 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
             for e, f in foreign
         ]
         lines += ["", "</details>", ""]
-    lines += [f"> **error:** {_md(err)}" for err in cs.errors]
+    lines += [f"> **error:** {_md(err)}" for err in cs.report_errors()]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -276,17 +277,18 @@ def _code(text: str) -> str:
 
 
 def exit_code_diff(cs: ChangeSet) -> int:
-    """`kubectl diff`/`flux diff`: 0 in sync, 1 differences or conflicts, 2 error."""
+    """`kubectl diff`/`flux diff`: 0 in sync, 1 differences or conflicts (a Terminating object too), 2 error."""
     if cs.has_errors:
         return 2
     return 1 if cs.has_changes or cs.has_conflicts else 0
 
 
 def exit_code_sync(cs: ChangeSet) -> int:
-    """0 applied cleanly, 1 conflicts left unresolved, 2 error."""
+    """0 applied cleanly, 1 not converged though nothing failed (conflicts left unresolved, a deletion
+    pending: the cluster is not what Git says yet, and a later run can change that), 2 error."""
     if cs.has_errors:
         return 2
-    return 1 if cs.has_conflicts else 0
+    return 1 if cs.has_conflicts or cs.has_pending else 0
 
 
 __all__ = ["Entry", "exit_code_diff", "exit_code_sync", "markdown", "table", "write"]

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from gitops_sync.errors import SourceError
 from gitops_sync.formatting import last_lines
@@ -34,6 +34,8 @@ from gitops_sync.source.identity import SourceIdentity, identify
 
 if TYPE_CHECKING:
     import git
+
+    from gitops_sync.source.allow import LocalRepositories
 
 log = get_logger(__name__)
 
@@ -73,6 +75,10 @@ class Checkout:
     # None for a plain directory or a work tree, whose files may differ from any commit.
     git_dir: Path | None = field(default=None, compare=False)
     git_path: str | None = field(default=None, compare=False)
+    # Git submodules under repo_root whose files are not here (posix, relative to repo_root): every submodule
+    # of a materialised commit (its gitlink is an empty directory: submodules are never fetched), one not
+    # checked out in a work tree. The render refuses to read one (RenderOptions.holes).
+    holes: tuple[str, ...] = field(default=(), compare=False)
 
 
 def mask_url(text: str) -> str:
@@ -130,12 +136,21 @@ def fetch(
     *,
     cache_dir: Path | None = None,
     timeout: float = 60,
+    local_policy: LocalRepositories | None = None,
 ) -> Checkout:
     """Resolve the source to a directory on disk and the commit it shows.
 
     `cache_dir` holds one sub-directory per repository (default `$XDG_CACHE_HOME/gitops-sync/repos`).
     Remote repositories are fetched on every call so that a force-pushed branch is followed.
+    `local_policy` (the fleet's): a local path or `file://` URL it refuses raises RepositoryNotAllowed before
+    anything reads it; checked on every fetch, so a path turned into a symlink since the last one is caught,
+    and the directory it resolved to is the one read.
     """
+    target = repo
+    real = local_policy.check(repo) if local_policy is not None else None
+    if real is not None:
+        # What was checked is what is read: a symlink swapped since the check leads nowhere new.
+        target = f"file://{quote(str(real))}" if is_remote(repo) else str(real)
     if revision is not None and revision.strip() in ("", "HEAD"):
         revision = None
     if revision is not None and revision.startswith("-"):
@@ -143,11 +158,11 @@ def fetch(
     # Absolute and without symlinks: git runs in the cache's own directories, where a relative path
     # would mean something else.
     cache = (cache_dir if cache_dir is not None else _default_cache_dir()).expanduser().resolve()
-    if is_remote(repo):
-        checkout = _fetch_remote(repo, revision, path, cache, timeout)
+    if is_remote(target):
+        checkout = _fetch_remote(target, revision, path, cache, timeout)
     else:
-        checkout = _fetch_local(repo, revision, path, cache, timeout)
-    return replace(checkout, identity=identify(repo, path))
+        checkout = _fetch_local(target, revision, path, cache, timeout)
+    return replace(checkout, repo=repo, identity=identify(repo, path))
 
 
 def knows_commit(repo: str, sha: str) -> bool:
@@ -167,6 +182,34 @@ def knows_commit(repo: str, sha: str) -> bool:
             local.git.execute(["git", "cat-file", "-e", f"{sha}^{{commit}}"])
         except GitCommandError:
             return False
+    return True
+
+
+def is_ancestor(checkout: Checkout, older: str, newer: str) -> bool | None:
+    """Whether commit `older` comes strictly before `newer` in the history of `checkout`'s repository.
+
+    None when that cannot be told: a plain directory, a revision that is not a commit, a commit this clone
+    or work tree does not have (a shallow CI checkout). A work tree's `-dirty` marker is ignored."""
+    a, b = older.removesuffix(DIRTY), newer.removesuffix(DIRTY)
+    if not (re.fullmatch(r"[0-9a-f]{40}", a) and re.fullmatch(r"[0-9a-f]{40}", b)):
+        return None
+    if a == b:
+        return False
+    where = checkout.git_dir or checkout.repo_root or checkout.root
+    if checkout.git_dir is None and not might_be_repository(where):
+        return None
+    import git
+    from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+
+    try:
+        repo = git.Repo(where, search_parent_directories=True)
+    except (InvalidGitRepositoryError, NoSuchPathError, OSError):
+        return None
+    with repo:
+        try:
+            repo.git.execute(["git", "merge-base", "--is-ancestor", a, b])
+        except GitCommandError as exc:
+            return False if exc.status == 1 else None  # 1: not an ancestor; else a commit it does not have
     return True
 
 
@@ -214,8 +257,11 @@ def _fetch_remote(url: str, revision: str | None, path: str | None, cache: Path,
         if sha is None:
             raise SourceError(f"unknown revision {revision!r} in {masked} (not a branch, tag or commit)")
         tree = _materialise(bare, sha, repo_cache / "trees", masked, timeout)
+        holes = _commit_gitlinks(bare, sha, "", masked, timeout)
     root = _sub_path(tree, path, masked)
-    return Checkout(root, sha, url, revision or "", tree, git_dir=Path(bare.git_dir), git_path=_inside(root, tree))
+    return Checkout(
+        root, sha, url, revision or "", tree, git_dir=Path(bare.git_dir), git_path=_inside(root, tree), holes=holes
+    )
 
 
 def _fetch_local(repo: str, revision: str | None, path: str | None, cache: Path, timeout: float) -> Checkout:
@@ -240,7 +286,9 @@ def _fetch_local(repo: str, revision: str | None, path: str | None, cache: Path,
     with local:
         if revision is None and not local.bare:
             root = _sub_path(given, path, repo)
-            return Checkout(root, _work_tree_revision(local, root, repo), repo, "", given)
+            submodules, holes = _work_tree_submodules(local, given, repo)
+            revision = _work_tree_revision(local, root, repo, submodules=bool(submodules))
+            return Checkout(root, revision, repo, "", given, holes=holes)
         # A revision of a local repository: materialise it in the cache, the user's tree stays as it is.
         sha = _resolve(local, revision or "HEAD", repo, timeout)
         if sha is None:
@@ -248,13 +296,17 @@ def _fetch_local(repo: str, revision: str | None, path: str | None, cache: Path,
             raise SourceError(f"{what} in {repo}")
         top = Path(local.working_tree_dir or local.git_dir).resolve()
         repo_cache = cache / hashlib.sha256(str(top).encode()).hexdigest()[:24]
+        inside = given.relative_to(top).as_posix() if given.is_relative_to(top) else ""
         with _locked(repo_cache):
             tree = _materialise(local, sha, repo_cache / "trees", repo, timeout)
+        holes = _commit_gitlinks(local, sha, "" if inside == "." else inside, repo, timeout)
     base = tree / given.relative_to(top) if given.is_relative_to(top) else tree
     if not base.is_dir():
         raise SourceError(f"{repo}: directory {given.relative_to(top)} does not exist at revision {sha}")
     root = _sub_path(base, path, repo)
-    return Checkout(root, sha, repo, revision or "", base, git_dir=Path(local.git_dir), git_path=_inside(root, tree))
+    return Checkout(
+        root, sha, repo, revision or "", base, git_dir=Path(local.git_dir), git_path=_inside(root, tree), holes=holes
+    )
 
 
 def _plain_directory(repo: str, revision: str | None, path: str | None, given: Path) -> Checkout:
@@ -273,8 +325,72 @@ def _inside(root: Path, tree: Path) -> str | None:
     return "" if rel == "." else rel
 
 
-def _work_tree_revision(local: git.Repo, root: Path, name: str) -> str:
-    """HEAD's SHA, `-dirty` when what we render differs from it (untracked files count: we render them)."""
+# A submodule's record in `git ls-tree -r -z` / `git ls-files -s -z` output starts with its mode: a commit of
+# another repository. Then `<type> <sha>` or `<sha> <stage>`, a tab and the path.
+_GITLINK = "\x00160000 "
+
+
+def gitlinks(listing: str, under: str = "") -> tuple[str, ...]:
+    """The submodule paths in NUL-separated `git ls-tree -r -z` / `git ls-files -s -z` output, those under
+    `under` only and relative to it (posix). str.find, not a per-record split: 20,000 files take ~1 ms."""
+    prefix = f"{under}/" if under else ""
+    text = "\0" + listing
+    found = []
+    start = text.find(_GITLINK)
+    while start != -1:
+        tab = text.find("\t", start)
+        end = text.find("\0", tab)
+        path = text[tab + 1 : end if end != -1 else len(text)]
+        if tab != -1 and path.startswith(prefix):
+            found.append(path[len(prefix) :])
+        start = text.find(_GITLINK, start + 1) if end != -1 else -1
+    return tuple(sorted(found))
+
+
+def _commit_gitlinks(repo: git.Repo, sha: str, under: str, name: str, timeout: float) -> tuple[str, ...]:
+    """Every submodule of commit `sha` under `under`: none of them has its files in the materialised tree."""
+    from git.exc import GitCommandError
+
+    try:
+        listing: str = repo.git.execute(["git", "ls-tree", "-r", "-z", "--full-tree", sha], kill_after_timeout=timeout)
+    except GitCommandError as err:
+        raise SourceError(f"{mask_url(name)}: cannot list the files of {sha}: {_tail(err.stderr)}") from None
+    return gitlinks(listing, under)
+
+
+def _work_tree_submodules(local: git.Repo, given: Path, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The submodules of the work tree under `given` (those of checked-out submodules too, read from their own
+    index), and those of them not checked out (their directory holds no `.git`: `git submodule update --init`
+    was never run, or `deinit` was), relative to `given`."""
+    top = Path(local.working_tree_dir or ".").resolve()
+    inside = given.relative_to(top).as_posix() if given.is_relative_to(top) else ""
+    pending = list(gitlinks(_index(local, top, name), "" if inside == "." else inside))
+    found: list[str] = []
+    holes: list[str] = []
+    while pending:
+        path = pending.pop()
+        found.append(path)
+        if not os.path.lexists(given / path / ".git"):
+            holes.append(path)
+            continue
+        pending += [f"{path}/{inner}" for inner in gitlinks(_index(local, given / path, name))]
+    return tuple(sorted(found)), tuple(sorted(holes))
+
+
+def _index(local: git.Repo, directory: Path, name: str) -> str:
+    """`git ls-files -s -z` of the repository whose work tree `directory` is the top of."""
+    from git.exc import GitCommandError
+
+    try:
+        listing: str = local.git.execute(["git", "-C", str(directory), "ls-files", "-s", "-z", "--full-name"])
+    except GitCommandError as err:
+        raise SourceError(f"{name}: cannot read the Git index of {directory}: {_tail(err.stderr)}") from None
+    return listing
+
+
+def _work_tree_revision(local: git.Repo, root: Path, name: str, *, submodules: bool = False) -> str:
+    """HEAD's SHA, `-dirty` when what we render differs from it (untracked files count: we render them; so do
+    those inside a checked-out submodule, which `is_dirty` does not see, hence `git status` with `submodules`)."""
     from git.exc import GitCommandError
 
     try:
@@ -285,6 +401,8 @@ def _work_tree_revision(local: git.Repo, root: Path, name: str) -> str:
     scope = str(root.relative_to(top)) if root.is_relative_to(top) else None
     try:
         dirty = local.is_dirty(untracked_files=True, path=scope)
+        if not dirty and submodules:
+            dirty = bool(local.git.execute(["git", "status", "--porcelain", "--", scope or "."]).strip())
     except GitCommandError as err:
         raise SourceError(f"{name}: cannot read the Git status: {_tail(err.stderr)}") from None
     return f"{sha}{DIRTY}" if dirty else sha

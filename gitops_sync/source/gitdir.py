@@ -16,8 +16,8 @@ def might_be_repository(path: Path) -> bool:
     spelt and with symlinks resolved, so either way GitPython may walk is covered)."""
     spelt = path.expanduser().absolute()
     chains = {spelt, *spelt.parents, *(real := spelt.resolve()).parents, real}
-    return any((directory / ".git").exists() or _is_bare(directory) for directory in chains)
+    return any((directory / ".git").exists() or is_bare(directory) for directory in chains)
 
 
-def _is_bare(directory: Path) -> bool:
+def is_bare(directory: Path) -> bool:
     return (directory / "HEAD").is_file() and (directory / "objects").is_dir() and (directory / "refs").is_dir()

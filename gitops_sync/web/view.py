@@ -21,7 +21,7 @@ from gitops_sync.resource import ObjectKey, is_secret
 
 # The daemon's states of an object, and `yielded`: in sync but for fields left to another manager (the
 # daemon counts those synced; the page says which). `planned`/`applied` only in a change set (`diff -o html`).
-STATES = ("synced", "drifted", "missing", "conflict", "yielded", "error")
+STATES = ("synced", "drifted", "missing", "terminating", "conflict", "yielded", "error")
 PLAN_STATES = ("planned", "applied")
 PAGE_SIZE = 200  # objects per page of a source's list: a 10,000-object source stays a light page
 VALUE_LIMIT = 4000  # characters of one value on a page (an embedded file is cut, with a note)
@@ -174,8 +174,8 @@ def state_of(obj: Mapping[str, Any], *, dry_run: bool = True) -> str:
     if isinstance(st, str) and st:
         return "yielded" if st == "synced" and obj.get("yielded") else st
     action = str(obj.get("action") or "")
-    if action == "error":
-        return "error"
+    if action in ("error", "terminating"):
+        return action
     if action == "conflict" or obj.get("conflicts"):
         return "conflict"
     change = change_of(action, _reasons(obj), dry_run=dry_run)
@@ -359,9 +359,18 @@ class Listing:
 def listing(doc: Mapping[str, Any], source_id: str, flt: Filter) -> Listing:
     every = rows(doc, source_id)
     matched = [r for r in every if flt.match(r)]
-    # what needs a look first: errors, conflicts, drift, missing; then by name
-    order = {"error": 0, "conflict": 1, "drifted": 2, "missing": 3, "yielded": 4, "planned": 4, "synced": 5}
-    matched.sort(key=lambda r: (order.get(r.state, 6), -r.fights, r.kind, r.namespace, r.name))
+    # what needs a look first: errors, conflicts, drift, missing, going, yielded; then by name
+    order = {
+        "error": 0,
+        "conflict": 1,
+        "drifted": 2,
+        "missing": 3,
+        "terminating": 4,
+        "yielded": 5,
+        "planned": 5,
+        "synced": 6,
+    }
+    matched.sort(key=lambda r: (order.get(r.state, 7), -r.fights, r.kind, r.namespace, r.name))
     pages = max(1, -(-len(matched) // PAGE_SIZE))
     page = min(flt.page, pages)
     start = (page - 1) * PAGE_SIZE
@@ -481,6 +490,8 @@ def _not_compared(row: Row, detect_only: bool) -> tuple[str, str]:
             + (f": {again}" if again else "; the next pass creates it")
             + ". What follows is what the daemon saw last, not live values."
         )
+    if row.state == "terminating":
+        return "unknown", f"Deletion pending: nothing is applied to it, so its fields are not compared. {row.message}"
     if row.action == "prune":
         return "pruned", "Not in Git any more: the prune deletes it (or releases it, if adopted). Git sets no field."
     if row.state == "error":

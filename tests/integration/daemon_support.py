@@ -17,11 +17,14 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import git
 import pytest
 import yaml
+
+if TYPE_CHECKING:
+    from tests.conftest import KubeCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = REPO_ROOT / "deploy" / "local-cluster" / "cluster.py"
@@ -302,3 +305,9 @@ def stop_private_cluster(state_dir: Path) -> None:
     subprocess.run(
         [sys.executable, str(LAUNCHER), "--dir", str(state_dir), "down"], capture_output=True, check=False, timeout=120
     )
+
+
+def sa_kubeconfig(kube: KubeCluster, ns: str, path: Path) -> Path:
+    """A kubeconfig that is the ServiceAccount: the admin one's server and CA, the SA's bound token."""
+    token = kube.kubectl("create", "token", "gitops-sync", "-n", ns, "--duration=1h").stdout.strip()
+    return token_kubeconfig(kube.kubeconfig, token, ns, path)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import KubeCluster
-from daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, token_kubeconfig, wait_until
+from daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, sa_kubeconfig, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -96,12 +96,6 @@ def other_namespace(kube: KubeCluster) -> Iterator[str]:
         yield name
     finally:
         kube.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
-
-
-def sa_kubeconfig(kube: KubeCluster, ns: str, path: Path) -> Path:
-    """A kubeconfig that is the ServiceAccount: the admin one's server and CA, the SA's bound token."""
-    token = kube.kubectl("create", "token", "gitops-sync", "-n", ns, "--duration=1h").stdout.strip()
-    return token_kubeconfig(kube.kubeconfig, token, ns, path)
 
 
 def test_daemon_with_the_service_account_token_works_in_its_namespace_and_is_refused_outside(

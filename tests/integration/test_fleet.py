@@ -40,6 +40,11 @@ def gitsync(name: str, namespace: str, repo: Path, **spec: Any) -> str:
     )
 
 
+def fleet_args(namespace: str, repos: Path, *more: str) -> list[str]:
+    """`run` as the fleet of `namespace`, its GitSyncs' local repositories allowed under `repos`."""
+    return ["--watch-namespace", namespace, "--allow-local-repository", str(repos), *more]
+
+
 def gs_status(kube: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
     out = kube.kubectl("get", "gitsync", name, "-n", namespace, "-o", "json").stdout
     status: dict[str, Any] = json.loads(out).get("status") or {}
@@ -147,7 +152,7 @@ def test_many_sources_one_daemon_status_cli_and_isolation(
         ]
     )
     kube.kubectl("apply", "-f", "-", input=manifests)
-    with Daemon(["--watch-namespace", namespace, "--workers", "2"], kube.env, tmp_path / "fleet.log") as d:
+    with Daemon(fleet_args(namespace, tmp_path, "--workers", "2"), kube.env, tmp_path / "fleet.log") as d:
         d.wait_ready(60)
         # kubectl wait understands the status (observedGeneration + Ready).
         kube.kubectl("wait", "--for=condition=Ready", "gitsync/app", "-n", namespace, "--timeout=60s", timeout=70)
@@ -213,7 +218,7 @@ def test_a_tenant_source_is_confined_to_its_service_account(
     kube.kubectl("create", "namespace", other)
     try:
         tenant_and_admin(kube, namespace, other, tmp_path, "theirs", {"a": "1"})
-        with Daemon(["--watch-namespace", namespace], kube.env, tmp_path / "fleet.log") as d:
+        with Daemon(fleet_args(namespace, tmp_path), kube.env, tmp_path / "fleet.log") as d:
             admin_applied(kube, d, namespace, other)
             wait_until(
                 "the tenant's forbidden entry",
@@ -249,8 +254,7 @@ def test_shards_split_work_and_survive_a_killed_replica(
         input="---\n".join(gitsync(f"s{i}", namespace, repos[i].path, interval="1s") for i in range(n)),
     )
     args = [
-        "--watch-namespace",
-        namespace,
+        *fleet_args(namespace, tmp_path),
         "--leader-elect",
         "--leader-elect-namespace",
         namespace,

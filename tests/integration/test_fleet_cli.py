@@ -14,7 +14,7 @@ import yaml
 
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
-from tests.integration.test_fleet import cm_data, condition, crd, gitsync, gs_cli, gs_status
+from tests.integration.test_fleet import cm_data, condition, crd, fleet_args, gitsync, gs_cli, gs_status
 
 __all__ = ["crd"]  # the module fixture, used by name
 
@@ -53,7 +53,7 @@ def test_suspend_keeps_the_status_and_blocked_or_resumed_requests_are_answered(
     home = f"{namespace}-ctl"[:63]
     kube.kubectl("create", "namespace", home)
     env = {**kube.env, "KUBECONFIG": str(_with_context_namespace(kube, home, tmp_path / "controller-kubeconfig"))}
-    args = ["--watch-namespace", namespace, "--workers", "2", "--leader-elect"]
+    args = fleet_args(namespace, tmp_path, "--workers", "2", "--leader-elect")
     with Daemon(args, env, tmp_path / "fleet.log") as d:
         d.wait_ready(60)
         for name in ("base", "dep"):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
-from tests.integration.test_fleet import cm_data, crd, gitsync
+from tests.integration.test_fleet import cm_data, crd, fleet_args, gitsync
 
 __all__ = ["crd"]  # the module-scoped fixture, shared
 
@@ -66,7 +66,7 @@ def test_deleting_a_gitsync_prunes_only_with_prune_on(
             ]
         ),
     )
-    with Daemon(["--watch-namespace", namespace], kube.env, tmp_path / "fleet.log") as d:
+    with Daemon(fleet_args(namespace, tmp_path), kube.env, tmp_path / "fleet.log") as d:
         d.wait_ready(60)
         for name in ("pruner", "orphaner", "paused"):
             kube.kubectl(

@@ -14,7 +14,15 @@ from typing import Any
 
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, configmap, wait_until
-from tests.integration.test_fleet import admin_applied, cm_data, condition, crd, gs_status, tenant_and_admin
+from tests.integration.test_fleet import (
+    admin_applied,
+    cm_data,
+    condition,
+    crd,
+    fleet_args,
+    gs_status,
+    tenant_and_admin,
+)
 
 __all__ = ["crd"]  # the module-scoped fixture, shared
 
@@ -59,7 +67,7 @@ def test_a_tenant_never_sees_live_values_it_may_not_read(
         kube.kubectl("apply", "-f", "-", input=configmap("guarded", {"k": MARKER}, namespace=other))
         tenant_and_admin(kube, namespace, other, tmp_path, "guarded", {"k": "from-git"}, interval="2s")
         log_path = tmp_path / "fleet.log"
-        with Daemon(["--watch-namespace", namespace, "--resync", "3"], kube.env, log_path) as d:
+        with Daemon(fleet_args(namespace, tmp_path, "--resync", "3"), kube.env, log_path) as d:
             admin_applied(kube, d, namespace, other)  # the controller's own source: unaffected
             ref = f"{namespace}/tenant"
             wait_until("the tenant's forbidden entry", lambda: _entry(d, ref, "ConfigMap", "guarded") or {}, 60)

@@ -19,8 +19,8 @@ from conftest import KubeCluster
 from daemon_support import Daemon, GitRepo, configmap, wait_until
 
 from gitops_sync.apply.inventory import applyset_id
+from gitops_sync.cluster.lease import lease_name
 from gitops_sync.conventions import ADOPTED, PART_OF, SOURCE, SOURCE_IDENTITY
-from gitops_sync.daemon.leader import lease_name
 from gitops_sync.source.identity import legacy_inventory_name
 
 pytestmark = pytest.mark.cluster

@@ -22,7 +22,7 @@ import pytest
 from conftest import KubeCluster
 
 from tests.integration.daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, deployment, wait_until
-from tests.integration.test_fleet import crd, gitsync
+from tests.integration.test_fleet import crd, fleet_args, gitsync
 
 __all__ = ["crd"]  # the module-scoped fixture, shared
 
@@ -356,7 +356,7 @@ def test_each_tenant_sees_only_the_gitsyncs_it_may_get_and_a_deleted_object_is_n
         tokens[reader] = kube.kubectl("create", "token", reader, "-n", namespace, "--duration=1h").stdout.strip()
     kube.kubectl("create", "serviceaccount", "nobody", "-n", namespace)
     tokens["nobody"] = kube.kubectl("create", "token", "nobody", "-n", namespace, "--duration=1h").stdout.strip()
-    args = ["--watch-namespace", namespace, "--http-auth", "kubernetes"]
+    args = fleet_args(namespace, tmp_path, "--http-auth", "kubernetes")
     with Daemon(args, kube.env, tmp_path / "fleet.log") as d:
         d.wait_ready(60)
         for name in ("team-a", "team-b"):

@@ -118,7 +118,8 @@ def _rows(d: Daemon) -> dict[str, dict[str, Any]]:
 
 
 def _fleet(cluster: PrivateCluster, ns: str, log: Path, *extra: str, kubeconfig: Path | None = None) -> Daemon:
-    args = ["--watch-namespace", ns, "--workers", "2", *extra]
+    # Every test keeps its repositories and logs in its tmp_path: the local paths its GitSyncs may name.
+    args = ["--watch-namespace", ns, "--workers", "2", "--allow-local-repository", str(log.parent), *extra]
     if kubeconfig is not None:
         args += ["--kubeconfig", str(kubeconfig)]
     return Daemon(args, cluster.env, log)

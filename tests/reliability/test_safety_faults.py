@@ -254,10 +254,14 @@ def test_pruning_a_namespace_with_foreign_objects_is_refused(
         d = gs(kube, "diff", *args, "--prune")
         assert d.returncode == 2, d.stdout + d.stderr
         r, took = _refused_prune(kube, args)
-        for rep in (report(d), report(r)):
+        for rep, verb in ((report(d), "would not delete"), (report(r), "did not delete")):
             objs = by_name(rep)
             refused = objs[f"Namespace/{team}"]
             assert refused["action"] == "error", refused
+            # the exit 2 is explained up top too: `jq .errors` was [] with an error count of 1
+            assert rep["errors"] == [
+                f"prune incomplete: {verb} 1 object(s) that left Git: Namespace/{team} (see their entries)"
+            ], rep["errors"]
             assert f"ConfigMap/{team}/foreign" in refused["message"] and f"Pod/{team}/bare" in refused["message"]
             assert "--prune-cascade" in refused["message"]
             assert "kube-root-ca.crt" not in refused["message"] and "ServiceAccount" not in refused["message"]
@@ -281,7 +285,8 @@ def test_pruning_a_namespace_with_foreign_objects_is_refused(
         reliability,
         took,
         fault="Namespace left Git while holding a foreign ConfigMap and a bare Pod",
-        outcome="sync --prune and diff --prune: exit 2, error entry naming ConfigMap and Pod; other prunes done",
+        outcome="sync --prune and diff --prune: exit 2, error entry naming ConfigMap and Pod, `errors` saying the "
+        "prune is incomplete; other prunes done",
         checked="namespace still Active, foreign ConfigMap and Pod kept; deleted only with --prune-cascade",
     )
 

@@ -99,6 +99,8 @@ class FakeApi:
         if callable(answer):
             answer = answer(call)
         status, doc, *extra = answer if isinstance(answer, tuple) else (200, answer)
+        if isinstance(doc, bytes):  # a body as sent, e.g. the mux's plain-text "404 page not found"
+            return Response(status, doc, *extra)
         return Response(status, b"" if doc is None else json.dumps(doc).encode(), *extra)
 
     def sent(self, method: str | None = None) -> list[Call]:

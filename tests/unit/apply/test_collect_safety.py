@@ -58,6 +58,24 @@ def test_collect_deletes_the_parent_once_every_recorded_kind_was_listed_and_prun
     assert [c.path for c in api.sent("DELETE")] == ["/api/v1/namespaces/team/configmaps/a", PARENT]
 
 
+def test_collect_keeps_the_parent_while_a_finalizer_holds_a_member() -> None:
+    """A member still Terminating is still there: the parent is how the retry finds and reports it (and the
+    GitSync keeps its finalizer meanwhile), never deleted while it stays."""
+    held = _member("a")
+    held["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=["example.com/hold"])
+    api = (
+        FakeApi()
+        .on("GET", PARENT, _parent("ConfigMap"))
+        .on("GET", "/api/v1/configmaps", {"metadata": {}, "items": [_member("a")]})
+        .on("DELETE", "/api/v1/namespaces/team/configmaps/a", held)
+    )
+    cs, due = Engine(fake_client(api), discovery=StaticDiscovery()).collect("inv", "gitops", "")
+    assert due and [c.path for c in api.sent("DELETE")] == ["/api/v1/namespaces/team/configmaps/a"]
+    assert cs.errors == [
+        "inventory kept: 1 member(s) not gone yet: ConfigMap/team/a (deletion pending: finalizer example.com/hold)"
+    ]
+
+
 def test_a_namespace_is_not_pruned_when_discovery_cannot_be_read_again() -> None:
     """The cascade guard reads discovery afresh (a CRD may have come since the snapshot); when that read
     fails, what the Namespace holds is unknown: its prune is refused, not judged on the old snapshot."""

@@ -94,6 +94,15 @@ def test_fetch_live_falls_back_to_gets_when_the_list_is_forbidden_and_a_refused_
     assert {k.name for k, v in live.items() if v is not None} == {"c0"}
 
 
+def test_fetch_live_reads_a_collection_not_served_yet_as_every_object_absent() -> None:
+    # A CRD and its custom resources in one source, on a fresh cluster: the LIST gets the mux's bare 404.
+    four = targets(*(cm(f"c{i}") for i in range(4)))
+    api = FakeApi().on("GET", "/api/v1/namespaces/ns/configmaps", (404, b"404 page not found"))
+    live = manager(api, concurrency=4).fetch_live(four)
+    assert [c.path for c in api.sent()] == ["/api/v1/namespaces/ns/configmaps"]
+    assert live == {t.key: None for t in four}
+
+
 # -- applying ---------------------------------------------------------------------------------------
 
 
@@ -240,6 +249,54 @@ def test_prune_dry_run_deletes_only_in_dry_run_and_releases_nothing() -> None:
         "would delete (left Git)",
         "would release (not created by gitops-sync: label removed, object kept)",
     ]
+
+
+def deleting(obj: dict[str, Any], *finalizers: str) -> dict[str, Any]:
+    """`obj` as a DELETE leaves it while something holds it: still there, with a deletionTimestamp."""
+    out = copy.deepcopy(obj)
+    out["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    if finalizers:
+        out["metadata"]["finalizers"] = list(finalizers)
+    return out
+
+
+def test_a_delete_answered_with_the_object_still_held_is_pending_not_deleted() -> None:
+    gone = member(cm("gone", "ns"), "u1")
+    api = FakeApi().on("DELETE", "/api/v1/namespaces/ns/configmaps/gone", deleting(gone, "example.com/hold"))
+    (entry,) = manager(api).prune([gone], dry_run=False)
+    assert entry.action is Action.TERMINATING and entry.terminating is not None
+    assert entry.terminating.finalizers == ["example.com/hold"] and not entry.terminating.in_git
+    assert entry.message == (
+        "deletion pending: finalizer example.com/hold; "
+        "left Git: DELETE accepted, it stays until its finalizers are removed"
+    )
+
+
+def test_a_member_already_terminating_gets_no_delete_on_any_pass_dry_or_not() -> None:
+    held = deleting(member(cm("held", "ns"), "u1"), "example.com/hold")
+    for dry_run in (False, True):
+        api = FakeApi()
+        (entry,) = manager(api).prune([held], dry_run=dry_run)
+        assert api.sent() == [], "another DELETE changes nothing"
+        assert entry.action is Action.TERMINATING
+        assert entry.message.endswith("since 2026-01-01T00:00:00Z; left Git: no DELETE sent again")
+
+
+def test_a_dry_run_delete_says_which_finalizer_the_deletion_would_wait_for() -> None:
+    gone = member(cm("gone", "ns"), "u1")
+    api = FakeApi().on("DELETE", "/api/v1/namespaces/ns/configmaps/gone", deleting(gone, "example.com/hold"))
+    (entry,) = manager(api).prune([gone], dry_run=True)
+    assert entry.action is Action.PRUNE
+    assert entry.message == "would delete (left Git); deletion would wait for finalizer example.com/hold"
+
+
+def test_a_namespace_the_api_server_is_emptying_is_deleted_not_held() -> None:
+    team = member(namespace("team"), "u-ns")
+    emptying = deleting(team) | {"spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Terminating"}}
+    api = FakeApi().on("DELETE", "/api/v1/namespaces/team", emptying)
+    (entry,) = manager(api).prune([team], dry_run=False)
+    assert entry.action is Action.PRUNE
+    assert entry.message == "deleted (left Git; terminating: the API server deletes what it holds first)"
 
 
 def test_prune_of_an_unserved_kind_sends_nothing_and_a_vanished_member_is_already_gone() -> None:

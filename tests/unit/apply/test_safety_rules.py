@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from io import StringIO
 
+import pytest
+
 from gitops_sync.apply import cascade, inventory
 from gitops_sync.cluster.discovery import ResourceInfo
 from gitops_sync.conventions import ADOPT, ADOPTED, INTENT_HASH, PART_OF
@@ -171,3 +173,25 @@ def test_namespace_holdings_ignore_defaults_owned_objects_events_and_a_services_
     api.on("GET", f"{ns}/pods", (403, status_body(403, "Forbidden", f"GET {ns}/pods")))
     held = cascade.namespace_holdings(client, d, "team", deleted)
     assert held.unchecked == ["Pod"] and bool(held), "a kind that cannot be listed blocks: contents unknown"
+
+
+@pytest.mark.parametrize(
+    ("theirs", "ours", "same"),
+    [
+        ("git.example/team/deploy//apps", "git.example/team/deploy//apps", True),  # same source, other --name
+        ("/work/trees/deploy//apps", "git.example/team/deploy.git//apps", True),  # a work tree and its URL
+        ("git.example/team/deploy//apps", "git.example/team/deploy//web", False),  # another sub-directory
+        ("git.example/team/other//apps", "git.example/team/deploy//apps", False),
+        ("", "git.example/team/deploy//apps", False),  # not made by gitops-sync: nothing to compare
+    ],
+)
+def test_a_shared_object_of_the_same_source_spelled_otherwise_hints_its_inventory_name(
+    theirs: str, ours: str, same: bool
+) -> None:
+    (t,) = planner.resolve(objs(cm("a", k="v")), StaticDiscovery(), "ns")
+    planner.finalize(t, _live({PART_OF: THEIRS}), OURS)
+    who = SharedWith(THEIRS, parent="ConfigMap team-a/gitops-sync-deploy-1a2b", source="x", identity=theirs)
+    entry = planner.shared_entry(t, _live({PART_OF: THEIRS}), who, "gitops-sync", dry_run=False, identity=ours)
+    hint = "`--name gitops-sync-deploy-1a2b --inventory-namespace team-a`"
+    assert (hint in entry.message) is same, entry.message
+    assert ("--adopt-shared" in entry.message) is not same, entry.message

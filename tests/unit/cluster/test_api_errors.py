@@ -71,6 +71,14 @@ def test_an_answer_without_a_status_body_keeps_the_old_default_reason(
     assert info.value.reason == reason and str(info.value) == f"{status} {reason}: GET {PATH}"
 
 
+def test_an_answer_of_plain_text_names_the_request() -> None:
+    # The API server's mux answers an unserved path with text, no Status: the message alone named nothing.
+    api = FakeApi().on("GET", PATH, (404, b"404 page not found\n"))
+    with pytest.raises(NotFoundError) as info:
+        fake_client(api).request("GET", PATH)
+    assert str(info.value) == f"404 NotFound: GET {PATH}: 404 page not found"
+
+
 def test_get_or_none_is_none_only_for_not_found() -> None:
     api = FakeApi().on("GET", PATH, (403, status_body(403, "Forbidden", "no")))
     client = fake_client(api)

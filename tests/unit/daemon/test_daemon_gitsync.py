@@ -94,6 +94,16 @@ def test_status_of_an_invalid_spec_is_stalled() -> None:
     assert doc["observedGeneration"] == 3 and doc["lastError"].startswith("GitSync team-a/app")
 
 
+def test_status_of_a_refused_repository_names_it_with_a_reason_scripts_match() -> None:
+    gs = parse(obj({"repository": "/var/cache/gitops-sync/repos/0123/repo.git"}))
+    why = "repository /var/cache/gitops-sync/repos/0123/repo.git is not allowed: it overlaps the clone cache"
+    doc = status_of(gs, None, invalid=why, invalid_reason="RepositoryNotAllowed")
+    conds = {c["type"]: c for c in doc["conditions"]}
+    assert (conds["Ready"]["status"], conds["Ready"]["reason"]) == ("False", "RepositoryNotAllowed")
+    assert conds["Stalled"]["status"] == "True" and conds["Ready"]["message"] == why == doc["lastError"]
+    assert {c["reason"] for c in status_of(gs, None, invalid="bad")["conditions"]} == {"InvalidSpec"}
+
+
 def test_transition_times_change_only_with_the_status() -> None:
     gs = parse(obj({"repository": "r"}))
     first = status_of(gs, None)

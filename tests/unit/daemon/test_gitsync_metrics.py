@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gitops_sync.daemon.metrics import Metrics
-from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.daemon.metrics import Metrics, object_state
+from gitops_sync.plan.changeset import Action, Entry, Terminating
 from gitops_sync.resource import ObjectKey
 
 
@@ -21,7 +21,7 @@ def test_a_source_has_one_revision_series_and_none_once_forgotten() -> None:
     m.set_source("a/web", entries, applied=True, forcing=True, revision="r2", healthy=True, ready=False)
     m.set_source("b/db", [], applied=True, forcing=True, revision="", healthy=False, ready=False)
     web = _series(m, "a/web")
-    assert len(web) == 8, web  # 5 states, revision, healthy, ready
+    assert len(web) == 9, web  # 6 states, revision, healthy, ready
     assert [s for s in web if "revision=" in s] == [
         'gitops_sync_gitsync_last_applied_revision_info{revision="r2",source="a/web"} 1.0'
     ]
@@ -31,4 +31,16 @@ def test_a_source_has_one_revision_series_and_none_once_forgotten() -> None:
     m.forget_source("a/web")  # twice, or a source never exported: no error
     m.forget_source("c/never")
     assert _series(m, "a/web") == []
-    assert len(_series(m, "b/db")) == 7  # no revision applied yet: no revision series
+    assert len(_series(m, "b/db")) == 8  # no revision applied yet: no revision series
+
+
+def test_terminating_objects_are_their_own_state_and_a_pending_prune_is_not_a_desired_object() -> None:
+    wanted = Entry(
+        ObjectKey("", "ConfigMap", "a", "w"), "v1", Action.TERMINATING, terminating=Terminating("t", in_git=True)
+    )
+    pruned = Entry(ObjectKey("", "ConfigMap", "a", "p"), "v1", Action.TERMINATING, terminating=Terminating("t"))
+    assert object_state(wanted, applied=True, forcing=True) == "terminating"
+    assert object_state(pruned, applied=True, forcing=True) == "terminating"
+    m = Metrics()
+    m.set_source("a/web", [wanted, pruned], applied=True, forcing=True, revision="r1", healthy=True, ready=True)
+    assert 'gitops_sync_gitsync_objects{source="a/web",state="terminating"} 1.0' in _series(m, "a/web")

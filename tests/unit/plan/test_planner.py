@@ -9,9 +9,9 @@ import pytest
 from gitops_sync.apply.inventory import applyset_id
 from gitops_sync.apply.ordering import prune_order, stage_of, stages
 from gitops_sync.cluster.discovery import ResourceInfo
-from gitops_sync.conventions import ADOPTED, PART_OF
+from gitops_sync.conventions import ADOPTED, INTENT_HASH, PART_OF
 from gitops_sync.errors import RenderError
-from gitops_sync.plan import planner
+from gitops_sync.plan import ownership, planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.report import exit_code_diff, exit_code_sync, markdown
 from gitops_sync.resource import ObjectKey
@@ -36,6 +36,17 @@ def test_resolve_rejects_unknown_kind_and_namespaced_cluster_object() -> None:
         planner.resolve(
             objs({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "namespace": "x"}}), d, "ns"
         )
+
+
+def test_resolve_names_every_kind_the_cluster_does_not_serve_at_once() -> None:
+    gadget = {"apiVersion": "x.io/v1", "kind": "Gadget", "metadata": {"name": "g"}}
+    gizmos = [{"apiVersion": "y.io/v2", "kind": "Gizmo", "metadata": {"name": f"z{i}"}} for i in range(3)]
+    with pytest.raises(RenderError) as err:
+        planner.resolve(objs(gadget, *gizmos, cm("a")), StaticDiscovery(), "ns")
+    assert str(err.value) == (
+        "f0.yaml#0, Gadget/g: kind Gadget (x.io/v1) is not served by the cluster and no CustomResourceDefinition "
+        "in the source defines it; also not served: Gizmo (y.io/v2) in f1.yaml#0, Gizmo/z0"
+    )
 
 
 def test_resolve_accepts_custom_resource_whose_crd_is_in_the_same_set() -> None:
@@ -64,17 +75,28 @@ def test_fast_path_needs_same_intent_and_every_field_still_live() -> None:
     planner.finalize(t, None, "applyset-x-v1")
     live = copy.deepcopy(t.manifest)
     live["metadata"].update(resourceVersion="5", uid="u", managedFields=[])
-    assert planner.is_unchanged(t, live)
+    assert planner.is_unchanged(t, live, "gitops-sync")
     drifted = copy.deepcopy(live)
     drifted["data"]["LEVEL"] = "debug"
-    assert not planner.is_unchanged(t, drifted)
+    assert not planner.is_unchanged(t, drifted, "gitops-sync")
     extra = copy.deepcopy(live)
     extra["data"]["OTHER"] = "set by someone else"  # fields we do not set are not ours to judge
-    assert planner.is_unchanged(t, extra)
+    assert planner.is_unchanged(t, extra, "gitops-sync")
     (t2,) = planner.resolve(objs(cm("a", LEVEL="info", NEW="x")), StaticDiscovery(), "ns")
     planner.finalize(t2, live, "applyset-x-v1")
-    assert not planner.is_unchanged(t2, live)  # a new Git intent always goes to the server
-    assert not planner.is_unchanged(t, None)
+    assert not planner.is_unchanged(t2, live, "gitops-sync")  # a new Git intent always goes to the server
+    assert not planner.is_unchanged(t, None, "gitops-sync")
+
+
+def test_a_body_without_its_conflicts_records_its_own_intent_not_gits() -> None:
+    (t,) = planner.resolve(objs(cm("a", LEVEL="info", OWNER="x")), StaticDiscovery(), "ns")
+    planner.finalize(t, None, "applyset-x-v1")
+    full = t.manifest["metadata"]["annotations"][INTENT_HASH]
+    conflict = ownership.Conflict(".data.OWNER", "kubectl-rw", "Apply", "", "v1")
+    body = planner.without_conflicts(t.manifest, [conflict])
+    assert "OWNER" not in body["data"] and t.manifest["data"]["OWNER"] == "x"
+    assert body["metadata"]["annotations"][INTENT_HASH] == planner.intent_hash(body) != full
+    assert t.manifest["metadata"]["annotations"][INTENT_HASH] == full
 
 
 def test_finalize_marks_objects_that_existed_before_as_adopted() -> None:

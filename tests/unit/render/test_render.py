@@ -384,6 +384,18 @@ def test_other_kustomization_file_names(tmp_path: Path, name: str) -> None:
     assert summary(render(repo, RenderOptions(kubectl=str(kubectl)))) == [("ConfigMap", "k", ". (kustomize)")]
 
 
+def test_a_kustomization_rendered_as_the_path_is_named_by_its_path_not_dot(tmp_path: Path) -> None:
+    # `--path apps/web` of a repository whose apps/web is a kustomization: origins (and the sources and
+    # errors built from them) said `. (kustomize)`, which names nothing the user can find.
+    kubectl = echo_tool(tmp_path / "kubectl", "web")
+    repo = write(tmp_path / "repo", {"apps/web/kustomization.yaml": "resources: []\n"})
+    objs = render(repo / "apps" / "web", RenderOptions(kubectl=str(kubectl), repo_root=repo))
+    assert summary(objs) == [("ConfigMap", "web", "apps/web (kustomize)")]
+    failing = fake_tool(tmp_path / "failing", "echo 'no such base' >&2; exit 1\n")
+    with pytest.raises(RenderError, match=r"^apps/web \(kustomize\): `.*` failed \(exit 1\)"):
+        render(repo / "apps" / "web", RenderOptions(kubectl=str(failing), repo_root=repo))
+
+
 def test_chart_dir_is_rendered_by_helm_template(tmp_path: Path) -> None:
     helm = echo_tool(tmp_path / "helm", "from-helm")
     repo = write(

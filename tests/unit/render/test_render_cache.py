@@ -54,11 +54,11 @@ class Counting:
         self.calls = 0
         real = engine.render
 
-        def counted(root: Path, opts: RenderOptions) -> list[DesiredObject]:
+        def counted(root: Path, opts: RenderOptions, **kw: Any) -> list[DesiredObject]:
             self.calls += 1
             if fake:
                 return [DesiredObject({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, "fake")]
-            return real(root, opts)
+            return real(root, opts, **kw)
 
         monkeypatch.setattr(engine, "render", counted)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import git
 import pytest
 
-from gitops_sync.daemon.leader import lease_name
+from gitops_sync.cluster.lease import lease_name
 from gitops_sync.source.identity import (
     MAX_NAME,
     SourceIdentity,

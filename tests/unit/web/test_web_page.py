@@ -685,3 +685,27 @@ def test_an_object_its_source_could_not_plan_never_shows_the_daemons_history_of_
     assert "403 Forbidden" in guarded and "only-the-cluster-knows" not in guarded
     web = page("/sources/apps/objects/core/ConfigMap/team/calm", "", lambda **_: doc, history).body.decode()
     assert "only-the-cluster-knows" in web  # a planned object: the history as before
+
+
+def test_a_terminating_object_is_its_own_state_with_what_holds_it() -> None:
+    held = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "namespace": "team",
+        "name": "held",
+        "action": "terminating",
+        "message": "deletion pending: finalizer example.com/hold since 2026-01-01T00:00:00Z; left Git",
+        "terminating": {"since": "2026-01-01T00:00:00Z", "finalizers": ["example.com/hold"], "inGit": False},
+        "drift": [],
+        "conflicts": [],
+    }
+    assert view.state_of(held) == "terminating"  # a `diff -o json` document: no daemon state
+    doc = status_doc()
+    doc["objects"].append(held)
+    assert view.source_of(doc).states["terminating"] == 1
+    html = page("/sources/apps", "state=terminating", lambda **_: doc).body.decode()
+    assert re.findall(r'<span class="name">([^<]*)</span>', html) == ["held"]
+    assert 'badge st-terminating">terminating<' in html and "deletion pending: finalizer example.com/hold" in html
+    changed = page("/sources/apps", "state=changed", lambda **_: doc).body.decode()
+    assert "held" in re.findall(r'<span class="name">([^<]*)</span>', changed), "not in sync"
+    assert "deletion pending" in diff_html({**doc, "objects": [held]})

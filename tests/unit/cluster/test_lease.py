@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gitops_sync.daemon.leader import LeaderConfig, LeaderElector, lease_name
+from gitops_sync.cluster.lease import LeaderConfig, LeaderElector, lease_name
 from gitops_sync.errors import ClusterError, ConflictError
 
 
@@ -187,3 +187,24 @@ def test_config_must_order_retry_renew_duration() -> None:
 def test_lease_name_is_derived_from_the_inventory_name_and_dns_safe() -> None:
     assert lease_name("gitops-sync-apps") == "gitops-sync-apps-lease"
     assert len(lease_name("x" * 63)) <= 63
+
+
+def test_an_observer_sees_a_lease_vacant_once_its_holder_stopped_renewing_for_its_duration() -> None:
+    clock, store = Clock(), MemoryLeases()
+    cfg = LeaderConfig(lease_duration=15, renew_deadline=10, retry_period=2)
+    holder = LeaderElector(store, "a", cfg, clock=clock)
+    observer = LeaderElector(store, "b", cfg, clock=clock)
+    assert not observer.vacant()  # never observed: unknown, not vacant
+    observer.look()
+    assert observer.vacant() and observer.error == ""  # no Lease yet: nobody holds it
+    assert holder.step()
+    observer.look()
+    assert not observer.vacant() and observer.holder == "a"
+    clock.now += 14
+    observer.look()  # the same record: the clock runs from when it was first seen
+    assert not observer.vacant()
+    clock.now += 1
+    assert observer.vacant() and store.writes == 1  # observing never writes
+    store.down = True
+    observer.look()
+    assert "unreachable" in observer.error
