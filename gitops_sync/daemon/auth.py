@@ -7,16 +7,19 @@ in bounded caches keyed by digests (a token or a path of 64 KiB costs 32 bytes),
 API requests per token and path per TTL, not per scrape.
 An API server that cannot answer gives 503, never 200. The HTTP server (http.py) calls `check` before
 it asks the daemon for anything; tokens are kept only as SHA-256 digests and never logged.
+A fleet's web page asks more of an authenticated user: may it `get` this GitSync? (`Decision.may`: a
+SubjectAccessReview with resource attributes, cached alike), so each tenant sees only its own.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from gitops_sync.cluster.client import Client
@@ -33,16 +36,25 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
+# (verb, group, resource, namespace, name) of a resource request; name "" = any object of the namespace
+Resource = tuple[str, str, str, str, str]
+
+
 @dataclass(frozen=True)
 class Decision:
-    """The answer for one request: 200 lets it through; 401, 403 or 503 is sent as it is."""
+    """The answer for one request: 200 lets it through; 401, 403 or 503 is sent as it is.
+
+    `may(resource)` (for an authenticated user, whatever the path's answer): may this user do that? A
+    SubjectAccessReview, cached; raises GitOpsError when the API server cannot answer. None: nobody to ask."""
 
     status: int
     reason: str
     user: str = ""
+    may: Callable[[Resource], bool] | None = field(default=None, compare=False, repr=False)
 
 
-Authorizer = Callable[[str, str | None], Decision]  # (path, Authorization header) -> Decision
+# (path, Authorization header) -> Decision; the path "" asks only who the token is (TokenReview)
+Authorizer = Callable[[str, str | None], Decision]
 
 
 @dataclass(frozen=True)
@@ -119,14 +131,17 @@ class KubernetesAuth:
             user = self._authenticate(token)
             if user is None:
                 return Decision(401, "the token is not valid (TokenReview: not authenticated)")
+            may = functools.partial(self._may, user)
+            if not path:
+                return Decision(200, "ok", user.name, may)
             allowed, why = self._authorize(user, path)
         except GitOpsError as exc:
             log.warning("http auth: the API server did not answer a review", path=path, error=str(exc))
             return Decision(503, f"cannot check the token now: {exc}")
         if not allowed:
             extra = f" ({why})" if why else ""
-            return Decision(403, f'user "{user.name}" may not get {path}{extra}', user.name)
-        return Decision(200, "ok", user.name)
+            return Decision(403, f'user "{user.name}" may not get {path}{extra}', user.name, may)
+        return Decision(200, "ok", user.name, may)
 
     def _authenticate(self, token: str) -> _User | None:
         key = hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
@@ -156,7 +171,17 @@ class KubernetesAuth:
         return user
 
     def _authorize(self, user: _User, path: str) -> tuple[bool, str]:
-        key = (user, hashlib.sha256(path.encode("utf-8", "replace")).digest())
+        return self._review(user, path, {"nonResourceAttributes": {"path": path, "verb": "get"}})
+
+    def _may(self, user: _User, resource: Resource) -> bool:
+        verb, group, plural, namespace, name = resource
+        attrs = {"verb": verb, "group": group, "resource": plural}
+        attrs.update({k: v for k, v in (("namespace", namespace), ("name", name)) if v})
+        # "\0" cannot start a path: a resource question never shares a cache entry with a path's
+        return self._review(user, "\0" + "\0".join(resource), {"resourceAttributes": attrs})[0]
+
+    def _review(self, user: _User, question: str, attributes: dict[str, Any]) -> tuple[bool, str]:
+        key = (user, hashlib.sha256(question.encode("utf-8", "replace")).digest())
         cached = self._access.get(key)
         if cached is not None:
             return cached
@@ -170,7 +195,7 @@ class KubernetesAuth:
                     "uid": user.uid,
                     "groups": list(user.groups),
                     "extra": {k: list(v) for k, v in user.extra},
-                    "nonResourceAttributes": {"path": path, "verb": "get"},
+                    **attributes,
                 },
             },
         )

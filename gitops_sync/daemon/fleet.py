@@ -244,6 +244,8 @@ def vacant_message(shard: int, lease: str) -> str:
 class Fleet(Controller[FleetKey]):
     """The controller of every GitSync in the cluster (or in `--watch-namespace`)."""
 
+    page_tenants = (gitsync.GROUP, gitsync.PLURAL)  # the web page shows a reader the GitSyncs it may get
+
     def __init__(self, opts: DaemonOptions) -> None:
         super().__init__(opts)
         # Every source sends through this client's pool (SourceClient `share`): size it for all workers.
@@ -992,7 +994,7 @@ class Fleet(Controller[FleetKey]):
                 "errors": [s.invalid],
                 "source": s.gs.repository,
                 "inventory": {"name": f"gitsync-{s.gs.name}", "namespace": s.gs.namespace},
-                "daemon": {"mode": "", "ready": False, "readyReason": s.invalid, "gitsync": row},
+                "daemon": {"mode": "", "ready": False, "readyReason": s.invalid, "gitsync": row, "spec": _spec(s.gs)},
             }
         doc = r.changeset_doc(self.cluster_condition, full_history=full_history)
         with r.state:
@@ -1011,6 +1013,7 @@ class Fleet(Controller[FleetKey]):
             },
             "lastPass": last_pass,
             "gitsync": row,
+            "spec": _spec(s.gs),
         }
         return doc
 
@@ -1059,6 +1062,17 @@ class Fleet(Controller[FleetKey]):
             "dryRuns": sum(c.stats.dry_runs for c in clients),
             "throttled": sum(c.stats.throttled for c in clients),
         }
+
+
+def _spec(gs: GitSync) -> dict[str, Any]:
+    """What the web page shows of a GitSync's spec: where its objects come from and what it waits for."""
+    return {
+        "repository": mask_url(gs.repository),
+        "revision": gs.revision or "",
+        "path": gs.path or "",
+        "dependsOn": [f"{ns}/{name}" for ns, name in gs.depends_on],
+        "suspend": gs.suspend,
+    }
 
 
 def _stub(obj: Manifest) -> GitSync:

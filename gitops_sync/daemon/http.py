@@ -33,7 +33,7 @@ from waitress.parser import HTTPRequestParser
 from waitress.server import TcpWSGIServer
 from waitress.task import ThreadedTaskDispatcher
 
-from gitops_sync.daemon.auth import Authorizer, Decision
+from gitops_sync.daemon.auth import Authorizer, Decision, Resource
 from gitops_sync.daemon.metrics import CONTENT_TYPE
 from gitops_sync.daemon.triggers import WebhookResult
 from gitops_sync.errors import GitOpsError
@@ -72,6 +72,9 @@ class Endpoints:
     webhook: Callable[[dict[str, str], bytes], WebhookResult]
     # history(group, kind, namespace, name): path -> records of every field Git sets on one object (web page)
     history: Callable[[str, str, str, str], dict[str, list[dict[str, Any]]]] | None = None
+    # (group, plural) a page reader must be allowed to `get` (in the source's namespace, by its name) to see a
+    # source: a fleet's GitSyncs, so each tenant sees its own. None: every source, to whoever may get `/`.
+    tenant_resource: tuple[str, str] | None = None
 
 
 class ListenError(GitOpsError):
@@ -211,23 +214,37 @@ class _App:
         reading = method in ("GET", "HEAD")
         if path == "/login":
             return self._login(method, environ)
+        decision: Decision | None = None
         if self.auth is not None and not path.startswith("/static/"):  # the page's own CSS and JS: no data
             header = environ.get("HTTP_AUTHORIZATION")
             if header is None and is_page(path):  # a browser sends the token it was given at /login
                 token = token_from_cookie(str(environ.get("HTTP_COOKIE") or ""))
                 header = f"Bearer {token}" if token else None
-            # every path of the page is one URL for RBAC: `/` (what it shows is what /status has)
-            decision = self.auth("/" if is_page(path) else path, header)
+            # every path of the page is one URL for RBAC: `/` (what it shows is what /status has); a per-tenant
+            # page asks only who the token is, then per source whether it may get its GitSync
+            decision = self.auth(self._page_question(path), header)
             if decision.status != 200:
                 if is_page(path) and decision.status in (401, 403) and reading:
-                    body = login_page(decision.reason, decision.status)
+                    body = login_page(decision.reason, decision.status, tenants=self._tenants)
                     headers = [*_refused(decision).headers, *PAGE_HEADERS]
                     return _Reply(decision.status, body, "text/html; charset=utf-8", headers)
                 return _refused(decision)
         if is_page(path):
             if not reading:
                 return _GET_ONLY
-            answer = page(path, str(environ.get("QUERY_STRING") or ""), ep.status, ep.history)
+            visible = _visible(decision, ep.tenant_resource) if decision and ep.tenant_resource else None
+            try:
+                answer = page(
+                    path,
+                    str(environ.get("QUERY_STRING") or ""),
+                    ep.status,
+                    ep.history,
+                    visible=visible,
+                    reader=decision.user if decision else "",
+                )
+            except GitOpsError as exc:  # a SubjectAccessReview the API server did not answer: fail closed
+                log.warning("web page: cannot check what the reader may see", error=str(exc))
+                return _text(503, f"cannot check access now: {exc}", [("Retry-After", "5")])
             return _Reply(answer.status, answer.body, answer.content_type, list(PAGE_HEADERS))
         if path not in ("/metrics", "/status"):
             return _text(404, "not found: / (web page) /healthz /readyz /metrics /status, POST /hooks/git")
@@ -238,13 +255,24 @@ class _App:
         query = parse_qs(str(environ.get("QUERY_STRING") or ""))
         return _json(200, ep.status(full_history=True) if query.get("history") == ["all"] else ep.status())
 
+    @property
+    def _tenants(self) -> bool:
+        return self.endpoints.tenant_resource is not None
+
+    def _page_question(self, path: str) -> str:
+        """What the authorizer is asked for `path`: the path itself, `/` for the page, "" (only who the token
+        is) for a per-tenant page, which then asks per source."""
+        if not is_page(path):
+            return path
+        return "" if self._tenants else "/"
+
     def _login(self, method: str, environ: dict[str, Any]) -> _Reply:
         """The page's sign-in: a form for a token (GET); POST checks it as a request to `/` would be and
         keeps it in an HttpOnly, SameSite=Strict cookie, so a browser can send it (it cannot add a header)."""
         if self.auth is None:
             return _Reply(303, b"", headers=[("Location", "/")])
         if method in ("GET", "HEAD"):
-            return _Reply(200, login_page(), "text/html; charset=utf-8", list(PAGE_HEADERS))
+            return _Reply(200, login_page(tenants=self._tenants), "text/html; charset=utf-8", list(PAGE_HEADERS))
         if method != "POST":
             return _text(405, "GET or POST only", [("Allow", "GET, POST")])
         length = str(environ.get("CONTENT_LENGTH") or "")
@@ -252,10 +280,11 @@ class _App:
             return _text(400, "a form with a token is expected")
         form = parse_qs(environ["wsgi.input"].read(int(length)).decode(errors="replace"))
         token = (form.get("token") or [""])[0].strip()
-        decision = self.auth("/", f"Bearer {token}")
+        decision = self.auth(self._page_question("/"), f"Bearer {token}")
         if decision.status != 200 or not token_from_cookie(f"{TOKEN_COOKIE}={token}"):
             status = decision.status if decision.status != 200 else 400
-            body = login_page(decision.reason if decision.status != 200 else "not a token", status)
+            reason = decision.reason if decision.status != 200 else "not a token"
+            body = login_page(reason, status, tenants=self._tenants)
             return _Reply(status, body, "text/html; charset=utf-8", list(PAGE_HEADERS))
         secure = "; Secure" if environ.get("wsgi.url_scheme") == "https" else ""
         cookie = f"{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}"
@@ -273,6 +302,22 @@ class _App:
         headers = {k[5:].replace("_", "-").title(): str(v) for k, v in environ.items() if k.startswith("HTTP_")}
         result = self.endpoints.webhook(headers, body)
         return _json(result.status, {"accepted": result.ok, "reason": result.reason, "provider": result.provider})
+
+
+def _visible(decision: Decision, resource: tuple[str, str]) -> Callable[[str, str], bool]:
+    """Whether the reader of `decision` may `get` the object (namespace, name) of `resource`: a grant on the
+    whole namespace answers every object there (one review per namespace); only a refusal asks about the name
+    (a Role with resourceNames). Nobody to ask (an authorizer without `may`): nothing is visible."""
+    may = decision.may
+    group, plural = resource
+    if may is None:
+        return lambda namespace, name: False
+
+    def visible(namespace: str, name: str) -> bool:
+        whole: Resource = ("get", group, plural, namespace, "")
+        return may(whole) or may(("get", group, plural, namespace, name))
+
+    return visible
 
 
 def _refused(decision: Decision) -> _Reply:

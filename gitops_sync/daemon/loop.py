@@ -140,6 +140,8 @@ class Controller(Generic[K]):
 
     probe: ClusterProbe  # the subclass's: it decides what a change of reachability sets off
     http: HttpServer  # the subclass's, from `_http_server`
+    # (group, plural) a web page reader must be allowed to get to see a source (Endpoints.tenant_resource)
+    page_tenants: tuple[str, str] | None = None
 
     def __init__(self, opts: DaemonOptions) -> None:
         self.opts = opts
@@ -177,6 +179,7 @@ class Controller(Generic[K]):
                 status=self.status,
                 webhook=self._webhook,
                 history=self._field_history,
+                tenant_resource=self.page_tenants,
             ),
             auth=auth,
         )

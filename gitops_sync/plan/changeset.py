@@ -72,14 +72,56 @@ class FieldChange:
 
     def why(self) -> str:
         """`live-changed by kubectl (Update/scale) at 2026-…`: the reason in one phrase, for tables and logs."""
-        if self.reason == LIVE_CHANGED:
-            how = "/".join(p for p in (self.operation, self.subresource) if p)
-            return (
-                f"{self.reason} by {self.manager}"
-                + (f" ({how})" if how else "")
-                + (f" at {self.since}" if self.since else "")
-            )
-        return self.reason
+        return why_text(self.reason, self.manager, self.operation, self.subresource, self.since)
+
+
+def why_text(reason: str, manager: str, operation: str = "", subresource: str = "", since: str = "") -> str:
+    """A field's reason in one phrase; from a `FieldChange` or its JSON (the web page and `diff -o html`)."""
+    if reason == LIVE_CHANGED:
+        how = "/".join(p for p in (operation, subresource) if p)
+        return f"{reason} by {manager}" + (f" ({how})" if how else "") + (f" at {since}" if since else "")
+    return reason
+
+
+# What a report calls a field and an object. Drift is the cluster moving away from Git (`live-changed`);
+# what Git itself changes (`git-changed`, and `server-changed`: Git's new value as the server stores it) is
+# *planned* in a dry run (`diff`, a pull request) and *applied* by a sync. One vocabulary for the table,
+# markdown and `-o html`.
+DRIFT = "drift"
+PLANNED = "planned"
+APPLIED = "applied"
+CHANGE_WORDS = {Action.CREATE: "create", Action.UPDATE: "change", Action.PRUNE: "delete"}
+
+
+def field_kind(group: str, reason: str, *, shared: bool = False, dry_run: bool = True) -> str:
+    """`conflict`/`shared` (group `conflicts`), `ignored`, `drift` (live-changed) or `planned`/`applied`."""
+    if group in ("conflict", "conflicts"):
+        return "shared" if shared else "conflict"
+    if group == "ignored":
+        return "ignored"
+    if reason == LIVE_CHANGED:
+        return DRIFT
+    return PLANNED if dry_run else APPLIED
+
+
+def change_of(action: str, reasons: list[str], *, dry_run: bool = True) -> str:
+    """An object's change in words: `planned create|change|delete` (a dry run; `create|change|delete` after a
+    sync), `drift` for an update whose every field another manager wrote, `planned change, drift` for both;
+    else the action (`unchanged`, `conflict`, `error`)."""
+    try:
+        act = Action(action)
+    except ValueError:
+        return action
+    if act not in CHANGE_WORDS:
+        return act.value
+    words = CHANGE_WORDS[act]
+    planned = f"{PLANNED} {words}" if dry_run else words
+    if act is not Action.UPDATE:
+        return planned
+    drift = LIVE_CHANGED in reasons
+    if drift and all(r == LIVE_CHANGED for r in reasons):
+        return DRIFT
+    return f"{planned}, {DRIFT}" if drift else planned
 
 
 @dataclass
@@ -253,6 +295,10 @@ class Entry:
     def left_git(self) -> bool:
         """A member that left Git (pruned, or its deletion pending): not one of the desired objects."""
         return self.action is Action.PRUNE or (self.terminating is not None and not self.terminating.in_git)
+
+    def change(self, *, dry_run: bool = True) -> str:
+        """`planned change`, `drift`, …: see `change_of`."""
+        return change_of(self.action.value, [c.reason for c in self.drift], dry_run=dry_run)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

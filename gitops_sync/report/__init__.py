@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 from gitops_sync import jsoncodec
 from gitops_sync.formatting import truncate
 from gitops_sync.plan import actors
-from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange, Foreign, Ignored
+from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange, Foreign, Ignored, field_kind
 from gitops_sync.source import short_revision
 
 if TYPE_CHECKING:  # rich is imported by the table only: `-o json` and markdown never pay for it
@@ -147,7 +147,7 @@ def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int 
         for e in shown:
             t.add_row(Text(e.action.value, style=_STYLE[e.action]), Text(str(e.key)), Text(e.message))
         console.print(t)
-    fields = [(e, c, _kind(e, kind)) for e in shown for kind, cs_ in _field_groups(e, verbose) for c in cs_]
+    fields = [(e, c, _kind(cs, e, g, c)) for e in shown for g, lst in _field_groups(e, verbose) for c in lst]
     if fields:
         explained = any(why(c) or c.source for _e, c, _k in fields)  # columns only when something fills them
         extra = ("why", "where in Git") if explained else ()
@@ -193,11 +193,11 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
     if cs.inventory:
         lines += [_md(_inventory(cs)), ""]
     shown = [e for e in cs.sorted_entries() if verbose or e.action is not Action.UNCHANGED]
-    if shown:
-        lines += ["| action | object | message |", "|---|---|---|"]
-        lines += [f"| {e.action.value} | {_code(str(e.key))} | {_md(e.message)} |" for e in shown]
+    if shown:  # what Git changes is `planned`; `drift` only what the cluster changed (a pull request's reader)
+        lines += ["| change | object | message |", "|---|---|---|"]
+        lines += [f"| {e.change(dry_run=cs.dry_run)} | {_code(str(e.key))} | {_md(e.message)} |" for e in shown]
         lines.append("")
-    rows = [(e, _kind(e, kind), c) for e in shown for kind, lst in _field_groups(e, verbose) for c in lst]
+    rows = [(e, _kind(cs, e, g, c), c) for e in shown for g, lst in _field_groups(e, verbose) for c in lst]
     if rows:
         explained = any(why(c) or c.source for _e, _k, c in rows)
         lines += [
@@ -232,7 +232,7 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-_KIND_STYLE: Final = {"drift": "yellow", "ignored": "dim"}
+_KIND_STYLE: Final = {"drift": "yellow", "planned": "cyan", "applied": "green", "ignored": "dim"}
 
 
 def _by(f: Foreign) -> str:
@@ -248,9 +248,9 @@ def _field_groups(e: Entry, verbose: bool) -> list[tuple[str, list[FieldChange]]
     return groups
 
 
-def _kind(e: Entry, kind: str) -> str:
-    """`shared` for the conflict of an object another ApplySet owns, else `conflict`/`drift`."""
-    return "shared" if kind == "conflict" and e.shared is not None else kind
+def _kind(cs: ChangeSet, e: Entry, group: str, c: FieldChange) -> str:
+    """`conflict`/`shared`, `ignored`, `drift` (another manager wrote it) or `planned`/`applied` (Git's)."""
+    return field_kind(group, c.reason, shared=e.shared is not None, dry_run=cs.dry_run)
 
 
 # What means something to Markdown inside a table cell (emphasis, code, links, strike-through, the cell

@@ -89,9 +89,10 @@ def token_from_cookie(header: str) -> str:
     return ""
 
 
-def login_page(reason: str = "", status: int = 200) -> bytes:
-    """The sign-in form (also the body of a 401/403 on a page path, so a browser sees what to do)."""
-    return _render("login.html", reason=reason, status=status, title="sign in", live=False)
+def login_page(reason: str = "", status: int = 200, *, tenants: bool = False) -> bytes:
+    """The sign-in form (also the body of a 401/403 on a page path, so a browser sees what to do); `tenants`:
+    a fleet's page, which shows each token the GitSyncs it may get."""
+    return _render("login.html", reason=reason, status=status, title="sign in", live=False, tenants=tenants)
 
 
 def is_page(path: str) -> bool:
@@ -103,20 +104,36 @@ StatusFn = Callable[..., dict[str, Any]]
 HistoryFn = Callable[[str, str, str, str], dict[str, list[dict[str, Any]]]]
 
 
-def page(path: str, query_string: str, status: StatusFn, history: HistoryFn | None = None) -> Page:
+def page(
+    path: str,
+    query_string: str,
+    status: StatusFn,
+    history: HistoryFn | None = None,
+    visible: view.Visible | None = None,
+    reader: str = "",
+) -> Page:
     """A GET of `path`; `status()` is the daemon's /status document, `history(group, kind, ns, name)` the
-    ownership history of every field Git sets on one object (None: only what /status carries)."""
+    ownership history of every field Git sets on one object (None: only what /status carries).
+
+    `visible(namespace, name)`: whether this reader may see that GitSync (a fleet's per-tenant page; None:
+    every source). A source it may not see is answered as one that does not exist. `reader` names the user."""
     if path.startswith("/static/"):
         name = path.removeprefix("/static/")
         body = static(name)
         return Page(200, body, _STATIC[name]) if body is not None else Page(404, b"not found\n", "text/plain")
     query = parse_qs(query_string, keep_blank_values=True)
     doc = status()
+    tenant = {"limited": visible is not None, "reader": reader}
     if path == "/":
-        srcs = view.sources(doc)
-        return Page(200, _render("sources.html", sources=srcs, title="sources", live=True))
+        srcs = view.sources(doc, visible)
+        return Page(200, _render("sources.html", sources=srcs, title="sources", live=True, **tenant))
     parts = [unquote(p) for p in path.removeprefix("/sources/").split("/")]
-    src = view.find_source(doc, parts[0])
+    # A GitSync is `namespace/name` (two segments), a single source its inventory's name (one).
+    src = view.find_source(doc, "/".join(parts[:2]), visible) if len(parts) >= 2 else None
+    if src is not None:
+        parts = ["/".join(parts[:2]), *parts[2:]]
+    else:
+        src = view.find_source(doc, parts[0], visible)
     if src is None:
         return _not_found(f"source {parts[0]!r}")
     if len(parts) == 1 or (len(parts) == 2 and not parts[1]):
@@ -136,7 +153,11 @@ def page(path: str, query_string: str, status: StatusFn, history: HistoryFn | No
         group, kind, ns, name = parts[2:]
         group = "" if group == view.CORE else group
         ns = "" if ns == "-" else ns
-        fields = history(group, kind, ns, name) if history is not None else None
+        # The daemon's history of the object is kept once for every source that wants it; one this source
+        # failed to plan (a tenant refused to read it) gets only this source's own, never another's values.
+        planned = view.find_object(src.doc, group, kind, ns, name)
+        failed = planned is not None and planned.get("action") == "error"
+        fields = history(group, kind, ns, name) if history is not None and not failed else None
         obj = view.object_view(src.doc, src.id, group, kind, ns, name, fields)
         if obj is None:
             return _not_found(f"object {kind} {ns + '/' if ns else ''}{name} in source {src.id!r}")

@@ -8,7 +8,7 @@ again here even though they arrive masked: a page is one more place they must ne
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -16,9 +16,13 @@ from urllib.parse import quote, urlencode
 from gitops_sync.conventions import MASK
 from gitops_sync.formatting import truncate
 from gitops_sync.plan import actors
+from gitops_sync.plan.changeset import change_of, field_kind, why_text
 from gitops_sync.resource import ObjectKey, is_secret
 
-STATES = ("synced", "drifted", "missing", "terminating", "conflict", "error")
+# The daemon's states of an object, and `yielded`: in sync but for fields left to another manager (the
+# daemon counts those synced; the page says which). `planned`/`applied` only in a change set (`diff -o html`).
+STATES = ("synced", "drifted", "missing", "terminating", "conflict", "yielded", "error")
+PLAN_STATES = ("planned", "applied")
 PAGE_SIZE = 200  # objects per page of a source's list: a 10,000-object source stays a light page
 VALUE_LIMIT = 4000  # characters of one value on a page (an embedded file is cut, with a note)
 CORE = "core"  # the URL segment for the core API group ("")
@@ -49,7 +53,9 @@ def actor_of(manager: str, operation: str = "", subresource: str = "", *, ours: 
 
 @dataclass
 class Source:
-    """One source the daemon reconciles: the first level of the page."""
+    """One source the daemon reconciles: the first level of the page.
+
+    `id` is the GitSync's `namespace/name` in a fleet (`gitsync` the same), else the inventory's name."""
 
     id: str
     repo: str
@@ -66,10 +72,16 @@ class Source:
     fights: int
     last_checked: str
     doc: Mapping[str, Any] = field(repr=False)
+    gitsync: str = ""
+    path: str = ""
+    ref: str = ""  # the revision the GitSync asks for (branch, tag, commit; "" = the default branch)
+    depends_on: list[str] = field(default_factory=list)
+    suspended: bool = False
+    objects: int = 0
 
     @property
     def url(self) -> str:
-        return "/sources/" + quote(self.id, safe="")
+        return "/sources/" + "/".join(quote(part, safe="") for part in self.id.split("/"))
 
 
 def source_docs(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -85,13 +97,24 @@ def source_of(doc: Mapping[str, Any]) -> Source:
     daemon = doc.get("daemon") or {}
     src = daemon.get("source") or {}
     inv = doc.get("inventory") or {}
+    gs = daemon.get("gitsync") or {}
+    spec = daemon.get("spec") or {}
     states: dict[str, int] = dict.fromkeys(STATES, 0)
-    for obj in doc.get("objects") or []:
-        st = state_of(obj)
+    objects = doc.get("objects") or []
+    dry_run = bool(doc.get("dryRun", True))
+    for obj in objects:  # the rule each row's state comes from (`rows`): the counts cannot disagree with them
+        st = state_of(obj, dry_run=dry_run)
         states[st] = states.get(st, 0) + 1
     name = str(inv.get("name") or doc.get("source") or "source")
+    ref = str(gs.get("name") or "")
     return Source(
-        id=name,
+        id=ref or name,
+        gitsync=ref,
+        path=str(spec.get("path") or ""),
+        ref=str(spec.get("revision") or ""),
+        depends_on=[str(d) for d in spec.get("dependsOn") or []],
+        suspended=bool(gs.get("suspended") or spec.get("suspend")),
+        objects=len(objects),
         repo=str(src.get("repo") or inv.get("sourceIdentity") or doc.get("source") or ""),
         revision=str(src.get("revision") or doc.get("revision") or ""),
         applied=str(daemon.get("appliedRevision") or ""),
@@ -109,35 +132,65 @@ def source_of(doc: Mapping[str, Any]) -> Source:
     )
 
 
-def sources(doc: Mapping[str, Any]) -> list[Source]:
-    return [source_of(d) for d in source_docs(doc)]
+Visible = Callable[[str, str], bool]  # (namespace, name) of a GitSync -> may this reader see it
 
 
-def find_source(doc: Mapping[str, Any], source_id: str) -> Source | None:
-    return next((s for s in sources(doc) if s.id == source_id), None)
+def _shown(d: Mapping[str, Any], visible: Visible | None) -> bool:
+    """Whether a reader limited to `visible` GitSyncs may see source document `d` (None: no limit). A source
+    that names no GitSync is never shown to a limited reader."""
+    if visible is None:
+        return True
+    ns, _, name = str(((d.get("daemon") or {}).get("gitsync") or {}).get("name") or "").partition("/")
+    return bool(ns and name) and visible(ns, name)
+
+
+def sources(doc: Mapping[str, Any], visible: Visible | None = None) -> list[Source]:
+    return [source_of(d) for d in source_docs(doc) if _shown(d, visible)]
+
+
+def find_source(doc: Mapping[str, Any], source_id: str, visible: Visible | None = None) -> Source | None:
+    """The source `source_id` (a GitSync's `namespace/name` or an inventory name), if this reader may see it;
+    only that one is asked about."""
+    for d in source_docs(doc):
+        gs = str(((d.get("daemon") or {}).get("gitsync") or {}).get("name") or "")
+        inv = str((d.get("inventory") or {}).get("name") or d.get("source") or "source")
+        if (gs or inv) == source_id:
+            return source_of(d) if _shown(d, visible) else None
+    return None
 
 
 # -- objects -----------------------------------------------------------------------------------------
 
 
-def state_of(obj: Mapping[str, Any]) -> str:
-    """The daemon's state when it gave one, else the same rule from the action (a `diff` change set)."""
+def _reasons(obj: Mapping[str, Any]) -> list[str]:
+    return [str(c.get("reason") or "") for c in obj.get("drift") or []]
+
+
+def state_of(obj: Mapping[str, Any], *, dry_run: bool = True) -> str:
+    """The daemon's state when it gave one (`yielded` when it says synced but left fields to another
+    manager); in a change set (`diff -o html`) from the action: what Git changes is `planned` (`applied`
+    after a sync), `drifted` only an update whose every field another manager wrote."""
     st = obj.get("state")
     if isinstance(st, str) and st:
-        return st
-    action = obj.get("action")
+        return "yielded" if st == "synced" and obj.get("yielded") else st
+    action = str(obj.get("action") or "")
     if action in ("error", "terminating"):
-        return str(action)
+        return action
     if action == "conflict" or obj.get("conflicts"):
         return "conflict"
-    if action == "create":
-        return "missing"
-    return "drifted" if action in ("update", "prune") else "synced"
+    change = change_of(action, _reasons(obj), dry_run=dry_run)
+    if change == "drift":
+        return "drifted"
+    return "synced" if action == "unchanged" else ("planned" if dry_run else "applied")
 
 
 @dataclass
 class Row:
-    """One object in a source's list."""
+    """One object in a source's list.
+
+    A plan's conflict that the daemon counts as drift (its `--on-conflict force` takes the fields back) is
+    shown as drift: `taken` of the `drift` fields are another manager's, and the action reads `update
+    (force)`. So no row says `conflict` that the summary does not count as one."""
 
     kind: str
     group: str
@@ -152,18 +205,38 @@ class Row:
     conflicts: int
     shared: bool
     fights: int
-    url: str
+    source_id: str
     actors: list[str] = field(default_factory=list)  # who made the differences, in words ("kubectl scale")
+    yielded: int = 0
+    taken: int = 0
+    planned: int = 0  # differences Git made (git-changed, server-changed): not drift
+    dry_run: bool = True
+    change: str = ""  # a change set's words for the action: `planned change`, `drift` (see changeset.change_of)
 
     @property
     def title(self) -> str:
         gk = f"{self.kind}.{self.group}" if self.group else self.kind
         return f"{gk}/{self.namespace}/{self.name}" if self.namespace else f"{gk}/{self.name}"
 
+    @property
+    def url(self) -> str:
+        return object_url(self.source_id, self.group, self.kind, self.namespace, self.name)
+
+    @property
+    def planned_word(self) -> str:
+        return field_kind("drift", "", dry_run=self.dry_run)  # planned | applied
+
+    @property
+    def action_text(self) -> str:
+        if self.change:
+            return self.change
+        return "update (force)" if self.taken else self.action
+
 
 def object_url(source_id: str, group: str, kind: str, namespace: str, name: str) -> str:
-    parts = (source_id, group or CORE, kind, namespace or "-", name)
-    return "/sources/{}/objects/{}/{}/{}/{}".format(*(quote(p, safe="") for p in parts))
+    head = "/".join(quote(p, safe="") for p in source_id.split("/"))
+    parts = (group or CORE, kind, namespace or "-", name)
+    return "/sources/{}/objects/{}/{}/{}/{}".format(head, *(quote(p, safe="") for p in parts))
 
 
 def _fight_count(doc: Mapping[str, Any]) -> dict[tuple[str, str, str, str], int]:
@@ -174,13 +247,26 @@ def _fight_count(doc: Mapping[str, Any]) -> dict[tuple[str, str, str, str], int]
     return out
 
 
+def is_change_set(doc: Mapping[str, Any]) -> bool:
+    """A `diff`/`sync -o json` document (no daemon): its objects carry actions, not the daemon's states."""
+    return "daemon" not in doc
+
+
 def rows(doc: Mapping[str, Any], source_id: str) -> list[Row]:
     fights = _fight_count(doc)
+    dry_run = bool(doc.get("dryRun", True))
+    plan = is_change_set(doc)
     out = []
     for obj in doc.get("objects") or []:
         kind, ns, name = str(obj.get("kind", "")), str(obj.get("namespace") or ""), str(obj.get("name", ""))
         api_version = str(obj.get("apiVersion", ""))
         group = group_of(api_version)
+        state = state_of(obj, dry_run=dry_run)
+        reasons = _reasons(obj)
+        drift = sum(1 for r in reasons if field_kind("drift", r) == "drift")
+        conflicts = len(obj.get("conflicts") or [])
+        taken = conflicts if conflicts and state != "conflict" and not obj.get("shared") else 0
+        action = str(obj.get("action", ""))
         out.append(
             Row(
                 kind=kind,
@@ -188,16 +274,21 @@ def rows(doc: Mapping[str, Any], source_id: str) -> list[Row]:
                 namespace=ns,
                 name=name,
                 api_version=api_version,
-                action=str(obj.get("action", "")),
-                state=state_of(obj),
+                action=action,
+                state=state,
                 health=str(obj.get("health") or ""),
                 message=str(obj.get("message") or ""),
-                drift=len(obj.get("drift") or []),
-                conflicts=len(obj.get("conflicts") or []),
+                drift=drift + taken,
+                planned=len(reasons) - drift,
+                dry_run=dry_run,
+                conflicts=conflicts - taken,
                 shared=bool(obj.get("shared")),
                 fights=fights.get((group, kind, ns, name), 0),
-                url=object_url(source_id, group, kind, ns, name),
+                source_id=source_id,
                 actors=_actors(obj),
+                yielded=len(obj.get("yielded") or []),
+                taken=taken,
+                change=change_of(action, reasons, dry_run=dry_run) if plan else "",
             )
         )
     return out
@@ -205,7 +296,7 @@ def rows(doc: Mapping[str, Any], source_id: str) -> list[Row]:
 
 def _actors(obj: Mapping[str, Any]) -> list[str]:
     seen: dict[str, None] = {}
-    for c in [*(obj.get("drift") or []), *(obj.get("conflicts") or [])]:
+    for c in [*(obj.get("drift") or []), *(obj.get("conflicts") or []), *(obj.get("yielded") or [])]:
         words = str(c.get("actor") or "") or str(c.get("manager") or "")
         if words:
             seen.setdefault(words, None)
@@ -230,7 +321,7 @@ class Filter:
         page = one("page")
         return cls(
             q=one("q"),
-            state=state if state in (*STATES, "changed") else "",
+            state=state if state in (*STATES, *PLAN_STATES, "changed") else "",
             kind=one("kind"),
             page=max(1, int(page)) if page.isdigit() and len(page) < 7 else 1,
         )
@@ -268,9 +359,18 @@ class Listing:
 def listing(doc: Mapping[str, Any], source_id: str, flt: Filter) -> Listing:
     every = rows(doc, source_id)
     matched = [r for r in every if flt.match(r)]
-    # what needs a look first: errors, conflicts, drift, missing, going; then by name
-    order = {"error": 0, "conflict": 1, "drifted": 2, "missing": 3, "terminating": 4, "synced": 5}
-    matched.sort(key=lambda r: (order.get(r.state, 5), -r.fights, r.kind, r.namespace, r.name))
+    # what needs a look first: errors, conflicts, drift, missing, going, yielded; then by name
+    order = {
+        "error": 0,
+        "conflict": 1,
+        "drifted": 2,
+        "missing": 3,
+        "terminating": 4,
+        "yielded": 5,
+        "planned": 5,
+        "synced": 6,
+    }
+    matched.sort(key=lambda r: (order.get(r.state, 7), -r.fights, r.kind, r.namespace, r.name))
     pages = max(1, -(-len(matched) // PAGE_SIZE))
     page = min(flt.page, pages)
     start = (page - 1) * PAGE_SIZE
@@ -301,13 +401,24 @@ class Change:
 @dataclass
 class FieldView:
     path: str
-    kind: str  # drift | conflict | shared | in sync
+    kind: str  # drift planned applied conflict shared yielded ignored, "in sync"; not compared: NOT_COMPARED
     desired: str
     live: str
     who: str
     actor: str
     timeline: list[Change]
     fight: bool
+    why: str = ""  # the reason in one phrase (`live-changed by kubectl (Update/scale) at …`), or why not compared
+    where: str = ""  # where Git says it (`apps/web.yaml:7:13`)
+    advice: str = ""  # a yielded field: what to do, and when the daemon corrects it again
+
+    @property
+    def compared(self) -> bool:
+        """Whether desired and live were both read for this field (else the page shows neither as a match)."""
+        return self.kind not in NOT_COMPARED
+
+
+NOT_COMPARED = ("missing", "pruned", "unknown")
 
 
 @dataclass
@@ -334,9 +445,20 @@ class ObjectView:
     co_owners: list[dict[str, Any]]
     shared: dict[str, Any] | None
     origin: str
+    note: str = ""  # why the fields were not compared (the object is not in the cluster, left Git, failed)
+
+    @property
+    def live_absent(self) -> bool:
+        """No live object to show: the page has no live column then (only what the daemon saw last)."""
+        return self.row.state == "missing" or (bool(self.row.change) and self.row.action == "create")
+
+    @property
+    def explained(self) -> bool:
+        """Whether any field has a reason or a place in Git (the `why` and `where in Git` columns)."""
+        return any(f.why or f.where for f in self.fields)
 
 
-def _find_object(doc: Mapping[str, Any], group: str, kind: str, ns: str, name: str) -> Mapping[str, Any] | None:
+def find_object(doc: Mapping[str, Any], group: str, kind: str, ns: str, name: str) -> Mapping[str, Any] | None:
     for obj in doc.get("objects") or []:
         if (
             str(obj.get("kind")) == kind
@@ -357,6 +479,43 @@ def _same(h: Mapping[str, Any], group: str, kind: str, ns: str, name: str) -> bo
     )
 
 
+def _not_compared(row: Row, detect_only: bool) -> tuple[str, str]:
+    """(kind, note) for the fields of an object whose live and desired values were not both read, else ("", "")."""
+    if row.state == "missing" or (row.change and row.action == "create"):
+        if row.change:
+            return "missing", "Not in the cluster: the sync creates it."
+        again = "it is not created again (--detect-only); a sync or self-heal creates it" if detect_only else ""
+        return "missing", (
+            "Not in the cluster (deleted outside Git?)"
+            + (f": {again}" if again else "; the next pass creates it")
+            + ". What follows is what the daemon saw last, not live values."
+        )
+    if row.state == "terminating":
+        return "unknown", f"Deletion pending: nothing is applied to it, so its fields are not compared. {row.message}"
+    if row.action == "prune":
+        return "pruned", "Not in Git any more: the prune deletes it (or releases it, if adopted). Git sets no field."
+    if row.state == "error":
+        return "unknown", f"The last pass could not compare this object: {row.message or 'error'}"
+    return "", ""
+
+
+def _yield_text(y: Mapping[str, Any]) -> tuple[str, str]:
+    """(why, advice with how it resumes) of a yielded field."""
+    actor = str(y.get("actor") or y.get("manager") or "another manager")
+    since = f" since {y['since']}" if y.get("since") else ""
+    if y.get("reason") == "autoscaler":
+        why = f"yielded to {actor}: it scales the object{since}"
+        resume = "Git's value is applied again once the autoscaler is gone or Git's value changes"
+    else:
+        why = f"yielded to {actor}: it kept taking the field back (a fight){since}"
+        resume = (
+            "correcting resumes when Git's value changes, or once "
+            f"{y.get('manager') or 'the other manager'} has not written it for a whole --fight-window"
+        )
+    advice = str(y.get("advice") or "")
+    return why, (f"{advice}; " if advice else "") + resume
+
+
 def object_view(
     doc: Mapping[str, Any],
     source_id: str,
@@ -367,13 +526,20 @@ def object_view(
     history: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> ObjectView | None:
     """`history`: path -> records (oldest first) of every field Git sets; default: the document's own
-    `history` (fields that changed at least once)."""
-    obj = _find_object(doc, group, kind, namespace, name)
+    `history` (fields that changed at least once).
+
+    A field is `in sync` only when the object was compared and the field is in none of its lists (drift,
+    conflicts, yielded, ignored); an object not in the cluster, left Git or not planned shows what the daemon
+    saw last, never as a match."""
+    obj = find_object(doc, group, kind, namespace, name)
     if obj is None:
         return None
-    row = next(r for r in rows({"objects": [obj], "fights": doc.get("fights")}, source_id))
+    flags = {k: doc[k] for k in ("daemon", "dryRun") if k in doc}
+    row = next(r for r in rows({"objects": [obj], "fights": doc.get("fights"), **flags}, source_id))
     secret = is_secret(ObjectKey(group, kind, namespace, name))
-    ours = str((doc.get("daemon") or {}).get("fieldManager") or "")
+    daemon = doc.get("daemon") or {}
+    ours = str(daemon.get("fieldManager") or "")
+    dry_run = bool(doc.get("dryRun", True))
 
     def shown(value: Any) -> str:
         return MASK if secret and value is not None else text(value)
@@ -395,18 +561,36 @@ def object_view(
             observed=str(r.get("observed") or ""),
         )
 
-    diffs: dict[str, tuple[str, Mapping[str, Any]]] = {}
-    for kind_, lst in (("drift", obj.get("drift")), ("conflict", obj.get("conflicts"))):
+    diffs: dict[str, tuple[str, str, Mapping[str, Any]]] = {}  # path -> (label, list it is in, entry)
+    for group_, lst in (
+        ("drift", obj.get("drift")),
+        ("conflict", obj.get("conflicts")),
+        ("ignored", obj.get("ignored")),
+        ("yielded", obj.get("yielded")),
+    ):
         for c in lst or []:
-            label = "shared" if kind_ == "conflict" and obj.get("shared") else kind_
-            diffs[str(c.get("path"))] = (label, c)
+            if group_ == "yielded":
+                label = "yielded"
+            elif group_ == "conflict" and row.taken:  # the daemon's force takes it back: drift, as the row says
+                label = "drift"
+            else:
+                label = field_kind(group_, str(c.get("reason") or ""), shared=bool(obj.get("shared")), dry_run=dry_run)
+            diffs[str(c.get("path"))] = (label, group_, c)
+    absent_kind, note = _not_compared(row, daemon.get("mode") == "detect-only")
     fields: list[FieldView] = []
     for path in sorted(set(history) | set(diffs)):
-        records = list(history.get(path) or [])
-        timeline = [step(r) for r in records]
+        timeline = [step(r) for r in history.get(path) or []]
         if path in diffs:
-            label, c = diffs[path]
+            label, group_, c = diffs[path]
             m, op, sub = str(c.get("manager") or ""), str(c.get("operation") or ""), str(c.get("subresource") or "")
+            reason = str(c.get("reason") or "")
+            why, advice = _yield_text(c) if label == "yielded" else ("", "")
+            if label == "ignored":
+                why = f"ignore rule ({c.get('mode') or 'ignored'}): left to the cluster, never drift"
+            elif not why:
+                why = why_text(reason, m, op, sub, str(c.get("since") or ""))
+                if row.taken and group_ == "conflict":
+                    why += "; --on-conflict force takes it back"
             fields.append(
                 FieldView(
                     path=path,
@@ -417,24 +601,28 @@ def object_view(
                     actor=str(c.get("actor") or "") or actor_of(m, op, sub, ours=ours),
                     timeline=timeline,
                     fight=path in fought,
+                    why=why,
+                    where=str(c.get("source") or ""),
+                    advice=advice,
                 )
             )
-        else:
-            last = timeline[-1] if timeline else Change("(absent)", "(nobody)", "", "", "")
-            fields.append(
-                FieldView(
-                    path=path,
-                    kind="in sync",
-                    desired=last.value,
-                    live=last.value,
-                    who=last.who,
-                    actor=last.actor,
-                    timeline=timeline,
-                    fight=path in fought,
-                )
+            continue
+        last = timeline[-1] if timeline else Change("(absent)", "(nobody)", "", "", "")
+        fields.append(
+            FieldView(
+                path=path,
+                kind=absent_kind or "in sync",
+                desired="" if absent_kind else last.value,  # not compared: Git's value is not known here
+                live=last.value,
+                who=last.who,
+                actor=last.actor,
+                timeline=timeline,
+                fight=path in fought,
+                why=f"last seen {last.observed}" if absent_kind and last.observed else "",
             )
-    order = {"conflict": 0, "shared": 0, "drift": 1, "in sync": 2}
-    fields.sort(key=lambda f: (not f.fight, order.get(f.kind, 3), -len(f.timeline), f.path))
+        )
+    order = {"conflict": 0, "shared": 0, "drift": 1, "yielded": 1, "planned": 2, "applied": 2, "ignored": 3}
+    fields.sort(key=lambda f: (not f.fight, order.get(f.kind, 4), -len(f.timeline), f.path))
     fights = [
         FightView(
             path=p,
@@ -454,4 +642,5 @@ def object_view(
         co_owners=[dict(c) for c in obj.get("coOwners") or []],
         shared=dict(shared) if isinstance(shared, Mapping) else None,
         origin=str(obj.get("origin") or ""),
+        note=note,
     )

@@ -4,6 +4,7 @@ keeps taking a field back; it resumes when Git's value changes or the other mana
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -171,6 +172,16 @@ def test_a_manager_that_keeps_taking_a_field_wins_after_three_takes_until_it_sto
         assert [c["value"] for c in y["changes"]][-5:] == [5, 2, 5, 2, 5]
         assert "remove it from Git or add an ignore rule" in y["advice"]
         assert d.status()["fights"], "still reported as a fight"
+        # the web page says so (it showed "desired (Git) 5, in sync" and the object synced before)
+        inventory = d.status()["inventory"]["name"]
+        code, body = d.get(f"/sources/{inventory}/objects/apps/Deployment/{namespace}/web")
+        html = body.decode()
+        row = re.search(r'<tr class="k-yielded">.*?<code>\.spec\.replicas</code>.*?</tr>', html, re.S)
+        assert code == 200 and row is not None, html
+        values = re.findall(r'<pre class="value">([^<]*)</pre>', row[0])
+        assert values == ["2", "5"] and "kubectl scale" in row[0] and "--fight-window" in row[0], row[0]
+        listing = d.get(f"/sources/{inventory}")[1].decode()
+        assert re.search(r'<tr class="row st-row-yielded">\s*<td class="obj"[^>]*><a [^>]*>.*?"name">web<', listing)
 
         # the rogue stopped writing: once the window passes, Git's value is applied again
         took = wait_until("replicas back to 2 after the window", lambda: replicas(kube, namespace, "web") == 2, 15.0)

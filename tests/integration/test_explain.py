@@ -58,6 +58,21 @@ def test_reasons_and_git_positions_for_plain_yaml(kube: KubeCluster, namespace: 
     assert "live-changed by kubectl (Update/scale)" in table.stdout and "apps/web.yaml:" in table.stdout, table.stdout
     md = gs(kube, "diff", "--repo", str(repo), "-n", namespace, "-o", "markdown")
     assert "| why | where in Git |" in md.stdout and "server-changed" in md.stdout, md.stdout
+    # a pull request's reader: Git's image change and the default the server restores are planned; kubectl's
+    # scale is the conflict it is (before, every field of the drift list said "drift")
+    rows = {
+        line.split(" | ")[2]: line.split(" | ")[1]
+        for line in md.stdout.splitlines()
+        if line.startswith("| `Deployment.apps/")
+    }
+    assert rows == {
+        '`.spec.template.spec.containers[name="api"].image`': "planned",
+        '`.spec.template.spec.containers[name="api"].imagePullPolicy`': "planned",
+        "`.spec.replicas`": "conflict",
+    }, md.stdout
+    html = gs(kube, "diff", "--repo", str(repo), "-n", namespace, "-o", "html").stdout
+    assert "<th>why</th><th>where in Git</th>" in html and 'class="badge st-drifted"' not in html, html
+    assert html.count('<tr class="k-planned">') == 2 and html.count('<tr class="k-conflict">') == 1, html
 
 
 def test_kustomize_origin_and_helm_source_name_the_file(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:

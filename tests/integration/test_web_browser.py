@@ -22,6 +22,9 @@ import pytest
 from conftest import KubeCluster
 
 from tests.integration.daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, deployment, wait_until
+from tests.integration.test_fleet import crd, fleet_args, gitsync
+
+__all__ = ["crd"]  # the module-scoped fixture, shared
 
 pytestmark = pytest.mark.cluster
 
@@ -184,6 +187,22 @@ def test_page_shows_kubectl_scale_drift_within_2s_and_the_ownership_timeline(
         assert EVIL in browser.find_element(By.TAG_NAME, "main").text
         assert browser.title != "pwned"
 
+        # deleted by hand under --detect-only: missing, no live column, no field "in sync" (before: every field
+        # was "in sync" with the last recorded values shown as live ones)
+        kube.kubectl("delete", "deployment", "api", "-n", namespace)
+        api_url = objects_url + f"/objects/apps/Deployment/{namespace}/api"
+        browser.get(api_url)
+        wait_until("the api Deployment missing", lambda: "Not in the cluster" in browser.page_source, 10, interval=0.2)
+        headers = _js(browser, "return [...document.querySelectorAll('table.fields th')].map(t => t.textContent)")
+        main = _js(browser, "return document.querySelector('main').innerText")
+        kinds = _js(
+            browser, "return [...document.querySelectorAll('table.fields tr[class^=k-]')].map(r => r.className)"
+        )
+        print(f"fields of the deleted Deployment: {kinds}")
+        assert "live" not in headers and "last seen in the cluster" in headers and "in sync" not in main, main
+        assert kinds and set(kinds) == {"k-missing"}, kinds
+        _shot(browser, "object-missing")
+
         browser.get(base + "/")
         time.sleep(1.5)  # one refresh round trip, so its errors (if any) are in the log
         _shot(browser, "sources")
@@ -265,6 +284,159 @@ def test_page_needs_a_token_with_http_auth_kubernetes(kube: KubeCluster, namespa
             assert d.stop() == 0
     finally:
         kube.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found", check=False)
+
+
+B_MARKER = "team-b-only-value-5e1f07"
+
+
+def _sign_in(browser: Any, base: str, token: str) -> None:
+    """The browser signs in as a person does: the form the page shows, the token pasted, submitted."""
+    from selenium.webdriver.common.by import By
+
+    browser.delete_all_cookies()
+    browser.get(base + "/")
+    browser.find_element(By.NAME, "token").send_keys(token)
+    browser.find_element(By.CSS_SELECTOR, "form.filter button").click()
+    wait_until("the sources page after sign-in", lambda: browser.find_elements(By.CSS_SELECTOR, "ul.sources"), 10)
+
+
+def _js(browser: Any, script: str) -> Any:
+    """Read the page in one go: the live refresh swaps <main> every second, so elements found earlier go stale."""
+    return browser.execute_script(script)
+
+
+def _listed(browser: Any) -> set[str]:
+    return set(_js(browser, "return [...document.querySelectorAll('.sources h2 a')].map(a => a.textContent)"))
+
+
+def test_each_tenant_sees_only_the_gitsyncs_it_may_get_and_a_deleted_object_is_never_in_sync(
+    kube: KubeCluster, crd: None, namespace: str, tmp_path: Path, browser: Any
+) -> None:
+    """A fleet with GitSyncs team-a and team-b; reader-a may get only team-a, reader-b only team-b (Roles with
+    resourceNames: the controller watches one namespace here), ops every GitSync of the namespace. Each signs in
+    with its token in Chromium. Before, any token allowed `get /` saw every tenant's GitSyncs and values, and
+    a ConfigMap deleted by hand under detect-only was listed with every field `in sync`."""
+    from selenium.webdriver.common.by import By
+
+    a = GitRepo(
+        tmp_path / "a",
+        {
+            "apps/settings.yaml": configmap("a-settings", {"color": "blue"}),
+            "apps/page.yaml": configmap("a-page", {"title": "hello"}),
+        },
+    )
+    b = GitRepo(tmp_path / "b", {"db.yaml": configmap("b-db", {"password-hint": B_MARKER})})
+    kube.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input="---\n".join(
+            [
+                gitsync("team-a", namespace, a.path, path="apps"),
+                gitsync("team-b", namespace, b.path, dependsOn=[{"name": "team-a"}]),
+            ]
+        ),
+    )
+    tokens = {}
+    for reader, names in (("reader-a", ["team-a"]), ("reader-b", ["team-b"]), ("ops", [])):
+        kube.kubectl("create", "serviceaccount", reader, "-n", namespace)
+        rule = [f"--resource-name={n}" for n in names]
+        kube.kubectl(
+            "create", "role", reader, "-n", namespace, "--verb=get", "--resource=gitsyncs.gitops-sync.io", *rule
+        )
+        kube.kubectl(
+            "create",
+            "rolebinding",
+            reader,
+            "-n",
+            namespace,
+            f"--role={reader}",
+            f"--serviceaccount={namespace}:{reader}",
+        )
+        tokens[reader] = kube.kubectl("create", "token", reader, "-n", namespace, "--duration=1h").stdout.strip()
+    kube.kubectl("create", "serviceaccount", "nobody", "-n", namespace)
+    tokens["nobody"] = kube.kubectl("create", "token", "nobody", "-n", namespace, "--duration=1h").stdout.strip()
+    args = fleet_args(namespace, tmp_path, "--http-auth", "kubernetes")
+    with Daemon(args, kube.env, tmp_path / "fleet.log") as d:
+        d.wait_ready(60)
+        for name in ("team-a", "team-b"):
+            kube.kubectl(
+                "wait", "--for=condition=Ready", f"gitsync/{name}", "-n", namespace, "--timeout=60s", timeout=70
+            )
+        # team-a goes detect-only; someone deletes a-page by hand: it is missing, never "in sync"
+        kube.kubectl(
+            "patch", "gitsync", "team-a", "-n", namespace, "--type=merge", "-p", '{"spec":{"mode":"detect-only"}}'
+        )
+        kube.kubectl(
+            "wait", "--for=jsonpath={.status.observedGeneration}=2", "gitsync/team-a", "-n", namespace, "--timeout=60s"
+        )
+        kube.kubectl("wait", "--for=condition=Ready", "gitsync/team-a", "-n", namespace, "--timeout=60s", timeout=70)
+        kube.kubectl("delete", "configmap", "a-page", "-n", namespace)
+        base = f"http://127.0.0.1:{d.port}"
+
+        _sign_in(browser, base, tokens["reader-a"])
+        assert _listed(browser) == {f"{namespace}/team-a"}
+        card = _js(browser, "return document.querySelector('.sources li').innerText")
+        assert "apps" in card and "nothing" in card  # path; depends on nothing
+        assert "team-b" not in browser.page_source and B_MARKER not in browser.page_source
+        _shot(browser, "tenant-a-sources")
+        browser.get(base + f"/sources/{namespace}/team-a")
+        rows_js = (
+            "return [...document.querySelectorAll('table.objects tr.row')].map(r => "
+            "[r.querySelector('.name').textContent, r.className.split('st-row-')[1]])"
+        )
+        wait_until("a-page listed as missing", lambda: ["a-page", "missing"] in _js(browser, rows_js), 30, interval=0.2)
+        page = _js(
+            browser,
+            "return {counts: Object.fromEntries([...document.querySelectorAll('dl.counts .count')].map(c => "
+            "[c.querySelector('dt').textContent, +c.querySelector('dd').textContent])), rows: "
+            + rows_js.removeprefix("return ")
+            + "}",
+        )
+        states = [state for _, state in page["rows"]]
+        for state in ("synced", "drifted", "missing", "conflict", "yielded", "error"):
+            assert page["counts"][state] == states.count(state), page
+        assert page["counts"]["missing"] == 1
+        href = _js(
+            browser,
+            "return [...document.querySelectorAll('td.obj a')].find(a => a.querySelector('.name')"
+            ".textContent === 'a-page').getAttribute('href')",
+        )
+        browser.get(base + href)
+        wait_until("the object page", lambda: "Not in the cluster" in browser.page_source, 10)
+        headers = _js(browser, "return [...document.querySelectorAll('table.fields th')].map(t => t.textContent)")
+        main = _js(browser, "return document.querySelector('main').innerText")
+        assert "live" not in headers and "in sync" not in main, (headers, main)
+        assert "--detect-only" in main
+        _shot(browser, "tenant-a-missing")
+        errors = [e for e in _console_errors(browser) if "status of 401" not in e["message"]]  # the sign-in form's
+        assert errors == [], errors
+        # another tenant's GitSync and its objects are not found, whatever the URL
+        for path in (
+            f"/sources/{namespace}/team-b",
+            f"/sources/{namespace}/team-b/objects/core/ConfigMap/{namespace}/b-db",
+        ):
+            browser.get(base + path)
+            assert browser.find_element(By.TAG_NAME, "h1").text == "Not found"
+            assert B_MARKER not in browser.page_source
+
+        _sign_in(browser, base, tokens["reader-b"])
+        assert _listed(browser) == {f"{namespace}/team-b"}
+        assert f"{namespace}/team-a" in _js(browser, "return document.querySelector('.sources li').innerText")
+        own = base + f"/sources/{namespace}/team-b/objects/core/ConfigMap/{namespace}/b-db"
+
+        def own_values() -> bool:  # its own values: it may get its GitSync
+            browser.get(own)
+            return B_MARKER in browser.page_source
+
+        wait_until("reader-b to see b-db's values", own_values, 20, interval=0.5)
+
+        _sign_in(browser, base, tokens["ops"])
+        assert _listed(browser) == {f"{namespace}/team-a", f"{namespace}/team-b"}
+        _shot(browser, "tenant-ops-sources")
+        _sign_in(browser, base, tokens["nobody"])
+        assert _listed(browser) == set() and "No GitSync you may" in browser.page_source
+        assert d.stop() == 0
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

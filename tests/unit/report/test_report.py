@@ -11,7 +11,16 @@ import re
 import pytest
 
 from gitops_sync import report
-from gitops_sync.plan.changeset import Action, ChangeSet, CoOwner, Entry, FieldChange
+from gitops_sync.plan.changeset import (
+    GIT_CHANGED,
+    LIVE_CHANGED,
+    SERVER_CHANGED,
+    Action,
+    ChangeSet,
+    CoOwner,
+    Entry,
+    FieldChange,
+)
 from gitops_sync.resource import ObjectKey
 from gitops_sync.source import short_revision
 
@@ -85,7 +94,7 @@ def test_markdown_escapes_what_breaks_a_table_row() -> None:
         message="a|b <script> *not bold* [not](link)\nnext",
     )
     md = report.markdown(cs)
-    row = next(line for line in md.splitlines() if line.startswith("| update"))
+    row = next(line for line in md.splitlines() if line.startswith("| planned change"))
     assert len(re.findall(r"(?<!\\)\|", row)) == 4  # three cells: no stray border from the message
     assert "a\\|b &lt;script> \\*not bold\\* \\[not\\](link)<br>next" in row
     field_row = next(line for line in md.splitlines() if ".data.a" in line)
@@ -117,3 +126,98 @@ def test_a_table_into_a_closed_pipe_is_a_broken_pipe_for_the_caller() -> None:
     finally:
         with contextlib.suppress(BrokenPipeError):
             out.close()
+
+
+def pull_request() -> ChangeSet:
+    """What a pull request's `diff` sees: Git changes an image (git-changed) and drops a default the server
+    restores (server-changed), kubectl scaled (live-changed), one object is new, one left Git, one only drifted."""
+    web = Entry(
+        KEY,
+        "apps/v1",
+        Action.UPDATE,
+        drift=[
+            FieldChange(
+                '.spec.template.spec.containers[name="api"].image',
+                "app:2",
+                "app:1",
+                "gitops-sync",
+                "Apply",
+                reason=GIT_CHANGED,
+                source="apps/web.yaml:18:20",
+            ),
+            FieldChange(
+                '.spec.template.spec.containers[name="api"].imagePullPolicy',
+                "IfNotPresent",
+                "Always",
+                "gitops-sync",
+                "Apply",
+                reason=SERVER_CHANGED,
+                source="apps/web.yaml:17:11",
+            ),
+            FieldChange(
+                ".spec.replicas",
+                2,
+                4,
+                "kubectl",
+                "Update",
+                "scale",
+                "kubectl scale",
+                reason=LIVE_CHANGED,
+                since="2026-12-01T10:00:00Z",
+                source="apps/web.yaml:8:13",
+            ),
+        ],
+        message="would update 3 field(s)",
+    )
+    scaled = Entry(
+        ObjectKey("apps", "Deployment", "prod", "api"),
+        "apps/v1",
+        Action.UPDATE,
+        drift=[FieldChange(".spec.replicas", 1, 5, "kubectl", "Update", "scale", reason=LIVE_CHANGED)],
+        message="would update 1 field(s)",
+    )
+    new = Entry(ObjectKey("", "ConfigMap", "prod", "new"), "v1", Action.CREATE, message="would create")
+    gone = Entry(ObjectKey("", "ConfigMap", "prod", "gone"), "v1", Action.PRUNE, message="would delete (left Git)")
+    return ChangeSet(revision=SHA, source="clusters/prod", entries=[web, scaled, new, gone], dry_run=True)
+
+
+def _md_rows(md: str) -> dict[str, list[str]]:
+    """First cell (or object and path) -> the row's cells, for the object and field tables."""
+    out: dict[str, list[str]] = {}
+    for line in md.splitlines():
+        if line.startswith("| ") and not line.startswith(("| change ", "| object ")):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            out[" ".join(cells[:3]) if len(cells) > 3 else cells[1]] = cells
+    return out
+
+
+def test_a_pull_request_report_calls_what_git_changes_planned_and_only_live_changes_drift() -> None:
+    """`diff -o markdown` labelled every field of `drift` (git-changed too) "drift": a reviewer read a planned
+    image change as someone's edit. Fails on the code before: no "planned" at all."""
+    md = report.markdown(pull_request())
+    rows = _md_rows(md)
+    assert rows["`Deployment.apps/prod/minha-api`"][0] == "planned change, drift"
+    assert rows["`Deployment.apps/prod/api`"][0] == "drift"  # only kubectl's edit: drift, nothing planned
+    assert rows["`ConfigMap/prod/new`"][0] == "planned create"
+    assert rows["`ConfigMap/prod/gone`"][0] == "planned delete"
+    fields = {cells[2]: cells for key, cells in rows.items() if len(cells) > 3 and "minha-api" in key}
+    image = fields['`.spec.template.spec.containers[name="api"].image`']
+    assert image[1] == "planned" and image[6] == "git-changed" and image[7] == "`apps/web.yaml:18:20`"
+    assert fields['`.spec.template.spec.containers[name="api"].imagePullPolicy`'][1] == "planned"
+    replicas = fields["`.spec.replicas`"]
+    assert replicas[1] == "drift" and replicas[6].startswith("live-changed by kubectl (Update/scale)")
+    assert sum(cells[1] == "drift" for cells in rows.values() if len(cells) > 3) == 2  # both live-changed
+    # after a sync the same fields were applied, not planned; drift is still drift
+    applied = pull_request()
+    applied.dry_run = False
+    rows = _md_rows(report.markdown(applied))
+    assert rows["`Deployment.apps/prod/minha-api`"][0] == "change, drift"
+    assert {cells[1] for cells in rows.values() if len(cells) > 3} == {"applied", "drift"}
+
+
+def test_the_table_labels_fields_as_markdown_does() -> None:
+    text = table_text(pull_request(), terminal=False)
+    image = next(line for line in text.splitlines() if "].image" in line)
+    replicas = next(line for line in text.splitlines() if "minha-api" in line and ".spec.replicas" in line)
+    assert " planned " in image and " drift " not in image
+    assert " drift " in replicas and "live-changed by kubectl" in replicas

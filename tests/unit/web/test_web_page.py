@@ -281,14 +281,22 @@ def test_diff_html_is_one_self_contained_file() -> None:
     assert "kubectl scale" in html and ".spec.replicas" in html
 
 
-def _app(decision: Decision | None = None, auth: Callable[[str, str | None], Decision] | None = None) -> _App:
-    """The page's WSGI app over `status_doc()`; every request gets `decision`, or asks `auth` (None: no auth)."""
+def _app(
+    decision: Decision | None = None,
+    auth: Callable[[str, str | None], Decision] | None = None,
+    *,
+    doc: Callable[[], dict[str, Any]] = status_doc,
+    tenants: tuple[str, str] | None = None,
+) -> _App:
+    """The page's WSGI app over `doc()`; every request gets `decision`, or asks `auth` (None: no auth);
+    `tenants`: a fleet's per-tenant page (Endpoints.tenant_resource)."""
     endpoints = Endpoints(
         healthy=lambda: (True, "ok"),
         ready=lambda: (True, "ok"),
         metrics=lambda: b"",
-        status=lambda **_: status_doc(),
+        status=lambda **_: doc(),
         webhook=lambda h, b: WebhookResult(False, 400, "no"),
+        tenant_resource=tenants,
     )
     return _App(endpoints, (lambda path, header: decision) if decision else auth, 1024, 2)
 
@@ -392,6 +400,291 @@ def test_diff_and_sync_offer_html_output() -> None:
     html = out.getvalue()
     assert html.startswith("<!doctype html>") and "kubectl edit" in html and "&lt;script&gt;" in html
     assert "<script" not in html
+
+
+def test_diff_html_names_git_changes_planned_and_has_the_why_and_where_columns() -> None:
+    """`diff -o html` put a `drifted` badge on every object Git was about to change or prune and had no `why` /
+    `where in Git` columns (markdown had them). Fails on the code before."""
+    from tests.unit.report.test_report import pull_request
+
+    html = diff_html(pull_request().to_dict())
+    changes = dict(
+        re.findall(r'<span class="name">([^<]*)</span></a></td>\s*<td data-label="change"><span[^>]*>([^<]*)<', html)
+    )
+    assert changes == {
+        "minha-api": "planned change, drift",
+        "api": "drift",
+        "new": "planned create",
+        "gone": "planned delete",
+    }, changes
+    badges = re.findall(r'<span class="badge st-(\w+)"[^>]*>([^<]*)</span>', html)
+    assert ("drifted", "planned delete") not in badges and ("planned", "planned delete") in badges
+    assert ("planned", "planned 2") in badges and ("drifted", "drift 1") in badges  # minha-api: 2 Git's, 1 kubectl's
+    assert "<th>why</th><th>where in Git</th>" in html
+    image = re.search(r'<tr class="k-planned">.*?\]\.image</code>.*?</tr>', html, re.S)
+    assert image is not None and "git-changed" in image[0] and "apps/web.yaml:18:20" in image[0]
+    replicas = re.findall(r'<tr class="k-drift">.*?</tr>', html, re.S)
+    assert len(replicas) == 2 and all("live-changed by kubectl (Update/scale)" in r for r in replicas)
+
+
+def _record(value: Any, manager: str, operation: str, subresource: str = "", observed: str = "o") -> dict[str, Any]:
+    return {
+        "value": value,
+        "manager": manager,
+        "operation": operation,
+        "subresource": subresource,
+        "time": "t",
+        "observed": observed,
+    }
+
+
+def _history(kind: str, name: str, fields: dict[str, list[dict[str, Any]]], group: str = "") -> dict[str, Any]:
+    return {"group": group, "kind": kind, "namespace": "team", "name": name, "fields": fields}
+
+
+def _cells(html: str, path: str) -> list[str]:
+    """The text of each cell of the field row of `path` on an object page."""
+    row = re.search(
+        r"<tr class=\"k-[^\"]*\">\s*<td class=\"path\"[^>]*><code>" + re.escape(path) + r"</code>.*?</tr>", html, re.S
+    )
+    assert row is not None, html
+    return [
+        re.sub(r"<[^>]+>", " ", c).split() and " ".join(re.sub(r"<[^>]+>", " ", c).split())
+        for c in re.findall(r"<td[^>]*>(.*?)</td>", row[0], re.S)
+    ]
+
+
+def test_an_object_deleted_by_hand_under_detect_only_has_no_live_column_and_nothing_in_sync() -> None:
+    """A Service deleted by hand (`--detect-only`): every field was shown `in sync` with the daemon's last
+    recorded values as the live ones. Fails on the code before."""
+    doc = status_doc()
+    doc["objects"].append(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "namespace": "team",
+            "name": "web",
+            "action": "create",
+            "state": "missing",
+            "message": "would create",
+            "drift": [],
+            "conflicts": [],
+            "coOwners": [],
+        }
+    )
+    doc["history"].append(
+        _history(
+            "Service", "web", {".spec.ports[port=80].targetPort": [_record(8080, "gitops-sync", "Apply", "", "s1")]}
+        )
+    )
+    code, html = get("/sources/apps/objects/core/Service/team/web", doc=doc)
+    assert code == 200
+    assert "in sync" not in html and "<th>live</th>" not in html
+    assert "Not in the cluster" in html and "--detect-only" in html
+    cells = _cells(html, ".spec.ports[port=80].targetPort")
+    assert cells[1] == "missing" and cells[2] == "not compared" and cells[3].startswith("8080"), cells
+
+
+def _yielded_doc() -> dict[str, Any]:
+    doc = status_doc()
+    doc["objects"].append(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "namespace": "team",
+            "name": "api",
+            "action": "unchanged",
+            "state": "synced",
+            "message": "",
+            "drift": [],
+            "conflicts": [],
+            "coOwners": [],
+            "yielded": [
+                {
+                    "path": ".spec.replicas",
+                    "desired": 3,
+                    "live": 9,
+                    "manager": "helm",
+                    "operation": "Update",
+                    "subresource": "",
+                    "actor": "Helm",
+                    "reason": "fight",
+                    "since": "2026-12-01T10:05:00Z",
+                    "advice": "decide who owns .spec.replicas: remove it from Git or add an ignore rule if helm "
+                    "should own it, else stop helm from writing it",
+                    "autoscaler": None,
+                    "changes": [],
+                }
+            ],
+        }
+    )
+    doc["history"].append(
+        _history(
+            "Deployment",
+            "api",
+            {".spec.replicas": [_record(3, "gitops-sync", "Apply"), _record(9, "helm", "Update")]},
+            group="apps",
+        )
+    )
+    return doc
+
+
+def test_a_yielded_field_is_shown_as_yielded_with_git_and_live_value_the_other_manager_and_how_to_resume() -> None:
+    """A field the daemon yielded (Git 3, live 9) was shown as "desired (Git) 9, in sync" and its object as
+    synced: the templates never read `yielded`. Fails on the code before."""
+    doc = _yielded_doc()
+    code, html = get("/sources/apps/objects/apps/Deployment/team/api", doc=doc)
+    assert code == 200 and "in sync" not in html
+    cells = _cells(html, ".spec.replicas")
+    assert cells[1] == "yielded" and cells[2] == "3" and cells[3] == "9", cells
+    assert "helm (Update)" in cells[4] and "Helm" in cells[4]
+    assert "yielded to Helm" in html and "fight" in html
+    assert "correcting resumes when Git&#39;s value changes" in html and "--fight-window" in html
+    assert "remove it from Git or add an ignore rule" in html
+    listing = get("/sources/apps", doc=doc)[1]
+    row = next(r for r in re.findall(r'<tr class="row.*?</tr>', listing, re.S) if '"name">api<' in r)
+    assert 'st-row-yielded"' in row and "yielded 1" in row and '<strong class="actor">Helm</strong>' in row
+
+
+def _summary(html: str) -> dict[str, int]:
+    return {k: int(v) for k, v in re.findall(r"<dt>(\w+)</dt><dd>(\d+)</dd>", html)}
+
+
+def _row_states(html: str) -> list[str]:
+    return re.findall(r'<tr class="row st-row-(\w+)">', html)
+
+
+def test_summary_counts_equal_the_rows_and_no_row_says_conflict_the_summary_does_not_count() -> None:
+    """The daemon's `--on-conflict force` in detect-only counts a plan's conflict as drift (self-heal would take
+    the fields back): the card said `conflict 0` while those rows said `conflict` (action and badge). Fails on the
+    code before."""
+    doc = _yielded_doc()
+    for i in range(4):
+        doc["objects"].append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "namespace": "team",
+                "name": f"taken-{i}",
+                "action": "conflict",
+                "state": "drifted",
+                "message": "1 field(s) owned by other managers with different values",
+                "drift": [],
+                "conflicts": [
+                    {
+                        "path": ".data.a",
+                        "desired": "1",
+                        "live": "2",
+                        "manager": "kubectl-edit",
+                        "operation": "Update",
+                        "subresource": "",
+                        "actor": "kubectl edit",
+                        "reason": "live-changed",
+                    }
+                ],
+                "coOwners": [],
+            }
+        )
+    listing = get("/sources/apps", doc=doc)[1]
+    states = _row_states(listing)
+    summary = _summary(listing)
+    for state in view.STATES:
+        assert summary[state] == states.count(state), (state, summary, states)
+    rows_html = re.findall(r'<tr class="row.*?</tr>', listing, re.S)
+    words = [re.sub(r"<[^>]+>", " ", r) for r in rows_html]  # what a reader sees of each row
+    assert sum("conflict" in w for w in words) == summary["conflict"] == 0, words
+    assert summary["drifted"] == 7 and summary["yielded"] == 1 and summary["synced"] == 1
+    taken = next(r for r in rows_html if "taken-0" in r)
+    assert "update (force)" in taken and "drift 1" in taken
+    # the sources page shows the same counts
+    assert _summary(get("/", doc=doc)[1]) == summary
+    obj = get("/sources/apps/objects/core/ConfigMap/team/taken-0", doc=doc)[1]
+    assert _cells(obj, ".data.a")[1] == "drift" and "--on-conflict force takes it back" in obj
+
+
+def fleet_doc() -> dict[str, Any]:
+    """A fleet's /status: GitSync team-a/web (suspended, depends on team-a/base) and team-b/db."""
+    a, b = status_doc(), status_doc()
+    for doc, ref, spec in (
+        (a, "team-a/web", {"path": "apps/web", "revision": "main", "dependsOn": ["team-a/base"], "suspend": True}),
+        (b, "team-b/db", {"path": "", "revision": "", "dependsOn": [], "suspend": False}),
+    ):
+        ns, name = ref.split("/")
+        doc["inventory"] = {"name": f"gitsync-{name}", "namespace": ns, "sourceIdentity": "/repo"}
+        doc["daemon"]["gitsync"] = {"name": ref, "suspended": spec["suspend"], "ready": "True"}
+        doc["daemon"]["spec"] = {"repository": "/repo", **spec}
+    b["objects"][1]["drift"][0]["live"] = "team-b-secret-value"
+    return {"fleet": {"sources": []}, "sources": [a, b]}
+
+
+def test_a_fleet_names_each_source_by_its_gitsync_with_path_revision_dependson_and_suspend() -> None:
+    """Sources were named by inventory (`gitsync-web`), without path, dependsOn or suspend. Fails on the code
+    before."""
+    doc = fleet_doc()
+    html = get("/", doc=doc)[1]
+    assert 'href="/sources/team-a/web"' in html and 'href="/sources/team-b/db"' in html
+    card = html[html.index("team-a/web") : html.index("team-b/db")]
+    assert "<code>apps/web</code>" in card and "<code>main</code>" in card and "<code>team-a/base</code>" in card
+    assert ">suspended<" in card and "gitsync-web" in card  # the inventory is still named
+    code, objects = get("/sources/team-a/web", doc=doc)
+    assert code == 200 and 'href="/sources/team-a/web/objects/apps/Deployment/team/web"' in objects
+    assert get("/sources/team-a/web/objects/apps/Deployment/team/web", doc=doc)[0] == 200
+    assert get("/sources/team-a/web/", doc=doc)[0] == 200
+    assert get("/sources/team-a", doc=doc)[0] == 404 and get("/sources/gitsync-web", doc=doc)[0] == 404
+
+
+def test_a_reader_limited_to_its_gitsyncs_sees_no_other_source_nor_its_objects() -> None:
+    doc = fleet_doc()
+    asked: list[tuple[str, str]] = []
+
+    def team_a(namespace: str, name: str) -> bool:
+        asked.append((namespace, name))
+        return namespace == "team-a"
+
+    def see(path: str) -> tuple[int, str]:
+        answer = page(path, "", lambda **_: doc, visible=team_a, reader="system:serviceaccount:team-a:dev")
+        return answer.status, answer.body.decode()
+
+    code, html = see("/")
+    assert code == 200 and "team-a/web" in html and "team-b" not in html and "team-b-secret-value" not in html
+    assert "system:serviceaccount:team-a:dev" in html
+    assert see("/sources/team-a/web")[0] == 200
+    for path in ("/sources/team-b/db", "/sources/team-b/db/objects/core/ConfigMap/team/evil"):
+        code, body = see(path)
+        assert code == 404 and "team-b-secret-value" not in body
+    asked.clear()
+    see("/sources/team-a/web")
+    assert asked == [("team-a", "web")]  # one source's page asks about that source only
+    nobody = page("/", "", lambda **_: doc, visible=lambda ns, name: False).body.decode()
+    assert "team-a/web" not in nobody and "No GitSync you may" in nobody
+
+
+def test_an_object_its_source_could_not_plan_never_shows_the_daemons_history_of_it() -> None:
+    """The daemon keeps one history per object for every source that wants it: a tenant's refused object
+    (an `error` entry) must not show what another source recorded of it."""
+    doc = status_doc()
+    doc["objects"].append(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "namespace": "other",
+            "name": "guarded",
+            "action": "error",
+            "state": "error",
+            "message": '403 Forbidden: configmaps "guarded" is forbidden',
+            "drift": [],
+            "conflicts": [],
+            "coOwners": [],
+        }
+    )
+
+    def history(group: str, kind: str, ns: str, name: str) -> dict[str, list[dict[str, Any]]]:
+        return {".data.k": [_record("only-the-cluster-knows", "gitops-sync", "Apply")]}
+
+    guarded = page("/sources/apps/objects/core/ConfigMap/other/guarded", "", lambda **_: doc, history).body.decode()
+    assert "403 Forbidden" in guarded and "only-the-cluster-knows" not in guarded
+    web = page("/sources/apps/objects/core/ConfigMap/team/calm", "", lambda **_: doc, history).body.decode()
+    assert "only-the-cluster-knows" in web  # a planned object: the history as before
 
 
 def test_a_terminating_object_is_its_own_state_with_what_holds_it() -> None:
