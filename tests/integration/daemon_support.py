@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import importlib.util
 import json
 import os
@@ -16,13 +17,19 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import git
 import pytest
+import yaml
+
+if TYPE_CHECKING:
+    from tests.conftest import KubeCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = REPO_ROOT / "deploy" / "local-cluster" / "cluster.py"
+DEPLOY = REPO_ROOT / "deploy" / "kubernetes"
+BASE_NS = "gitops-sync"  # the namespace deploy/kubernetes installs into
 ACTOR = git.Actor("Test", "test@example.invalid")
 
 
@@ -215,6 +222,62 @@ class Daemon:
     def __exit__(self, *exc: object) -> None:
         if self.proc.poll() is None:
             self.stop()
+
+
+# -- deploy/kubernetes as a test installs it -------------------------------------------------------------------
+
+
+def rendered(kube: KubeCluster, variant: str) -> list[dict[str, Any]]:
+    out = kube.kubectl("kustomize", str(DEPLOY / variant)).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def relocate(docs: list[dict[str, Any]], ns: str, suffix: str) -> list[dict[str, Any]]:
+    """Into namespace `ns`; cluster-scoped names get `suffix` so parallel sessions never share them."""
+    out = []
+    for d in docs:
+        d = json.loads(json.dumps(d))
+        meta = d["metadata"]
+        if d["kind"] == "Namespace":
+            continue
+        if meta.get("namespace") == BASE_NS:
+            meta["namespace"] = ns
+        if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            meta["name"] += suffix
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            if d["roleRef"]["kind"] == "ClusterRole":
+                d["roleRef"]["name"] += suffix
+            for s in d["subjects"]:
+                s["namespace"] = ns
+        out.append(d)
+    return out
+
+
+def as_list(docs: list[dict[str, Any]]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+
+
+def sa_kubeconfig(kube: KubeCluster, ns: str, path: Path) -> Path:
+    """A kubeconfig that is the ServiceAccount: the admin one's server and CA, the SA's bound token."""
+    admin = yaml.safe_load(kube.kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    token = kube.kubectl("create", "token", "gitops-sync", "-n", ns, "--duration=1h").stdout.strip()
+    ca = cluster.get("certificate-authority-data")
+    if not ca and cluster.get("certificate-authority"):
+        ca_path = Path(cluster["certificate-authority"])
+        ca_file = ca_path if ca_path.is_absolute() else kube.kubeconfig.parent / ca_path
+        ca = base64.b64encode(ca_file.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": {"server": cluster["server"], "certificate-authority-data": ca}}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": ns}}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
 
 
 def kubectl_edit_env(env: dict[str, str], sed: str) -> dict[str, str]:

@@ -4,53 +4,26 @@ outside it."""
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from conftest import KubeCluster
-from daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, wait_until
+from daemon_support import (
+    Daemon,
+    GitRepo,
+    as_list,
+    configmap,
+    relocate,
+    rendered,
+    sa_kubeconfig,
+    wait_until,
+)
 
 pytestmark = pytest.mark.cluster
-
-DEPLOY = REPO_ROOT / "deploy" / "kubernetes"
-BASE_NS = "gitops-sync"
-
-
-def rendered(kube: KubeCluster, variant: str) -> list[dict[str, Any]]:
-    out = kube.kubectl("kustomize", str(DEPLOY / variant)).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
-
-
-def relocate(docs: list[dict[str, Any]], ns: str, suffix: str) -> list[dict[str, Any]]:
-    """Into namespace `ns`; cluster-scoped names get `suffix` so parallel sessions never share them."""
-    out = []
-    for d in docs:
-        d = json.loads(json.dumps(d))
-        meta = d["metadata"]
-        if d["kind"] == "Namespace":
-            continue
-        if meta.get("namespace") == BASE_NS:
-            meta["namespace"] = ns
-        if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            meta["name"] += suffix
-        if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
-            if d["roleRef"]["kind"] == "ClusterRole":
-                d["roleRef"]["name"] += suffix
-            for s in d["subjects"]:
-                s["namespace"] = ns
-        out.append(d)
-    return out
-
-
-def as_list(docs: list[dict[str, Any]]) -> str:
-    return json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
 
 
 @pytest.mark.parametrize("variant", ["namespaced", "cluster-wide"])
@@ -97,29 +70,6 @@ def other_namespace(kube: KubeCluster) -> Iterator[str]:
         yield name
     finally:
         kube.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
-
-
-def sa_kubeconfig(kube: KubeCluster, ns: str, path: Path) -> Path:
-    """A kubeconfig that is the ServiceAccount: the admin one's server and CA, the SA's bound token."""
-    admin = yaml.safe_load(kube.kubeconfig.read_text())
-    cluster = admin["clusters"][0]["cluster"]
-    token = kube.kubectl("create", "token", "gitops-sync", "-n", ns, "--duration=1h").stdout.strip()
-    ca = cluster.get("certificate-authority-data")
-    if not ca and cluster.get("certificate-authority"):
-        ca_path = Path(cluster["certificate-authority"])
-        ca_file = ca_path if ca_path.is_absolute() else kube.kubeconfig.parent / ca_path
-        ca = base64.b64encode(ca_file.read_bytes()).decode()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "sa",
-        "clusters": [{"name": "c", "cluster": {"server": cluster["server"], "certificate-authority-data": ca}}],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": ns}}],
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
 
 
 def test_daemon_with_the_service_account_token_works_in_its_namespace_and_is_refused_outside(

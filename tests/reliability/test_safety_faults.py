@@ -151,12 +151,10 @@ def test_a_lagging_watch_cache_never_hides_a_shared_object_from_the_daemon(
 
 
 def test_a_namespace_whose_contents_cannot_be_listed_is_not_pruned(
-    kube: KubeCluster, namespace: str, tmp_path: Path, reliability: Recorder, monkeypatch: pytest.MonkeyPatch
+    kube: KubeCluster, namespace: str, tmp_path: Path, reliability: Recorder
 ) -> None:
     """The deploy/kubernetes cluster-wide RBAC may delete Namespaces but not list Pods: contents unknown."""
-    # test_daemon_deploy imports its neighbours by bare name, as pytest does when it collects that directory
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "integration"))
-    from tests.integration.test_daemon_deploy import as_list, relocate, rendered, sa_kubeconfig
+    from tests.integration.daemon_support import as_list, relocate, rendered, sa_kubeconfig
 
     suffix = f"-{namespace}"
     rbac = [
