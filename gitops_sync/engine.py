@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from gitops_sync import conventions
 from gitops_sync.apply import cascade, inventory
@@ -29,7 +30,7 @@ from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
 from gitops_sync.errors import ClusterError
 from gitops_sync.log import get_logger
 from gitops_sync.plan import fieldpath, ignore, planner
-from gitops_sync.plan.changeset import Action, ChangeSet, Entry, Ignored, SharedWith
+from gitops_sync.plan.changeset import Action, ChangeSet, Consequence, Entry, Ignored, SharedWith
 from gitops_sync.plan.planner import Target
 from gitops_sync.render import RenderOptions, locate, render
 from gitops_sync.rendercache import DiskStore, RenderCache
@@ -64,6 +65,7 @@ class PassOptions:
     inventory_namespace: str | None = None
     adopt_shared: bool = False  # take over objects that are members of another ApplySet
     prune_cascade: bool = False  # prune Namespaces/CRDs even when they hold objects prune does not remove
+    cascade_advice: str = cascade.CASCADE_ADVICE  # how a refusal says to override it (a GitSync: its field)
     ignore: tuple[ignore.IgnoreRule, ...] = ()  # --ignore; the repository's .gitops-sync.yaml adds its own
 
 
@@ -176,9 +178,11 @@ class Engine:
         partial = only is not None
         record = not dry_run and bool(wanted) and not partial
         if record:
-            # The parent records the union first, so a crash mid-pass never hides a member from prune.
+            # The parent records the union first, so a crash mid-pass never hides a member from prune: every
+            # kind and namespace an apply is sent to (not the refused: nothing is sent for them).
             cs.entries += self._ensure_inventory_namespace(inv, targets, live, opts, on_entry)
-            self._record(inv, old_kinds | group_kinds, old_namespaces | namespaces, checkout, cs.source)
+            sent_kinds, sent_spaces = _kinds_and_namespaces(targets)
+            self._record(inv, old_kinds | sent_kinds, old_namespaces | sent_spaces, checkout, cs.source)
         for t in targets:  # members of another ApplySet: left alone, reported as `shared` conflicts
             if t.key in shared:
                 entry = planner.shared_entry(t, live[t.key] or {}, shared[t.key], self.field_manager, dry_run=dry_run)
@@ -193,7 +197,7 @@ class Engine:
                 if on_entry:
                     on_entry(entry)
         for t in denied:  # nothing of the live object is read: the entry is the refusal alone
-            entry = Entry(t.key, t.info.api_version, Action.ERROR, message=refused[t.key], origin=t.origin)
+            entry = Entry(t.key, t.info.api_version, Action.ERROR, message=refused[t.key], origin=t.origin, **_DENIED)
             cs.entries.append(entry)
             if on_entry:
                 on_entry(entry)
@@ -204,7 +208,11 @@ class Engine:
         skipped = [e.message for e in cs.entries if e.message.startswith(NOT_ATTEMPTED)]
         if skipped:  # the API server went away (or the deadline passed) mid-pass: say so once, up top
             why = skipped[0].removeprefix(NOT_ATTEMPTED)
-            cs.errors.append(f"stopped early: {len(skipped)} of {len(targets)} object(s) not attempted: {why}")
+            cs.errors.append(
+                Consequence(f"stopped early: {len(skipped)} of {len(targets)} object(s) not attempted: {why}")
+            )
+        if record:
+            self._forget_refused(cs, inv, targets, old_kinds, old_namespaces, checkout)
         for e in cs.entries:
             e.ignored = ignored.get(e.key, [])
         _locate(cs.entries, wanted, checkout.root)
@@ -375,6 +383,44 @@ class Engine:
             applied=applied,
         )
 
+    def _forget_refused(
+        self,
+        cs: ChangeSet,
+        inv: inventory.Inventory,
+        targets: Sequence[Target],
+        old_kinds: set[str],
+        old_namespaces: set[str],
+        checkout: Checkout,
+    ) -> None:
+        """Take back what this pass recorded first and the API server then refused everywhere.
+
+        A kind or namespace recorded for the first time by this pass (before its applies, for a crash's
+        sake) whose every object was refused as a whole (403, 422, ...: `Entry.wrote_nothing`) holds nothing
+        of this source: it was not recorded before, so no earlier pass left a member there, and this one
+        stored none. Kept, it would make every later prune LIST it, and a LIST forbidden like the apply was
+        would block the source for good once Git drops the object. Anything else (an object applied, an
+        answer that may have landed, a record from before) stays recorded.
+        """
+        by_key = {e.key: e for e in cs.entries}
+        kinds, spaces = _kinds_and_namespaces(targets)
+        for t in targets:
+            e = by_key.get(t.key)
+            if e is None or not e.wrote_nothing:
+                kinds.discard(t.key.group_kind)
+                spaces.discard(t.key.namespace)
+        kinds, spaces = kinds - old_kinds, spaces - old_namespaces - {inv.namespace}
+        if not kinds and not spaces:
+            return
+        log.info(
+            "not keeping in the inventory what only refused applies reached",
+            kinds=sorted(kinds),
+            namespaces=sorted(spaces),
+        )
+        try:
+            self._record(inv, inv.group_kinds - kinds, inv.namespaces - spaces, checkout, cs.source)
+        except ClusterError as exc:  # kept recorded: the next pass that is refused there again tries again
+            log.warning("cannot update the inventory after refused applies", error=str(exc))
+
     def _ensure_inventory_namespace(
         self,
         inv: inventory.Inventory,
@@ -422,9 +468,11 @@ class Engine:
         `prune: disabled` keeps (still labelled ours: the inventory must go on recording them)."""
         if cs.has_errors:
             cs.errors.append(
-                "prune not evaluated: some objects could not be planned"
-                if dry_run
-                else "prune skipped: some objects failed to apply; nothing is deleted on a failed pass"
+                Consequence(
+                    "prune not evaluated: some objects could not be planned"
+                    if dry_run
+                    else "prune skipped: some objects failed to apply; nothing is deleted on a failed pass"
+                )
             )
             return False
         members: dict[ObjectKey, Manifest] = {}
@@ -455,7 +503,9 @@ class Engine:
         refused: list[Entry] = []
         if not opts.prune_cascade:
             # A Namespace or CRD still holding objects this prune does not remove is not deleted.
-            refused = cascade.refusals(self.client, self.discovery, gone, parent=invs[0].parent_key)
+            refused = cascade.refusals(
+                self.client, self.discovery, gone, parent=invs[0].parent_key, advice=opts.cascade_advice
+            )
             for e in refused:
                 cs.entries.append(e)
                 if on_entry:
@@ -486,6 +536,15 @@ class Engine:
         if not_ready:
             names = "; ".join(f"{r.key} ({r.status.value}: {r.message})" for r in not_ready)
             cs.errors.append(f"not ready after {time.monotonic() - started:.0f}s: {names}")
+
+
+# A refused read (a tenant's ServiceAccount may not get the object) is the answer a request would have had.
+_DENIED: dict[str, Any] = {"status": 403, "reason": "Forbidden"}
+
+
+def _kinds_and_namespaces(targets: Sequence[Target]) -> tuple[set[str], set[str]]:
+    """The group-kinds and namespaces of `targets`, as the inventory records them."""
+    return {t.key.group_kind for t in targets}, {t.key.namespace for t in targets if t.key.namespace}
 
 
 _ORIGIN = re.compile(r"^(?P<file>.+)#(?P<number>\d+)(?: items\[(?P<item>\d+)\])?$")

@@ -17,7 +17,7 @@ from gitops_sync.cluster.client import JSON_PATCH, Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import ADOPTED, INTENT_HASH, PART_OF
 from gitops_sync.errors import ApiUnavailableError, ClusterError, NotFoundError
-from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.plan.changeset import NOT_SENT, Action, Entry
 from gitops_sync.resource import Manifest, ObjectKey
 
 
@@ -75,9 +75,10 @@ def _prune_one(client: Client, discovery: Discovery, obj: Manifest, key: ObjectK
     except NotFoundError:
         entry.message = "already gone"
     except ApiUnavailableError as exc:
-        entry.action, entry.message = Action.ERROR, f"prune not attempted: {exc}"
+        entry.action, entry.message, entry.reason = Action.ERROR, f"prune not attempted: {exc}", NOT_SENT
     except ClusterError as exc:
         entry.action, entry.message = Action.ERROR, f"prune failed: {exc}"
+        entry.caused_by(exc)
     return entry
 
 
