@@ -251,13 +251,24 @@ class Engine:
             self._wait(cs, targets, opts.timeout, on_ready)
         return cs
 
-    def collect(self, name: str, namespace: str, identity: str) -> tuple[ChangeSet, bool]:
+    def collect(
+        self,
+        name: str,
+        namespace: str,
+        identity: str,
+        *,
+        prune_cascade: bool = False,
+        advice: str = cascade.CASCADE_ADVICE,
+        keep_parent: bool = False,
+    ) -> tuple[ChangeSet, bool]:
         """A deleted source's garbage collection: prune every member of its inventory, then the parent.
 
         Every guard of a prune holds (members only: objects of another ApplySet are not ours; adopted
-        ones are released, not deleted; `prune: disabled` kept; the cascade guard). (change set, whether
-        anything was due): nothing is due, and nothing is touched, when the inventory is absent or never
-        recorded a clean pass (a source that never applied cleanly may have adopted what it only tried).
+        ones are released, not deleted; `prune: disabled` kept; the cascade guard, unless `prune_cascade`;
+        `advice` ends its refusals). (change set, whether anything was due): nothing is due, and nothing
+        is touched, when the inventory is absent or never recorded a clean pass (a source that never
+        applied cleanly may have adopted what it only tried). `keep_parent`: the caller waits until the
+        members are gone (`remaining`) and collects again to delete the parent; until then it finds them.
         """
         cs = ChangeSet(
             revision="",
@@ -270,7 +281,14 @@ class Engine:
         inv = inventory.load(self.client, name, namespace, identity)
         if not inv.exists or not inv.recorded.get(conventions.APPLIED_REVISION):
             return cs, False
-        opts = PassOptions(prune=True, allow_empty=True, name=name, inventory_namespace=namespace)
+        opts = PassOptions(
+            prune=True,
+            allow_empty=True,
+            name=name,
+            inventory_namespace=namespace,
+            prune_cascade=prune_cascade,
+            cascade_advice=advice,
+        )
         pruned_all = self._prune(cs, [inv], [], opts, False, None)
         unserved = inventory.unserved_kinds(self.discovery, inv)
         if unserved:  # their members cannot be listed: the parent is how they are found once served again
@@ -278,9 +296,18 @@ class Engine:
                 f"inventory kept: it records kinds not served now ({', '.join(sorted(unserved))}); "
                 "their members cannot be listed or pruned until the server serves them again"
             )
-        if pruned_all and not cs.has_errors:
+        if pruned_all and not cs.has_errors and not keep_parent:
             inventory.delete_parent(self.client, inv)
         return cs, True
+
+    def remaining(self, name: str, namespace: str, identity: str) -> list[ObjectKey]:
+        """The members of an inventory still in the API, but those `prune: disabled` keeps: what a deleted
+        source whose deletion policy waits for termination waits for (deleted, held by their finalizers)."""
+        inv = inventory.load(self.client, name, namespace, identity)
+        if not inv.exists:
+            return []
+        members = inventory.list_members(self.client, self.discovery, inv)
+        return sorted(k for k, m in members.items() if not planner.prune_disabled(m))
 
     def _ignoring(
         self,

@@ -39,7 +39,13 @@ def test_kustomize_variant_applies_with_server_side_dry_run(kube: KubeCluster, n
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "gitops-sync"
-    for rule in (r for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]):
+    # One wildcard, documented: the cascade guard's read-only `list` of every kind (cluster-wide only).
+    guard = {"apiGroups": ["*"], "resources": ["*"], "verbs": ["list"]}
+    roles = {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    assert ("gitops-sync-cascade-guard" in roles) == (variant == "cluster-wide")
+    if variant == "cluster-wide":
+        assert roles.pop("gitops-sync-cascade-guard") == [guard]
+    for rule in (r for rules in roles.values() for r in rules):
         assert "*" not in rule["verbs"] and "*" not in rule.get("resources", rule.get("nonResourceURLs")), rule
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
 

@@ -15,6 +15,7 @@ One private cluster for the module: the tests change cluster-wide RBAC and the C
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -183,22 +184,24 @@ def _namespace(name: str) -> str:
 # -- 1. a tenant that once tried a namespace it may not write -----------------------------------------------
 
 
+def _tenant_repo(kube: KubeCluster, ns: str, other: str, tmp_path: Path) -> GitRepo:
+    """GitSync `tenant` (ServiceAccount tenant, prune) declaring ConfigMap mine in `ns` and theirs in `other`."""
+    repo = GitRepo(
+        tmp_path / "tenant",
+        {"mine.yaml": configmap("mine", {"a": "1"}), "theirs.yaml": configmap("theirs", {"b": "1"}, namespace=other)},
+    )
+    spec = {"serviceAccountName": "tenant", "prune": True, "interval": "1s"}
+    kube.kubectl("apply", "-f", "-", input=gitsync("tenant", ns, repo.path, **spec))
+    return repo
+
+
 def test_a_tenant_that_tried_a_forbidden_namespace_recovers_when_git_drops_it(
     fleet: Fleet, reliability: Recorder, tmp_path: Path
 ) -> None:
     kube = fleet.kube
     ns, other = _ns(kube, "tenant-a"), _ns(kube, "team-b")
     tenant_account(kube, ns)  # ConfigMaps of tenant-a only: team-b can be neither read nor written
-    repo = GitRepo(
-        tmp_path / "tenant",
-        {"mine.yaml": configmap("mine", {"a": "1"}), "theirs.yaml": configmap("theirs", {"b": "1"}, namespace=other)},
-    )
-    kube.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=gitsync("tenant", ns, repo.path, serviceAccountName="tenant", prune=True, interval="1s"),
-    )
+    repo = _tenant_repo(kube, ns, other, tmp_path)
     with fleet.controller(ns, tmp_path / "fleet.log") as d:
         d.wait_ready(60)
         _wait_failed(d, f"{ns}/tenant", "ConfigMap", "theirs")
@@ -265,4 +268,227 @@ def test_a_kind_the_controller_may_not_create_does_not_block_prune_once_git_drop
         checked="the ConfigMap kept; the inventory's contains-group-kinds no longer names RoleBinding "
         f"(while it was in Git: {tried!r})",
         figures=f"Ready {took:.1f} s after the commit",
+    )
+
+
+# -- 3. the real error, where the tenant can read it ---------------------------------------------------------
+
+
+def test_the_first_real_error_is_in_the_status_the_cli_and_an_event_on_the_gitsync(
+    fleet: Fleet, reliability: Recorder, tmp_path: Path
+) -> None:
+    kube = fleet.kube
+    ns, other = _ns(kube, "tenant-err"), _ns(kube, "team-err")
+    tenant_account(kube, ns)
+    # The tenant may read team-err (so the apply is sent) but not write there: the API server answers 403.
+    kube.kubectl("create", "role", "read", "-n", other, "--verb=get,list,watch", "--resource=configmaps")
+    kube.kubectl("create", "rolebinding", "read", "-n", other, "--role=read", f"--serviceaccount={ns}:tenant")
+    repo = _tenant_repo(kube, ns, other, tmp_path)
+    with fleet.controller(ns, tmp_path / "fleet.log") as d:
+        d.wait_ready(60)
+        _wait_failed(d, f"{ns}/tenant", "ConfigMap", "theirs")
+        wait_until("the 403 in the status", lambda: "403" in _status(kube, ns, "tenant").get("lastError", ""), 30, 0.3)
+        status = _status(kube, ns, "tenant")
+        want = f"ConfigMap/{other}/theirs (theirs.yaml#1): 403 Forbidden: "
+        assert status["lastError"].startswith(want), status["lastError"]
+        assert f'User "system:serviceaccount:{ns}:tenant" cannot' in status["lastError"]
+        assert status["counts"]["error"] == 1, status["counts"]  # one failed object, counted once
+        (error,) = status["errors"]
+        assert error | {"message": ""} == {
+            "object": f"ConfigMap/{other}/theirs",
+            "file": "theirs.yaml#1",
+            "status": 403,
+            "reason": "Forbidden",
+            "message": "",
+        }
+        ready, stalled = _cond(kube, ns, "tenant"), _cond(kube, ns, "tenant", "Stalled")
+        assert (ready["status"], ready["reason"]) == ("False", "ApplyFailed") and want in ready["message"], ready
+        assert (stalled["status"], stalled["reason"]) == ("True", "ApplyFailed"), stalled  # a retry cannot fix a 403
+
+        # A Warning Event on the GitSync itself, one Event whose count grows with the failed passes (resync 3 s).
+        def warning() -> dict[str, Any]:
+            found = [e for e in _gitsync_events(kube, ns, "tenant") if e["type"] == "Warning"]
+            return found[0] if len(found) == 1 and found[0].get("count", 0) >= 2 else {}
+
+        wait_until("a repeated Warning Event on the GitSync", warning, 60, 0.5)
+        event = warning()
+        assert event["reason"] == "ApplyFailed" and want in event["message"], event
+        described = kube.kubectl("describe", "gitsync", "tenant", "-n", ns).stdout
+        assert "ApplyFailed" in described and "403 Forbidden" in described, described[-2000:]
+        # gitops-sync get: the table's message and -o json's errors.
+        table = _gs_cli(fleet, "get", "tenant", "-n", ns)
+        assert table.returncode == 0 and want in table.stdout and "False" in table.stdout, table.stdout + table.stderr
+        listed = json.loads(_gs_cli(fleet, "get", "-n", ns, "-o", "json").stdout)
+        (row,) = listed
+        assert row["reason"] == "ApplyFailed" and row["lastError"].startswith(want), row
+        assert [e["object"] for e in row["errors"]] == [f"ConfigMap/{other}/theirs"], row
+        # Fixed in Git: Ready again, and a Normal Event says so.
+        sha = repo.commit({"theirs.yaml": None})
+        took = wait_until("Ready again", lambda: _ready_at(kube, ns, "tenant", sha), 60, 0.3)
+        status = _status(kube, ns, "tenant")
+        assert status["lastError"] == "" and status["errors"] == [] and status["counts"]["error"] == 0, status
+        wait_until(
+            "the recovery Event",
+            lambda: any(e["reason"] == "ReconciliationSucceeded" for e in _gitsync_events(kube, ns, "tenant")),
+            30,
+            0.5,
+        )
+        assert d.stop() == 0
+    reliability.record(
+        area="fleet",
+        fault="a tenant GitSync applies a ConfigMap its ServiceAccount may read but not write in another namespace "
+        "(the API server answers 403), pass after pass",
+        outcome="status.lastError, the Ready message (reason ApplyFailed, Stalled=True), status.errors, "
+        "`gitops-sync get` (table and -o json) and one Warning Event on the GitSync (its count growing) name the "
+        "object, its file and the 403; fixed in Git: Ready again and a Normal Event",
+        checked="counts.error is 1 for the one failed object; its own ConfigMap applied",
+        figures=f"Ready {took:.1f} s after the fixing commit; the Event counted {event.get('count')} passes",
+    )
+
+
+# -- 4. deletion with the shipped RBAC ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _namespace_owner(fleet: Fleet, ns: str, owned: str, tmp_path: Path) -> Iterator[Daemon]:
+    """GitSync `owner` (prune) in `ns` declaring Namespace `owned` and a ConfigMap in it, applied and Ready,
+    with its finalizer; the controller runs for the block."""
+    kube = fleet.kube
+    repo = GitRepo(
+        tmp_path / "repo",
+        {"ns.yaml": _namespace(owned), "cm.yaml": configmap("inside", {"a": "1"}, namespace=owned)},
+    )
+    kube.kubectl("apply", "-f", "-", input=gitsync("owner", ns, repo.path, prune=True))
+    with fleet.controller(ns, tmp_path / "fleet.log") as d:
+        d.wait_ready(60)
+        kube.kubectl("wait", "--for=condition=Ready", "gitsync/owner", "-n", ns, "--timeout=90s", timeout=100)
+        wait_until(
+            "the finalizer", lambda: (_obj(kube, "gitsync", "owner", ns) or {})["metadata"].get("finalizers"), 30
+        )
+        yield d
+
+
+def test_deleting_a_gitsync_that_owns_a_namespace_completes_with_the_shipped_rbac(
+    fleet: Fleet, reliability: Recorder, tmp_path: Path
+) -> None:
+    kube = fleet.kube
+    ns, owned = _ns(kube, "owner"), "owned-by-gitsync"
+    with _namespace_owner(fleet, ns, owned, tmp_path) as d:
+        t0 = time.monotonic()
+        kube.kubectl("delete", "gitsync", "owner", "-n", ns, "--wait=false")
+        took = wait_until("the GitSync gone", lambda: _obj(kube, "gitsync", "owner", ns) is None, 60, 0.3)
+        gone = _obj(kube, "namespace", owned)
+        assert gone is None or gone["metadata"].get("deletionTimestamp"), gone  # deleted with what it held
+        assert _obj(kube, "configmap", "gitsync-owner", ns) is None  # its inventory too
+        assert d.logged("GitSync deleted: its objects were pruned")
+        assert d.stop() == 0
+    reliability.record(
+        area="fleet",
+        fault="deleting a GitSync (prune) that owns a Namespace, the controller running as the ServiceAccount of "
+        "deploy/kubernetes/fleet as shipped (the cascade guard must list every kind in it)",
+        outcome=f"the GitSync was gone {took:.1f} s after `kubectl delete`; its Namespace deleted",
+        checked="the guard listed the Namespace's contents (nothing foreign) before deleting it; the inventory "
+        "parent deleted last",
+        figures=f"{took:.1f} s from delete to gone ({time.monotonic() - t0:.1f} s)",
+    )
+
+
+def test_a_refused_deletion_says_so_and_the_gitsync_decides_with_prune_cascade(
+    fleet: Fleet, reliability: Recorder, tmp_path: Path
+) -> None:
+    kube = fleet.kube
+    ns, owned = _ns(kube, "refused"), "owned-with-foreign"
+    with _namespace_owner(fleet, ns, owned, tmp_path) as d:
+        kube.kubectl("create", "configmap", "by-hand", "-n", owned, "--from-literal=k=v")  # not the GitSync's
+        kube.kubectl("delete", "gitsync", "owner", "-n", ns, "--wait=false")
+        took = wait_until(
+            "the refusal in the status", lambda: _cond(kube, ns, "owner").get("reason") == "PruneRefused", 60, 0.3
+        )
+        ready = _cond(kube, ns, "owner")
+        obj = _obj(kube, "gitsync", "owner", ns) or {}
+        assert ready["status"] == "False" and f"ConfigMap/{owned}/by-hand" in ready["message"], ready
+        assert f"set spec.pruneCascade: true on GitSync {ns}/owner" in ready["message"], ready
+        assert "--prune-cascade" not in ready["message"], ready
+        assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"], obj["status"]
+        assert _cond(kube, ns, "owner", "Stalled")["status"] == "True"
+        (row,) = json.loads(_gs_cli(fleet, "get", "-n", ns, "-o", "json").stdout)
+        assert row["ready"] == "False" and "by-hand" in row["message"], row
+        assert "waiting for the controller" not in row["message"], row
+        assert _obj(kube, "namespace", owned) is not None and _obj(kube, "configmap", "by-hand", owned) is not None
+        # The GitSync decides: delete the Namespace with what it holds.
+        kube.kubectl("patch", "gitsync", "owner", "-n", ns, "--type=merge", "-p", '{"spec":{"pruneCascade":true}}')
+        let_go = wait_until("the GitSync gone", lambda: _obj(kube, "gitsync", "owner", ns) is None, 90, 0.3)
+        gone = _obj(kube, "namespace", owned)
+        assert gone is None or gone["metadata"].get("deletionTimestamp"), gone
+        assert d.stop() == 0
+    reliability.record(
+        area="fleet",
+        fault="deleting a GitSync (prune) whose Namespace holds a ConfigMap made by hand",
+        outcome="the deletion waits: Ready=False reason PruneRefused (Stalled) naming the ConfigMap and "
+        "`spec.pruneCascade`, observedGeneration current, `gitops-sync get` says the same; spec.pruneCascade: "
+        "true set on the Terminating GitSync lets it go",
+        checked="nothing deleted until the GitSync said so: the Namespace and the foreign ConfigMap stayed",
+        figures=f"refusal in the status {took:.1f} s after the delete; gone {let_go:.1f} s after pruneCascade",
+    )
+
+
+def test_deletion_policy_orphan_keeps_and_wait_for_termination_waits_for_finalizers(
+    fleet: Fleet, reliability: Recorder, tmp_path: Path
+) -> None:
+    kube = fleet.kube
+    ns = _ns(kube, "policies")
+    held = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "held", "finalizers": ["example.com/hold"]},
+            "data": {"a": "1"},
+        }
+    )
+    orphan = GitRepo(tmp_path / "orphan", {"o.yaml": configmap("orphaned", {"a": "1"})})
+    waiting = GitRepo(tmp_path / "wait", {"h.yaml": held + "\n"})
+    kube.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input="---\n".join(
+            [
+                gitsync("orphan", ns, orphan.path, prune=True, deletionPolicy="Orphan"),
+                gitsync("waits", ns, waiting.path, deletionPolicy="WaitForTermination"),  # prune: false
+            ]
+        ),
+    )
+    with fleet.controller(ns, tmp_path / "fleet.log") as d:
+        d.wait_ready(60)
+        for name in ("orphan", "waits"):
+            kube.kubectl("wait", "--for=condition=Ready", f"gitsync/{name}", "-n", ns, "--timeout=90s", timeout=100)
+        wait_until(
+            "the finalizer", lambda: (_obj(kube, "gitsync", "waits", ns) or {})["metadata"].get("finalizers"), 30
+        )
+        assert not (_obj(kube, "gitsync", "orphan", ns) or {})["metadata"].get("finalizers")  # Orphan: none
+        kube.kubectl("delete", "gitsync", "orphan", "-n", ns, "--timeout=60s", timeout=70)
+        assert _obj(kube, "configmap", "orphaned", ns) is not None
+        kube.kubectl("delete", "gitsync", "waits", "-n", ns, "--wait=false")
+        wait_until(
+            "the GitSync waiting for its object",
+            lambda: _cond(kube, ns, "waits").get("reason") == "WaitingForTermination",
+            60,
+            0.3,
+        )
+        assert f"ConfigMap/{ns}/held" in _cond(kube, ns, "waits")["message"]
+        assert (_obj(kube, "configmap", "held", ns) or {})["metadata"].get("deletionTimestamp")  # deleted, held
+        time.sleep(3)
+        assert _obj(kube, "gitsync", "waits", ns) is not None, "let go while its object is still there"
+        kube.kubectl("patch", "configmap", "held", "-n", ns, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+        took = wait_until("the GitSync gone", lambda: _obj(kube, "gitsync", "waits", ns) is None, 60, 0.3)
+        assert _obj(kube, "configmap", "gitsync-waits", ns) is None  # its parent deleted once the member went
+        assert d.stop() == 0
+    reliability.record(
+        area="fleet",
+        fault="deleting GitSyncs with deletionPolicy Orphan (prune: true) and WaitForTermination (prune: false; its "
+        "ConfigMap held by a finalizer)",
+        outcome="Orphan: no finalizer, the object stays; WaitForTermination: the object deleted, the GitSync kept "
+        "with Ready reason WaitingForTermination naming it until its finalizer was removed",
+        checked="the orphaned ConfigMap kept; the waiting GitSync's inventory kept until its member was gone",
+        figures=f"the GitSync gone {took:.1f} s after the finalizer was removed",
     )
