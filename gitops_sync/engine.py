@@ -26,6 +26,7 @@ from gitops_sync.apply.manager import (
 )
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.cluster.lease import lease_name
 from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
 from gitops_sync.errors import ClusterError, NewerRevisionError
 from gitops_sync.log import get_logger
@@ -598,7 +599,12 @@ class Engine:
             # A Namespace or CRD still holding objects this prune does not remove is not deleted.
             last = [holder] if holder is not None and not refused else []
             refused += cascade.refusals(
-                self.client, self.discovery, [*gone, *last], parent=parent, advice=opts.cascade_advice
+                self.client,
+                self.discovery,
+                [*gone, *last],
+                parent=parent,
+                ours=[_source_lease(parent)],
+                advice=opts.cascade_advice,
             )
         for e in refused:
             self._add(cs, e, on_entry)
@@ -694,6 +700,13 @@ def _refuse_older(inv: inventory.Inventory, checkout: Checkout) -> None:
 
 # A refused read (a tenant's ServiceAccount may not get the object) is the answer a request would have had.
 _DENIED: dict[str, Any] = {"status": 403, "reason": "Forbidden"}
+
+
+def _source_lease(parent: ObjectKey) -> ObjectKey:
+    """The Lease a run of this source holds beside its inventory (cluster/lease.py: `sync`, the daemon's
+    --leader-elect): ours, so it never makes the cascade guard refuse the Namespace they share."""
+    name = lease_name(parent.name, parent.namespace, parent.namespace)
+    return ObjectKey("coordination.k8s.io", "Lease", parent.namespace, name)
 
 
 def _kinds_and_namespaces(targets: Sequence[Target]) -> tuple[set[str], set[str]]:

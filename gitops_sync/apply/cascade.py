@@ -61,15 +61,17 @@ def refusals(
     gone: Sequence[Manifest],
     *,
     parent: ObjectKey | None = None,
+    ours: Iterable[ObjectKey] = (),
     advice: str = CASCADE_ADVICE,
 ) -> list[Entry]:
     """An error entry for every Namespace/CRD in `gone` that still holds objects prune leaves behind.
 
     `gone` are the members prune is about to remove; adopted ones are only released (kept), so what they
     hold stays and is not checked, and they count as left behind. `parent` (our inventory ConfigMap) is
-    ours and does not count. `advice` ends each refusal: how to let prune delete them anyway.
+    ours and does not count, nor do `ours` (the source's own Lease beside it: nothing of anybody's is lost
+    with it). `advice` ends each refusal: how to let prune delete them anyway.
     """
-    deleted = {ObjectKey.of(m) for m in gone if not is_adopted(m)}
+    deleted = {ObjectKey.of(m) for m in gone if not is_adopted(m)} | set(ours)
     if parent is not None:
         deleted.add(parent)
     out: list[Entry] = []
