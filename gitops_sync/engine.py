@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from gitops_sync import conventions
 from gitops_sync.apply import cascade, inventory
@@ -25,11 +26,12 @@ from gitops_sync.apply.manager import (
 )
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.cluster.lease import lease_name
 from gitops_sync.conventions import FIELD_MANAGER, ConflictPolicy
 from gitops_sync.errors import ClusterError, NewerRevisionError
 from gitops_sync.log import get_logger
 from gitops_sync.plan import fieldpath, ignore, planner
-from gitops_sync.plan.changeset import Action, ChangeSet, Entry, Ignored, SharedWith
+from gitops_sync.plan.changeset import Action, ChangeSet, Consequence, Entry, Ignored, SharedWith
 from gitops_sync.plan.planner import Target
 from gitops_sync.plan.terminating import desired_entry as terminating_entry
 from gitops_sync.plan.terminating import terminating
@@ -69,6 +71,7 @@ class PassOptions:
     inventory_namespace: str | None = None
     adopt_shared: bool = False  # take over objects that are members of another ApplySet
     prune_cascade: bool = False  # prune Namespaces/CRDs even when they hold objects prune does not remove
+    cascade_advice: str = cascade.CASCADE_ADVICE  # how a refusal says to override it (a GitSync: its field)
     ignore: tuple[ignore.IgnoreRule, ...] = ()  # --ignore; the repository's .gitops-sync.yaml adds its own
     # `sync`: refuse a commit older than one the inventory records (a descendant of ours); --allow-rollback
     refuse_older: bool = False
@@ -198,9 +201,11 @@ class Engine:
         partial = only is not None
         record = not dry_run and bool(wanted) and not partial
         if record:
-            # The parent records the union first, so a crash mid-pass never hides a member from prune.
+            # The parent records the union first, so a crash mid-pass never hides a member from prune: every
+            # kind and namespace an apply is sent to (not the refused: nothing is sent for them).
             cs.entries += self._ensure_inventory_namespace(inv, targets, live, opts, on_entry)
-            self._record(inv, old_kinds | group_kinds, old_namespaces | namespaces, checkout, cs.source)
+            sent_kinds, sent_spaces = _kinds_and_namespaces(targets)
+            self._record(inv, old_kinds | sent_kinds, old_namespaces | sent_spaces, checkout, cs.source)
         for t in targets:  # members of another ApplySet: left alone, reported as `shared` conflicts
             if t.key in shared:
                 entry = planner.shared_entry(
@@ -218,7 +223,7 @@ class Engine:
             if existing is not None and t.key not in shared and t.key not in dying and planner.is_create_only(t):
                 self._add(cs, planner.create_only_entry(t, existing, self.field_manager, dry_run=dry_run), on_entry)
         for t in denied:  # nothing of the live object is read: the entry is the refusal alone
-            entry = Entry(t.key, t.info.api_version, Action.ERROR, message=refused[t.key], origin=t.origin)
+            entry = Entry(t.key, t.info.api_version, Action.ERROR, message=refused[t.key], origin=t.origin, **_DENIED)
             self._add(cs, entry, on_entry)
         done = {e.key for e in cs.entries}
         cs.entries += self.manager.apply_all(
@@ -227,7 +232,11 @@ class Engine:
         skipped = [e.message for e in cs.entries if e.message.startswith(NOT_ATTEMPTED)]
         if skipped:  # the API server went away (or the deadline passed) mid-pass: say so once, up top
             why = skipped[0].removeprefix(NOT_ATTEMPTED)
-            cs.errors.append(f"stopped early: {len(skipped)} of {len(targets)} object(s) not attempted: {why}")
+            cs.errors.append(
+                Consequence(f"stopped early: {len(skipped)} of {len(targets)} object(s) not attempted: {why}")
+            )
+        if record:
+            self._forget_refused(cs, inv, targets, old_kinds, old_namespaces, checkout)
         for e in cs.entries:
             e.ignored = ignored.get(e.key, [])
         _locate(cs.entries, wanted, checkout.root)
@@ -272,13 +281,28 @@ class Engine:
             self._wait(cs, [t for t in targets if t.key not in dying], left, on_ready)
         return cs
 
-    def collect(self, name: str, namespace: str, identity: str) -> tuple[ChangeSet, bool]:
+    def collect(
+        self,
+        name: str,
+        namespace: str,
+        identity: str,
+        *,
+        prune_cascade: bool = False,
+        advice: str = cascade.CASCADE_ADVICE,
+        keep_parent: bool = False,
+        pending_done: bool = False,
+    ) -> tuple[ChangeSet, bool]:
         """A deleted source's garbage collection: prune every member of its inventory, then the parent.
 
         Every guard of a prune holds (members only: objects of another ApplySet are not ours; adopted
-        ones are released, not deleted; `prune: disabled` kept; the cascade guard). (change set, whether
-        anything was due): nothing is due, and nothing is touched, when the inventory is absent or never
-        recorded a clean pass (a source that never applied cleanly may have adopted what it only tried).
+        ones are released, not deleted; `prune: disabled` kept; the cascade guard, unless `prune_cascade`;
+        `advice` ends its refusals). (change set, whether anything was due): nothing is due, and nothing
+        is touched, when the inventory is absent or never recorded a clean pass (a source that never
+        applied cleanly may have adopted what it only tried). `keep_parent`: the caller waits until the
+        members are gone (`remaining`) and collects again to delete the parent; until then it finds them.
+        A member finalizers hold (its deletion pending) keeps the parent, an error naming it (the caller
+        retries), unless `keep_parent`, or `pending_done`: the API server accepted its deletion and nothing
+        waits for it to finish (deletionPolicy Delete, MirrorPrune), so it counts as gone and the parent goes.
         """
         cs = ChangeSet(
             revision="",
@@ -291,8 +315,15 @@ class Engine:
         inv = inventory.load(self.client, name, namespace, identity)
         if not inv.exists or not inv.recorded.get(conventions.APPLIED_REVISION):
             return cs, False
-        opts = PassOptions(prune=True, allow_empty=True, name=name, inventory_namespace=namespace)
-        pruned_all = self._prune(cs, [inv], [], opts, False, None, parent_goes=True)
+        opts = PassOptions(
+            prune=True,
+            allow_empty=True,
+            name=name,
+            inventory_namespace=namespace,
+            prune_cascade=prune_cascade,
+            cascade_advice=advice,
+        )
+        pruned_all = self._prune(cs, [inv], [], opts, False, None, parent_goes=True, pending_done=pending_done)
         unserved = inventory.unserved_kinds(self.discovery, inv)
         if unserved:  # their members cannot be listed: the parent is how they are found once served again
             cs.errors.append(
@@ -300,11 +331,20 @@ class Engine:
                 "their members cannot be listed or pruned until the server serves them again"
             )
         held = [e for e in cs.entries if e.action is Action.TERMINATING]
-        if held:  # still there: the parent is how the next attempt finds (and reports) them
+        if held and not (keep_parent or pending_done):  # the parent is how the next attempt finds them
             cs.errors.append(f"inventory kept: {len(held)} member(s) not gone yet: {_held(held)}")
-        if pruned_all and not cs.has_errors:
+        if pruned_all and not cs.has_errors and not keep_parent:
             inventory.delete_parent(self.client, inv)
         return cs, True
+
+    def remaining(self, name: str, namespace: str, identity: str) -> list[ObjectKey]:
+        """The members of an inventory still in the API, but those `prune: disabled` keeps: what a deleted
+        source whose deletion policy waits for termination waits for (deleted, held by their finalizers)."""
+        inv = inventory.load(self.client, name, namespace, identity)
+        if not inv.exists:
+            return []
+        members = inventory.list_members(self.client, self.discovery, inv)
+        return sorted(k for k, m in members.items() if not planner.prune_disabled(m))
 
     def _ignoring(
         self,
@@ -407,6 +447,44 @@ class Engine:
             applied=applied,
         )
 
+    def _forget_refused(
+        self,
+        cs: ChangeSet,
+        inv: inventory.Inventory,
+        targets: Sequence[Target],
+        old_kinds: set[str],
+        old_namespaces: set[str],
+        checkout: Checkout,
+    ) -> None:
+        """Take back what this pass recorded first and the API server then refused everywhere.
+
+        A kind or namespace recorded for the first time by this pass (before its applies, for a crash's
+        sake) whose every object was refused as a whole (403, 422, ...: `Entry.wrote_nothing`) holds nothing
+        of this source: it was not recorded before, so no earlier pass left a member there, and this one
+        stored none. Kept, it would make every later prune LIST it, and a LIST forbidden like the apply was
+        would block the source for good once Git drops the object. Anything else (an object applied, an
+        answer that may have landed, a record from before) stays recorded.
+        """
+        by_key = {e.key: e for e in cs.entries}
+        kinds, spaces = _kinds_and_namespaces(targets)
+        for t in targets:
+            e = by_key.get(t.key)
+            if e is None or not e.wrote_nothing:
+                kinds.discard(t.key.group_kind)
+                spaces.discard(t.key.namespace)
+        kinds, spaces = kinds - old_kinds, spaces - old_namespaces - {inv.namespace}
+        if not kinds and not spaces:
+            return
+        log.info(
+            "not keeping in the inventory what only refused applies reached",
+            kinds=sorted(kinds),
+            namespaces=sorted(spaces),
+        )
+        try:
+            self._record(inv, inv.group_kinds - kinds, inv.namespaces - spaces, checkout, cs.source)
+        except ClusterError as exc:  # kept recorded: the next pass that is refused there again tries again
+            log.warning("cannot update the inventory after refused applies", error=str(exc))
+
     def _ensure_inventory_namespace(
         self,
         inv: inventory.Inventory,
@@ -451,6 +529,7 @@ class Engine:
         kept: set[ObjectKey] | None = None,
         *,
         parent_goes: bool = False,
+        pending_done: bool = False,
     ) -> bool:
         """Prune the members that left Git; True when none was refused or failed. `kept` hears of the
         members `prune: disabled` keeps (still labelled ours: the inventory must go on recording them).
@@ -458,12 +537,15 @@ class Engine:
         A member whose deletion is pending (finalizers hold it) is no failure, but no member gone either
         (`cs.has_pending`): callers record the pass as complete only once it is gone. `parent_goes`: the
         caller deletes the inventory parent afterwards (a deleted source's collection), so members kept
-        by `prune: disabled` do not need it."""
+        by `prune: disabled` do not need it; `pending_done`: a member held by finalizers counts as gone there
+        (the Namespace holding the parent does not wait for it)."""
         if cs.has_errors:
             cs.errors.append(
-                "prune not evaluated: some objects could not be planned"
-                if dry_run
-                else "prune skipped: some objects failed to apply; nothing is deleted on a failed pass"
+                Consequence(
+                    "prune not evaluated: some objects could not be planned"
+                    if dry_run
+                    else "prune skipped: some objects failed to apply; nothing is deleted on a failed pass"
+                )
             )
             return False
         members: dict[ObjectKey, Manifest] = {}
@@ -516,7 +598,14 @@ class Engine:
         if not opts.prune_cascade:
             # A Namespace or CRD still holding objects this prune does not remove is not deleted.
             last = [holder] if holder is not None and not refused else []
-            refused += cascade.refusals(self.client, self.discovery, [*gone, *last], parent=parent)
+            refused += cascade.refusals(
+                self.client,
+                self.discovery,
+                [*gone, *last],
+                parent=parent,
+                ours=[_source_lease(parent)],
+                advice=opts.cascade_advice,
+            )
         for e in refused:
             self._add(cs, e, on_entry)
         blocked = {e.key for e in refused}
@@ -525,7 +614,8 @@ class Engine:
         if holder is not None and ObjectKey.of(holder) not in blocked:
             # The last member: the parent has nothing left to record, but it goes only after every other
             # member is gone, or one that failed or is still held would be forgotten with it.
-            if not refused and all(e.action is Action.PRUNE for e in entries):
+            done = (Action.PRUNE, Action.TERMINATING) if pending_done else (Action.PRUNE,)
+            if not refused and all(e.action in done for e in entries):
                 entries += self.manager.prune([holder], dry_run=dry_run, on_entry=on_entry)
             else:
                 entry = Entry(ObjectKey.of(holder), str(holder.get("apiVersion", "")), Action.UNCHANGED)
@@ -606,6 +696,22 @@ def _refuse_older(inv: inventory.Inventory, checkout: Checkout) -> None:
                 "what the newer one applied (with --prune, delete what it added); nothing was written. To go "
                 f"back to {ours} on purpose pass --allow-rollback, or commit a revert (it is newer)"
             )
+
+
+# A refused read (a tenant's ServiceAccount may not get the object) is the answer a request would have had.
+_DENIED: dict[str, Any] = {"status": 403, "reason": "Forbidden"}
+
+
+def _source_lease(parent: ObjectKey) -> ObjectKey:
+    """The Lease a run of this source holds beside its inventory (cluster/lease.py: `sync`, the daemon's
+    --leader-elect): ours, so it never makes the cascade guard refuse the Namespace they share."""
+    name = lease_name(parent.name, parent.namespace, parent.namespace)
+    return ObjectKey("coordination.k8s.io", "Lease", parent.namespace, name)
+
+
+def _kinds_and_namespaces(targets: Sequence[Target]) -> tuple[set[str], set[str]]:
+    """The group-kinds and namespaces of `targets`, as the inventory records them."""
+    return {t.key.group_kind for t in targets}, {t.key.namespace for t in targets if t.key.namespace}
 
 
 _ORIGIN = re.compile(r"^(?P<file>.+)#(?P<number>\d+)(?: items\[(?P<item>\d+)\])?$")

@@ -21,7 +21,7 @@ from gitops_sync.conventions import ADOPTED, FIELD_MANAGER, PART_OF, ConflictPol
 from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, ClusterError, ConflictError
 from gitops_sync.log import get_logger
 from gitops_sync.plan import ownership
-from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.plan.changeset import NOT_SENT, Action, Entry
 from gitops_sync.plan.planner import (
     CREATE_ONLY_RV,
     Target,
@@ -145,7 +145,7 @@ class Applier:
             return self._after_timeout(t, live, exc)
         except ClusterError as exc:
             log.warning("apply failed", object=str(t.key), error=str(exc))
-            return Entry(t.key, t.info.api_version, Action.ERROR, message=str(exc), origin=t.origin)
+            return Entry(t.key, t.info.api_version, Action.ERROR, message=str(exc), origin=t.origin).caused_by(exc)
 
     def _after_timeout(self, t: Target, live: Manifest | None, exc: ApiTimeoutError) -> Entry:
         """An apply sent but unanswered may have landed: re-read, and report it applied if our intent is live."""
@@ -317,7 +317,8 @@ class Applier:
 
 def not_attempted_entry(t: Target, exc: Exception) -> Entry:
     """The entry of an object no request was sent for (API server down, deadline passed): left as it was."""
-    return Entry(t.key, t.info.api_version, Action.ERROR, message=f"{NOT_ATTEMPTED}{exc}", origin=t.origin)
+    message = f"{NOT_ATTEMPTED}{exc}"
+    return Entry(t.key, t.info.api_version, Action.ERROR, message=message, origin=t.origin, reason=NOT_SENT)
 
 
 def _pending_reason(t: Target, new_namespaces: set[str], new_crds: set[tuple[str, str]]) -> str:

@@ -4,7 +4,8 @@ The API server deletes everything in a Namespace with it, and every custom resou
 before prune deletes either, this lists what it still holds; objects this prune does not remove itself
 (another team's Pod, a ConfigMap made by hand, a member still in Git, an adopted member that prune only
 releases) make it refuse that one deletion. The engine turns each refusal into an error entry of the
-pass and prunes everything else; `--prune-cascade` skips the guard.
+pass and prunes everything else; `--prune-cascade` (a GitSync: `spec.pruneCascade`) skips the guard.
+A kind it may not list makes the contents unknown: the refusal names the exact `list` rule to grant.
 
 One Namespace is refused whatever `--prune-cascade` says: the one holding this source's own inventory
 parent while the source still has members (`inventory_refusal`). Deleting it deletes the record of every
@@ -21,9 +22,9 @@ from gitops_sync.apply.inventory import METADATA_ONLY
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery, ResourceInfo
 from gitops_sync.conventions import PRUNE, PRUNE_DISABLED
-from gitops_sync.errors import ClusterError, NotFoundError
+from gitops_sync.errors import ClusterError, ForbiddenError, NotFoundError
 from gitops_sync.log import get_logger
-from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.plan.changeset import PRUNE_REFUSED, Action, Entry
 from gitops_sync.plan.planner import is_adopted
 from gitops_sync.plan.terminating import terminating
 from gitops_sync.resource import Manifest, ObjectKey
@@ -35,6 +36,10 @@ _DEFAULTS = frozenset({("", "ServiceAccount", "default"), ("", "ConfigMap", "kub
 _IGNORED_KINDS = frozenset({("", "Event"), ("events.k8s.io", "Event")})
 _NAMED = 5  # foreign objects named in a refusal
 _PAGE = 100
+# How a refusal ends: what the user can do besides emptying the Namespace or CRD (a GitSync says its field).
+CASCADE_ADVICE = "pass --prune-cascade"
+# The shipped read-only rule that lets the guard list every kind (deploy/kubernetes/cluster-wide/rbac.yaml).
+GUARD_ROLE = "ClusterRole gitops-sync-cascade-guard of deploy/kubernetes/cluster-wide"
 
 
 @dataclass
@@ -44,21 +49,29 @@ class Holdings:
     foreign: list[ObjectKey]
     more: bool = False  # more than were listed (a further page)
     unchecked: list[str] = field(default_factory=list)  # kinds that could not be listed: contents unknown
+    forbidden: list[ResourceInfo] = field(default_factory=list)  # of those, the ones RBAC refuses to list
 
     def __bool__(self) -> bool:
         return bool(self.foreign or self.unchecked)
 
 
 def refusals(
-    client: Client, discovery: Discovery, gone: Sequence[Manifest], *, parent: ObjectKey | None = None
+    client: Client,
+    discovery: Discovery,
+    gone: Sequence[Manifest],
+    *,
+    parent: ObjectKey | None = None,
+    ours: Iterable[ObjectKey] = (),
+    advice: str = CASCADE_ADVICE,
 ) -> list[Entry]:
     """An error entry for every Namespace/CRD in `gone` that still holds objects prune leaves behind.
 
     `gone` are the members prune is about to remove; adopted ones are only released (kept), so what they
     hold stays and is not checked, and they count as left behind. `parent` (our inventory ConfigMap) is
-    ours and does not count.
+    ours and does not count, nor do `ours` (the source's own Lease beside it: nothing of anybody's is lost
+    with it). `advice` ends each refusal: how to let prune delete them anyway.
     """
-    deleted = {ObjectKey.of(m) for m in gone if not is_adopted(m)}
+    deleted = {ObjectKey.of(m) for m in gone if not is_adopted(m)} | set(ours)
     if parent is not None:
         deleted.add(parent)
     out: list[Entry] = []
@@ -85,9 +98,9 @@ def refusals(
         else:
             continue
         if held:
-            message = _message(what, held)
+            message = _message(what, held, advice)
             log.warning("prune refused", object=str(key), reason=message)
-            out.append(Entry(key, str(m.get("apiVersion", "")), Action.ERROR, message=message))
+            out.append(Entry(key, str(m.get("apiVersion", "")), Action.ERROR, message=message, reason=PRUNE_REFUSED))
     return out
 
 
@@ -101,7 +114,8 @@ def inventory_refusal(namespace: Manifest, parent: ObjectKey, remaining: int) ->
         f"`kubectl annotate namespace {name} {PRUNE}={PRUNE_DISABLED}`; --prune-cascade does not override this)"
     )
     log.warning("prune refused", object=str(ObjectKey.of(namespace)), reason=message)
-    return Entry(ObjectKey.of(namespace), str(namespace.get("apiVersion", "")), Action.ERROR, message=message)
+    key = ObjectKey.of(namespace)
+    return Entry(key, str(namespace.get("apiVersion", "")), Action.ERROR, message=message, reason=PRUNE_REFUSED)
 
 
 def namespace_holdings(client: Client, discovery: Discovery, namespace: str, deleted: Iterable[ObjectKey]) -> Holdings:
@@ -138,6 +152,8 @@ def _holdings(
             continue  # not served (any more): nothing of this kind to lose
         except ClusterError as exc:
             held.unchecked.append(f"{info.kind}.{info.group}" if info.group else info.kind)
+            if isinstance(exc, ForbiddenError):
+                held.forbidden.append(info)
             log.info("cannot list for the cascade guard", kind=info.kind, error=str(exc))
             continue
         for item in listing.items:
@@ -176,7 +192,7 @@ def _served_version(spec: Manifest) -> ResourceInfo | None:
     return None
 
 
-def _message(what: str, held: Holdings) -> str:
+def _message(what: str, held: Holdings, advice: str = CASCADE_ADVICE) -> str:
     parts = []
     if held.foreign:
         names = ", ".join(str(k) for k in held.foreign[:_NAMED])
@@ -189,8 +205,23 @@ def _message(what: str, held: Holdings) -> str:
             f" and {len(held.unchecked) - _NAMED} more kind(s)" if len(held.unchecked) > _NAMED else ""
         )
         parts.append(f"its contents could not be checked (cannot list {kinds})")
+    if held.forbidden:
+        parts.append(f"to let it check, grant {grant(held.forbidden)} (as the {GUARD_ROLE} does)")
     return (
         f"prune refused: deleting {what} would delete what it holds; "
         + "; ".join(parts)
-        + " (delete or move them first, or pass --prune-cascade)"
+        + f" (delete or move them first, or {advice})"
     )
+
+
+def grant(infos: Sequence[ResourceInfo]) -> str:
+    """The RBAC rule(s) that would let the guard list `infos`, as one reads them in a ClusterRole:
+    `list on pods, endpoints (apiGroups ""), replicasets (apiGroups apps)`."""
+    by_group: dict[str, list[str]] = {}
+    for info in infos:
+        plurals = by_group.setdefault(info.group, [])
+        if info.plural not in plurals:
+            plurals.append(info.plural)
+    core = '""'
+    rules = [f"{', '.join(plurals)} (apiGroups {group or core})" for group, plurals in by_group.items()]
+    return "list on " + "; ".join(rules)

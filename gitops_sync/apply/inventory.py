@@ -282,13 +282,32 @@ def list_members(client: Client, discovery: Discovery, inv: Inventory) -> dict[O
             continue  # the kind is gone from the cluster (CRD deleted): nothing left to prune
         try:
             items = _list(client, info, kind, selector, None)
-        except ForbiddenError:
+        except ForbiddenError as exc:
             if not info.namespaced:
-                raise
+                raise _unlistable(inv, gk, None, exc) from exc
             # No cluster-wide list permission (a namespaced install): look in each recorded namespace.
-            items = [i for ns in sorted(inv.namespaces) for i in _list(client, info, kind, selector, ns)]
+            items = []
+            for ns in sorted(inv.namespaces):
+                try:
+                    items += _list(client, info, kind, selector, ns)
+                except ForbiddenError as refused:
+                    raise _unlistable(inv, gk, ns, refused) from refused
         members.update((ObjectKey.of(item), item) for item in items)
     return members
+
+
+def _unlistable(inv: Inventory, gk: str, namespace: str | None, exc: ForbiddenError) -> ClusterError:
+    """Members that cannot be looked for: what the parent records there, and the two ways out."""
+    where = f" in namespace {namespace}" if namespace else ""
+    drop = (
+        f"remove {namespace} from its annotation {NAMESPACES}"
+        if namespace and namespace != inv.namespace
+        else f"remove {gk} from its annotation {GROUP_KINDS}"
+    )
+    return ClusterError(
+        f"cannot list {gk}{where}: {exc}; the inventory ConfigMap {inv.namespace}/{inv.name} records it, so a "
+        f"member may be there: grant list on it, or, if nothing of this source was ever created there, {drop}"
+    )
 
 
 def unserved_kinds(discovery: Discovery, inv: Inventory) -> set[str]:

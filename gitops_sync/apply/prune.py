@@ -21,7 +21,7 @@ from gitops_sync.cluster.client import JSON_PATCH, Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import ADOPTED, INTENT_HASH, PART_OF
 from gitops_sync.errors import ApiUnavailableError, ClusterError, NotFoundError
-from gitops_sync.plan.changeset import Action, Entry, Terminating, finalizers_text
+from gitops_sync.plan.changeset import NOT_SENT, Action, Entry, Terminating, finalizers_text
 from gitops_sync.plan.planner import is_adopted
 from gitops_sync.plan.terminating import holders, terminating
 from gitops_sync.resource import Manifest, ObjectKey
@@ -84,9 +84,10 @@ def _prune_one(client: Client, discovery: Discovery, obj: Manifest, key: ObjectK
     except NotFoundError:
         entry.message = "already gone"
     except ApiUnavailableError as exc:
-        entry.action, entry.message = Action.ERROR, f"prune not attempted: {exc}"
+        entry.action, entry.message, entry.reason = Action.ERROR, f"prune not attempted: {exc}", NOT_SENT
     except ClusterError as exc:
         entry.action, entry.message = Action.ERROR, f"prune failed: {exc}"
+        entry.caused_by(exc)
     return entry
 
 

@@ -15,6 +15,7 @@ subresource with server-side apply, only when it changed, only from the shard's 
 
 from __future__ import annotations
 
+import calendar
 import json
 import threading
 import time
@@ -23,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from gitops_sync.cluster.client import Client
+from gitops_sync.cluster.client import APPLY_PATCH, Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.cluster.kubeconfig import context_namespace
 from gitops_sync.cluster.lease import ApiLeaseStore, LeaderElector
@@ -33,6 +34,7 @@ from gitops_sync.daemon.access import ReadAccess
 from gitops_sync.daemon.cache import EventType
 from gitops_sync.daemon.conditions import ClusterProbe
 from gitops_sync.daemon.events import WARNING, EventSpec
+from gitops_sync.daemon.failures import PRUNE_FAILED, Failures, failures_of
 from gitops_sync.daemon.gitsync import GitSync, InvalidSpec
 from gitops_sync.daemon.loop import Controller, DaemonOptions, FencedClient
 from gitops_sync.daemon.queue import Backoff, WorkQueue
@@ -126,6 +128,7 @@ class _Source:
     handled: str = ""  # the reconcile request answered in lastHandledReconcileAt
     waiting_for: str = ""
     next_poll: float = 0.0
+    deletion: gitsync.Deletion | None = None  # being deleted, and its objects are not all gone yet
 
 
 class ShardSet:
@@ -780,44 +783,105 @@ class Fleet(Controller[FleetKey]):
             log.info("cannot update the GitSync's finalizer", gitsync=ref, error=mask_url(str(exc)))
 
     def _finalize(self, ref: str, src: _Source, obj: Manifest) -> None:
-        """A GitSync being deleted: prune what it applied (prune: true, self-heal, not suspended), then let
-        it go. A prune that fails or is refused keeps the finalizer and is retried with backoff."""
+        """A GitSync being deleted: prune what it applied (its deletion policy deletes, self-heal, not
+        suspended), then let it go. A prune that fails or is refused keeps the finalizer, is retried with
+        backoff and is what its status says (Ready=False, reason PruneRefused or PruneFailed, the first
+        object): never the Ready of its last pass. WaitForTermination keeps it until the objects are gone."""
         if gitsync.FINALIZER not in gitsync.finalizers(obj):
             return
         gs, r = src.gs, cast(SourceReconciler, src.reconciler)
         if gs.wants_finalizer and not gs.suspend:
+            waits = gs.deletion_policy == gitsync.WAIT_FOR_TERMINATION
+            identity = r.desired.identity.text
             entries: list[Entry] = []
             try:
-                cs, due = r.engine.collect(r.inventory_name, r.inventory_namespace, r.desired.identity.text)
+                cs, due = r.engine.collect(
+                    r.inventory_name,
+                    r.inventory_namespace,
+                    identity,
+                    prune_cascade=gs.prune_cascade,
+                    advice=gs.cascade_advice,
+                    keep_parent=waits,
+                    pending_done=not waits,  # Delete, MirrorPrune: a deletion the API server accepted is done
+                )
                 entries = cs.entries
-                errors = [*cs.errors, *(f"{e.key}: {e.message}" for e in entries if e.action is Action.ERROR)]
+                failures = failures_of(entries, cs.errors, ())
+                left = r.engine.remaining(r.inventory_name, r.inventory_namespace, identity) if waits and due else []
             except GitOpsError as exc:
-                due, errors = True, [mask_url(str(exc))]
-            if errors:
+                due, left = True, []
+                failures = Failures(errors=[mask_url(str(exc))], count=1, reason=PRUNE_FAILED)
+            if failures:
                 delay = self.queue.add_rate_limited((ref, FULL))
                 log.error(
                     "GitSync deleted: prune failed; keeping it until it succeeds",
                     gitsync=ref,
-                    errors=errors[:5],
+                    errors=[f.text() for f in failures.objects[:5]] + failures.errors[:5],
                     retry_in=round(delay, 2),
                 )
-                r.source_event("PruneFailed", WARNING, f"deleting: objects not pruned, retrying: {errors[0]}")
+                r.source_event(
+                    failures.reason, WARNING, f"deleting: objects not pruned, retrying: {failures.summary()}"
+                )
+                src.deletion = gitsync.Deletion(failures)
+                self._write_status(ref)
                 return
-            done = entries
+            if left and not self._waited_out(gs, obj):
+                named = ", ".join(str(k) for k in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+                src.deletion = gitsync.Deletion(
+                    Failures(), waiting=f"waiting for {len(left)} object(s) to be gone: {named}"
+                )
+                self._write_status(ref)
+                self.queue.add_after((ref, FULL), 2.0)
+                return
+            if left:
+                r.source_event(
+                    "TerminationTimeout",
+                    WARNING,
+                    f"deleting: {len(left)} object(s) still there after spec.timeout ({gs.timeout:g}s); letting the "
+                    f"GitSync go: {', '.join(str(k) for k in left[:5])}",
+                )
+            if waits and due:  # every member gone (or waited out): now the parent goes too
+                r.engine.collect(
+                    r.inventory_name,
+                    r.inventory_namespace,
+                    identity,
+                    prune_cascade=gs.prune_cascade,
+                    advice=gs.cascade_advice,
+                    pending_done=True,  # waited out: what is still held is left to its finalizers
+                )
             log.info(
                 "GitSync deleted: its objects were pruned"
                 if due
                 else "GitSync deleted: nothing applied cleanly, nothing pruned",
                 gitsync=ref,
-                pruned=sum(1 for e in done if e.action is Action.PRUNE and "release" not in e.message),
-                released=sum(1 for e in done if "release" in e.message),
-                kept=sum(1 for e in done if e.action is not Action.PRUNE),
+                pruned=sum(1 for e in entries if e.action is Action.PRUNE and "release" not in e.message),
+                released=sum(1 for e in entries if "release" in e.message),
+                pending=sum(1 for e in entries if e.action is Action.TERMINATING),
+                kept=sum(1 for e in entries if e.action not in (Action.PRUNE, Action.TERMINATING)),
+                policy=gs.deletion_policy,
             )
         else:
-            why = "suspended" if gs.suspend else "prune is off" if not gs.prune else "detect-only"
+            why = (
+                "suspended"
+                if gs.suspend
+                else "detect-only"
+                if not gs.self_heal
+                else f"deletionPolicy {gs.deletion_policy}"
+                if gs.deletion_policy == gitsync.ORPHAN
+                else "prune is off"
+            )
             log.info("GitSync deleted: its objects are left in place", gitsync=ref, reason=why)
         self.queue.forget((ref, FULL))
         self._set_finalizer(ref, obj, present=False)
+
+    @staticmethod
+    def _waited_out(gs: GitSync, obj: Manifest) -> bool:
+        """WaitForTermination gives up after spec.timeout since the deletion was asked for."""
+        stamp = str((obj.get("metadata") or {}).get("deletionTimestamp") or "")
+        try:
+            since = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+        except ValueError:
+            return False
+        return time.time() - since > gs.timeout
 
     def _dependencies_waiting(self, src: _Source) -> str:
         """The first dependency that is not Ready (as its status says), or ""."""
@@ -849,6 +913,7 @@ class Fleet(Controller[FleetKey]):
             handled=handled,
             shard=src.shard,
             last=last,
+            deletion=src.deletion,
         )
         self._export(ref, src, doc)
         compare = {**doc, "conditions": gitsync.without_times(doc["conditions"])}
@@ -861,14 +926,23 @@ class Fleet(Controller[FleetKey]):
             "metadata": {"name": gs.name, "namespace": gs.namespace},
             "status": doc,
         }
+        path = gitsync.object_path(gs.namespace, gs.name, "status")
+        query: dict[str, str | int | bool | None] = {"fieldManager": self.opts.field_manager, "force": True}
         try:
-            self.client.request(
-                "PATCH",
-                gitsync.object_path(gs.namespace, gs.name, "status"),
-                body=body,
-                query={"fieldManager": self.opts.field_manager, "force": True},
-                content_type="application/apply-patch+yaml",
-            )
+            try:
+                self.client.request("PATCH", path, body=body, query=query, content_type=APPLY_PATCH)
+            except ApiError as exc:
+                unknown = gitsync.undeclared_status_fields(str(exc))
+                if not unknown:
+                    raise
+                # The CRD installed is older than this controller: say so, and write what it declares.
+                log.warning(
+                    "the GitSync CRD lacks status fields this controller writes; apply deploy/kubernetes/crd",
+                    gitsync=ref,
+                    fields=sorted(unknown),
+                )
+                body["status"] = {k: v for k, v in doc.items() if k not in unknown}
+                self.client.request("PATCH", path, body=body, query=query, content_type=APPLY_PATCH)
         except ClusterError as exc:
             log.warning("cannot write GitSync status", gitsync=ref, error=mask_url(str(exc)))
             return
@@ -956,6 +1030,7 @@ class Fleet(Controller[FleetKey]):
                 invalid_reason=s.reason,
                 shard=s.shard,
                 last=self._last_status(ref),
+                deletion=s.deletion,
             )
             ready: dict[str, Any] = next((c for c in doc["conditions"] if c["type"] == "Ready"), {})
             if unreachable and not s.gs.suspend:  # its written status cannot change now: do not echo it

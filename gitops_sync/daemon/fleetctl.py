@@ -82,6 +82,9 @@ def row(obj: Manifest) -> dict[str, Any]:
         "conflicts": int(counts.get("conflict") or 0),
         "message": "waiting for the controller to observe this generation" if stale else ready.get("message", ""),
         "age": _age(str(meta.get("creationTimestamp") or "")),
+        "lastError": str(status.get("lastError") or ""),
+        # Each failed object of the last pass (the first 10): object, file, status, reason, message.
+        "errors": list(status.get("errors") or []),
     }
 
 

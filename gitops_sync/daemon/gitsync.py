@@ -8,11 +8,13 @@ the same status back. Pure functions only: no cluster access here.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from gitops_sync.conventions import RECONCILE_REQUESTED, ConflictPolicy
+from gitops_sync.daemon.failures import Failures, failures_of
 from gitops_sync.daemon.metrics import object_state
 from gitops_sync.daemon.reconciler import SOURCE_FAILED, SourceReconciler, SourceSpec
 from gitops_sync.engine import PassOptions, SourceOptions
@@ -29,9 +31,15 @@ RECONCILE_ANNOTATION = RECONCILE_REQUESTED  # every key lives in conventions.py
 CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Drifted", "Conflicted", "Suspended")
 # spec fields that change how a source is run, not what it is: changing one keeps its reconciler (and status).
 _RUN_FIELDS = frozenset({"suspend"})
-# On a GitSync whose deletion prunes its objects (prune: true, self-heal): the controller garbage-collects
+# On a GitSync whose deletion prunes its objects (see `wants_finalizer`): the controller garbage-collects
 # them before the API server lets the GitSync go (as Flux's Kustomization finalizer does).
 FINALIZER = "gitops-sync.io/finalizer"
+# spec.deletionPolicy, Flux's names: what deleting the GitSync does to its objects.
+MIRROR_PRUNE = "MirrorPrune"  # delete them when spec.prune is true (the default)
+DELETE = "Delete"  # delete them whatever spec.prune says
+WAIT_FOR_TERMINATION = "WaitForTermination"  # as Delete, and wait until they are gone (or spec.timeout passed)
+ORPHAN = "Orphan"  # leave them
+DELETION_POLICIES = (MIRROR_PRUNE, DELETE, WAIT_FOR_TERMINATION, ORPHAN)
 
 
 class InvalidSpec(ValueError):
@@ -72,6 +80,8 @@ class GitSync:
     timeout: float
     reconcile_requested: str = ""
     spec_doc: dict[str, Any] = field(default_factory=dict, compare=False)
+    deletion_policy: str = MIRROR_PRUNE
+    prune_cascade: bool = False  # spec.pruneCascade: the cascade guard does not refuse its prunes
 
     @property
     def ref(self) -> str:
@@ -79,8 +89,16 @@ class GitSync:
 
     @property
     def wants_finalizer(self) -> bool:
-        """Only a source that prunes and writes collects its objects when deleted; the rest orphan them."""
-        return self.prune and self.self_heal
+        """Only a source that writes, and whose deletion policy deletes, collects its objects when deleted
+        (MirrorPrune: when it prunes); the rest orphan them."""
+        if not self.self_heal or self.deletion_policy == ORPHAN:
+            return False
+        return self.prune or self.deletion_policy in (DELETE, WAIT_FOR_TERMINATION)
+
+    @property
+    def cascade_advice(self) -> str:
+        """How a refusal of the cascade guard tells this GitSync's owner to override it."""
+        return f"set spec.pruneCascade: true on GitSync {self.ref}"
 
     @property
     def key(self) -> ObjectKey:
@@ -111,6 +129,8 @@ class GitSync:
             timeout=self.timeout,
             name=f"gitsync-{self.name}",
             inventory_namespace=self.namespace,
+            prune_cascade=self.prune_cascade,
+            cascade_advice=self.cascade_advice,
         )
         return SourceSpec(src, pass_opts, self_heal=self.self_heal, debounce=debounce)
 
@@ -142,6 +162,9 @@ def parse(obj: Manifest) -> GitSync:
         raise InvalidSpec(
             f"{where}: spec.conflictPolicy must be one of {', '.join(p.value for p in ConflictPolicy)}"
         ) from None
+    deletion_policy = str(spec.get("deletionPolicy") or MIRROR_PRUNE)
+    if deletion_policy not in DELETION_POLICIES:
+        raise InvalidSpec(f"{where}: spec.deletionPolicy must be one of {', '.join(DELETION_POLICIES)}")
     path = spec.get("path") or None
     if path is not None and (str(path).startswith("/") or ".." in str(path).split("/")):
         raise InvalidSpec(f"{where}: spec.path must be relative and stay inside the repository")
@@ -171,6 +194,8 @@ def parse(obj: Manifest) -> GitSync:
         timeout=duration("timeout", "5m"),
         reconcile_requested=str(annotations.get(RECONCILE_ANNOTATION) or ""),
         spec_doc={k: v for k, v in spec.items() if k not in _RUN_FIELDS},
+        deletion_policy=deletion_policy,
+        prune_cascade=bool(spec.get("pruneCascade", False)),
     )
 
 
@@ -207,6 +232,17 @@ def is_ready(obj: Manifest) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
+WAITING_FOR_TERMINATION = "WaitingForTermination"  # Ready's reason while deletionPolicy waits for objects to go
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """Why a GitSync being deleted is still there: its prune's failures, or (none) what it waits for."""
+
+    failures: Failures
+    waiting: str = ""
+
+
 def _condition(ctype: str, status: bool | None, reason: str, message: str, generation: int) -> dict[str, Any]:
     return {
         "type": ctype,
@@ -227,12 +263,15 @@ def status_of(
     handled: str = "",
     shard: int = 0,
     last: dict[str, Any] | None = None,
+    deletion: Deletion | None = None,
 ) -> dict[str, Any]:
     """The status document (no transition times: `with_transition_times` adds them from the last one).
 
     `invalid`: why the controller will not act on this GitSync (`invalid_reason`: InvalidSpec, or
     RepositoryNotAllowed); it then has no reconciler. `last` is the status as the GitSync object holds it
-    now: a suspended source keeps it (see `_suspended`).
+    now: a suspended source keeps it (see `_suspended`). `deletion`: the GitSync is being deleted and its
+    objects are not all gone yet (a refused or failed prune, or WaitForTermination waiting): that is what
+    Ready says, never the last pass's success.
     """
     gen = gs.generation
     if gs.suspend and not invalid:
@@ -254,40 +293,39 @@ def status_of(
         entries = list(r.entries.values())
         pass_errors = list(r.pass_errors)
     states = [object_state(e, applied=r.spec.self_heal, forcing=r.forcing) for e in entries if not e.left_git]
+    desired = r.current.by_key if r.current else {}
+    failures = deletion.failures if deletion else failures_of(entries, pass_errors, desired)
     counts = {a.value: 0 for a in Action}
     for e in entries:
         counts[e.action.value] += 1
     counts["drifted"] = sum(1 for s in states if s in ("drifted", "missing"))
     counts["conflict"] = sum(1 for s in states if s == "conflict")
-    counts["error"] = sum(1 for s in states if s == "error") + len(pass_errors)
+    counts["error"] = failures.count  # each failed object once, and the pass errors that are causes
     doc["counts"] = counts
     doc["lastAppliedRevision"] = r.applied[0] if r.applied else ""
     doc["lastAttemptedRevision"] = r.attempted or (r.current.checkout.revision if r.current else "")
     doc["inventory"] = {"name": r.inventory_name, "namespace": r.inventory_namespace, "objects": len(states)}
     source_error = r.load_error or r.crashed
-    error = (
-        source_error
-        or (pass_errors[0] if pass_errors else "")
-        or next((e.message for e in entries if e.action is Action.ERROR), "")
-    )
+    error = (source_error if deletion is None else "") or failures.first
     doc["lastError"] = error
+    doc["errors"] = failures.to_list()  # the first MAX_ERRORS failed objects: object, file, status, message
     drifted, conflicted = counts["drifted"] > 0, counts["conflict"] > 0
     ready: bool | None
-    if source_error:
+    if source_error and deletion is None:
         ready, message = False, source_error
         reason = r.load_error_reason if r.load_error else SOURCE_FAILED
         reconciling, stalled = False, True
-    elif waiting_for:
+    elif deletion is not None and not failures:
+        ready, reason, message = False, WAITING_FOR_TERMINATION, f"deleting: {deletion.waiting}"
+        reconciling, stalled = True, False
+    elif waiting_for and deletion is None:
         ready, reason, message = False, "DependencyNotReady", f"waiting for {waiting_for} to be Ready"
         reconciling, stalled = True, False
+    elif failures:  # a retry alone cannot fix some (a 403 needs RBAC, a refused prune a person): Stalled
+        ready, reason, message = False, failures.reason, ("deleting: " if deletion else "") + failures.summary()
+        reconciling, stalled = not failures.stalled, failures.stalled
     elif not r.first_sync:
-        failed = bool(error)
-        ready = False if failed else None
-        reason = "ReconcileFailed" if failed else "Progressing"
-        message = error or "first sync in progress"
-        reconciling, stalled = True, False
-    elif error:
-        ready, reason, message = False, "ReconcileFailed", error
+        ready, reason, message = None, "Progressing", "first sync in progress"
         reconciling, stalled = True, False
     else:
         ready, reason = True, "ReconciliationSucceeded"
@@ -361,6 +399,15 @@ def _suspended(gs: GitSync, last: dict[str, Any], handled: str, shard: int) -> d
     return doc
 
 
+_UNDECLARED = re.compile(r"\.status\.(\w+): field not declared in schema")
+
+
+def undeclared_status_fields(message: str) -> set[str]:
+    """The top-level status fields a server-side apply was refused for because the installed CRD does not
+    declare them (an older CRD than the controller: `.status.errors: field not declared in schema`)."""
+    return set(_UNDECLARED.findall(message))
+
+
 def with_transition_times(doc: dict[str, Any], previous: list[dict[str, Any]], now: float | None = None) -> None:
     """Keep each condition's lastTransitionTime unless its status changed (as metav1.Condition wants)."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now if now is not None else time.time()))
@@ -379,12 +426,19 @@ def without_times(conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
 __all__ = [
     "API_VERSION",
     "CONDITION_TYPES",
+    "DELETE",
+    "DELETION_POLICIES",
     "FINALIZER",
     "GROUP",
     "KIND",
+    "MIRROR_PRUNE",
+    "ORPHAN",
     "PLURAL",
     "RECONCILE_ANNOTATION",
     "VERSION",
+    "WAITING_FOR_TERMINATION",
+    "WAIT_FOR_TERMINATION",
+    "Deletion",
     "GitSync",
     "InvalidSpec",
     "collection_path",

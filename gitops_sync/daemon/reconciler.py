@@ -22,6 +22,7 @@ from gitops_sync.daemon.cache import EventType, WatchCache
 from gitops_sync.daemon.conditions import ClusterProbe, Condition
 from gitops_sync.daemon.desired import DesiredSource, DesiredState, digest
 from gitops_sync.daemon.events import NORMAL, WARNING, EventRecorder, EventSpec
+from gitops_sync.daemon.failures import RECONCILE_FAILED, Failures, failures_of
 from gitops_sync.daemon.history import OwnershipHistory, tracked_paths
 from gitops_sync.daemon.metrics import Metrics, object_state
 from gitops_sync.daemon.reporter import FULL, SOURCE, KeyQueue, QueueKey, Reporter, fingerprint, masked
@@ -131,6 +132,7 @@ class SourceReconciler:
         self.last_pass: dict[str, Any] = {}
         self.applied: tuple[str, str] | None = None  # (revision, source) of the last clean full pass
         self.first_sync = False
+        self.failing = False  # the last pass failed (its Warning Event was sent): the next clean one says so
         self.attempted = ""  # revision of the last pass that ran (clean or not)
         self.fingerprints: dict[ObjectKey, str] = {}
         self.recheck = 0.0  # seconds until the next look at a pending deletion (0: none pending)
@@ -394,6 +396,7 @@ class SourceReconciler:
             self.metrics.passes.labels(kind, "abandoned").inc()
             log.warning("pass abandoned: this replica may no longer write", kind=kind, **self._log_name())
             return
+        self._pass_event(failures_of(cs.entries, cs.errors, src.by_key), cs.revision, clean=only is None)
         result = "error" if cs.has_errors else "success"
         self.metrics.passes.labels(kind, result).inc()
         self.metrics.pass_duration.labels(kind).observe(took)
@@ -514,7 +517,20 @@ class SourceReconciler:
             return False, None
         return True, find_autoscaler(key, items)
 
+    def _pass_event(self, failures: Failures, revision: str, *, clean: bool) -> None:
+        """A Warning Event on the source's own object (the GitSync: `kubectl describe gitsync` shows it) for
+        every failed pass, with its first error; a Normal one when a full pass (`clean`) succeeds again. The
+        recorder folds repeats of one reason into one Event's count, as client-go's does."""
+        rev = short_revision(revision) or "(plain directory)"
+        if failures:
+            self.failing = True
+            self.source_event(failures.reason, WARNING, f"revision {rev}: {failures.summary()}")
+        elif clean and self.failing:
+            self.failing = False
+            self.source_event("ReconciliationSucceeded", NORMAL, f"applied revision {rev} after failed passes")
+
     def _pass_failed(self, kind: str, only: set[ObjectKey] | None, error: str, took: float) -> None:
+        self._pass_event(Failures(errors=[error], count=1, reason=RECONCILE_FAILED), self.attempted, clean=False)
         self.metrics.passes.labels(kind, "error").inc()
         self.metrics.pass_duration.labels(kind).observe(took)
         retry: list[QueueKey] = [FULL] if only is None else list(only)

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from gitops_sync.errors import ApiError
 from gitops_sync.resource import ObjectKey
 
 
@@ -29,6 +30,10 @@ class Action(enum.StrEnum):
 
 
 _ABSENT: Any = None
+# The HTTP statuses of a write the API server refused as a whole: nothing of that request was stored.
+REFUSED_STATUSES = frozenset({400, 403, 404, 422})
+NOT_SENT = "NotSent"  # the reason of an error entry no request was sent for (API server down, --deadline)
+PRUNE_REFUSED = "PruneRefused"  # the reason of a deletion the cascade guard refused
 GIT_CHANGED = "git-changed"
 LIVE_CHANGED = "live-changed"
 SERVER_CHANGED = "server-changed"
@@ -290,6 +295,10 @@ class Entry:
     ignored: list[Ignored] = field(default_factory=list)  # fields ignore rules left to the cluster
     foreign: list[Foreign] = field(default_factory=list)  # fields others added that Git does not declare
     terminating: Terminating | None = None  # being deleted: what holds it (action `terminating`)
+    # An error's cause, for scripts: the API server's HTTP status (0: no answer, or not the API server's) and
+    # reason (`Forbidden`, `Invalid`, ...), or ours (NOT_SENT, PRUNE_REFUSED).
+    status: int = 0
+    reason: str = ""
 
     @property
     def left_git(self) -> bool:
@@ -299,6 +308,18 @@ class Entry:
     def change(self, *, dry_run: bool = True) -> str:
         """`planned change`, `drift`, …: see `change_of`."""
         return change_of(self.action.value, [c.reason for c in self.drift], dry_run=dry_run)
+
+    def caused_by(self, exc: BaseException) -> Entry:
+        """Record the API server's status and reason of `exc` (when it is its answer) as this error's cause."""
+        if isinstance(exc, ApiError):
+            self.status, self.reason = exc.status, exc.reason
+        return self
+
+    @property
+    def wrote_nothing(self) -> bool:
+        """An error after which provably nothing of this request was stored: the API server refused it as a
+        whole (400, 403, 404, 422), or it was never sent. A timeout or a 5xx may have landed: not this."""
+        return self.action is Action.ERROR and (self.status in REFUSED_STATUSES or self.reason == NOT_SENT)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -325,7 +346,18 @@ class Entry:
             out["foreign"] = [f.to_dict() for f in self.foreign]
         if self.terminating is not None:
             out["terminating"] = self.terminating.to_dict()
+        if self.status:
+            out["status"] = self.status
+        if self.reason:
+            out["reason"] = self.reason
         return out
+
+
+class Consequence(str):
+    """A pass error that only follows from errors already reported (prune skipped because objects failed,
+    a pass stopped early): listed with the others, never counted again, never "the" error of the pass."""
+
+    __slots__ = ()
 
 
 @dataclass
@@ -346,7 +378,7 @@ class ChangeSet:
     def summary(self) -> dict[str, int]:
         counts = Counter(e.action for e in self.entries)
         out = {a.value: counts.get(a, 0) for a in Action}
-        out["error"] += len(self.errors)
+        out["error"] += sum(1 for e in self.errors if not isinstance(e, Consequence))
         return out
 
     def report_errors(self) -> list[str]:

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = REPO_ROOT / "deploy" / "local-cluster" / "cluster.py"
+DEPLOY = REPO_ROOT / "deploy" / "kubernetes"
+BASE_NS = "gitops-sync"  # the namespace deploy/kubernetes installs into
 ACTOR = git.Actor("Test", "test@example.invalid")
 
 
@@ -241,6 +243,39 @@ class Daemon:
     def __exit__(self, *exc: object) -> None:
         if self.proc.poll() is None:
             self.stop()
+
+
+# -- deploy/kubernetes as a test installs it -------------------------------------------------------------------
+
+
+def rendered(kube: KubeCluster, variant: str) -> list[dict[str, Any]]:
+    out = kube.kubectl("kustomize", str(DEPLOY / variant)).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def relocate(docs: list[dict[str, Any]], ns: str, suffix: str) -> list[dict[str, Any]]:
+    """Into namespace `ns`; cluster-scoped names get `suffix` so parallel sessions never share them."""
+    out = []
+    for d in docs:
+        d = json.loads(json.dumps(d))
+        meta = d["metadata"]
+        if d["kind"] == "Namespace":
+            continue
+        if meta.get("namespace") == BASE_NS:
+            meta["namespace"] = ns
+        if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            meta["name"] += suffix
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            if d["roleRef"]["kind"] == "ClusterRole":
+                d["roleRef"]["name"] += suffix
+            for s in d["subjects"]:
+                s["namespace"] = ns
+        out.append(d)
+    return out
+
+
+def as_list(docs: list[dict[str, Any]]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
 
 
 def kubectl_edit_env(env: dict[str, str], sed: str) -> dict[str, str]:

@@ -9,47 +9,21 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from conftest import KubeCluster
-from daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, sa_kubeconfig, wait_until
+from daemon_support import (
+    Daemon,
+    GitRepo,
+    as_list,
+    configmap,
+    relocate,
+    rendered,
+    sa_kubeconfig,
+    wait_until,
+)
 
 pytestmark = pytest.mark.cluster
-
-DEPLOY = REPO_ROOT / "deploy" / "kubernetes"
-BASE_NS = "gitops-sync"
-
-
-def rendered(kube: KubeCluster, variant: str) -> list[dict[str, Any]]:
-    out = kube.kubectl("kustomize", str(DEPLOY / variant)).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
-
-
-def relocate(docs: list[dict[str, Any]], ns: str, suffix: str) -> list[dict[str, Any]]:
-    """Into namespace `ns`; cluster-scoped names get `suffix` so parallel sessions never share them."""
-    out = []
-    for d in docs:
-        d = json.loads(json.dumps(d))
-        meta = d["metadata"]
-        if d["kind"] == "Namespace":
-            continue
-        if meta.get("namespace") == BASE_NS:
-            meta["namespace"] = ns
-        if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            meta["name"] += suffix
-        if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
-            if d["roleRef"]["kind"] == "ClusterRole":
-                d["roleRef"]["name"] += suffix
-            for s in d["subjects"]:
-                s["namespace"] = ns
-        out.append(d)
-    return out
-
-
-def as_list(docs: list[dict[str, Any]]) -> str:
-    return json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
 
 
 @pytest.mark.parametrize("variant", ["namespaced", "cluster-wide"])
@@ -65,7 +39,13 @@ def test_kustomize_variant_applies_with_server_side_dry_run(kube: KubeCluster, n
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "gitops-sync"
-    for rule in (r for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]):
+    # One wildcard, documented: the cascade guard's read-only `list` of every kind (cluster-wide only).
+    guard = {"apiGroups": ["*"], "resources": ["*"], "verbs": ["list"]}
+    roles = {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    assert ("gitops-sync-cascade-guard" in roles) == (variant == "cluster-wide")
+    if variant == "cluster-wide":
+        assert roles.pop("gitops-sync-cascade-guard") == [guard]
+    for rule in (r for rules in roles.values() for r in rules):
         assert "*" not in rule["verbs"] and "*" not in rule.get("resources", rule.get("nonResourceURLs")), rule
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
 

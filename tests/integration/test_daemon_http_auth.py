@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import KubeCluster
-from daemon_support import Daemon, GitRepo, configmap, wait_until
-from test_daemon_deploy import as_list, relocate, rendered, sa_kubeconfig
+from daemon_support import Daemon, GitRepo, as_list, configmap, relocate, rendered, sa_kubeconfig, wait_until
 
 from gitops_sync.cluster.client import Client
 from gitops_sync.daemon.auth import KubernetesAuth

@@ -124,3 +124,58 @@ def test_deleting_a_gitsync_prunes_only_with_prune_on(
         assert any(
             line.get("reason") == "suspended" for line in d.logged("GitSync deleted: its objects are left in place")
         )
+
+
+def test_deleting_a_gitsync_does_not_wait_for_a_member_its_finalizers_hold(
+    kube: KubeCluster, crd: None, namespace: str, tmp_path: Path
+) -> None:
+    """deletionPolicy MirrorPrune (prune: true) and Delete: a member whose DELETE the API server accepted but a
+    finalizer holds is deletion pending, nothing of ours is left to do: the GitSync and its parent go while the
+    member is still Terminating (only WaitForTermination waits: tests/reliability/test_fleet_forbidden.py)."""
+    hold = "example.com/hold"
+    repos = {}
+    for name in ("mirror", "deleter"):
+        held = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-held", "finalizers": [hold]}}
+        repos[name] = GitRepo(tmp_path / name, {"h.yaml": json.dumps(held) + "\n"})
+    kube.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input="---\n".join(
+            [
+                gitsync("mirror", namespace, repos["mirror"].path, prune=True),
+                gitsync("deleter", namespace, repos["deleter"].path, prune=False, deletionPolicy="Delete"),
+            ]
+        ),
+    )
+    try:
+        with Daemon(fleet_args(namespace, tmp_path), kube.env, tmp_path / "fleet.log") as d:
+            d.wait_ready(60)
+            for name in ("mirror", "deleter"):
+                kube.kubectl(
+                    "wait", "--for=condition=Ready", f"gitsync/{name}", "-n", namespace, "--timeout=60s", timeout=70
+                )
+                wait_until("the finalizer", lambda n=name: FINALIZER in _finalizers(kube, namespace, n), 20)
+            for name in ("mirror", "deleter"):
+                kube.kubectl("delete", "gitsync", name, "-n", namespace, "--timeout=60s", timeout=70)
+                assert _meta(kube, "gitsync", namespace, name) is None
+                member = _meta(kube, "configmap", namespace, f"{name}-held")
+                assert member is not None and member.get("deletionTimestamp"), member  # deleted, still held
+                assert _meta(kube, "configmap", namespace, f"gitsync-{name}") is None  # its ApplySet parent went
+            assert d.logged("GitSync deleted: prune failed; keeping it until it succeeds") == []
+            pruned = d.logged("GitSync deleted: its objects were pruned")
+            assert sorted(line.get("policy", "") for line in pruned) == ["Delete", "MirrorPrune"], pruned
+            assert all(line.get("pending") == 1 for line in pruned), pruned
+    finally:
+        for name in ("mirror", "deleter"):
+            kube.kubectl(
+                "patch",
+                "configmap",
+                f"{name}-held",
+                "-n",
+                namespace,
+                "--type=merge",
+                "-p",
+                '{"metadata":{"finalizers":null}}',
+                check=False,
+            )

@@ -490,7 +490,7 @@ def test_sync_as_a_namespaced_service_account(kube: KubeCluster, namespace: str,
     """Least privilege (the deploy/kubernetes namespaced RBAC): applied inside, a clear error outside."""
     import uuid
 
-    from tests.integration.test_daemon_deploy import as_list, relocate, rendered, sa_kubeconfig
+    from tests.integration.daemon_support import as_list, relocate, rendered, sa_kubeconfig
 
     docs = relocate(rendered(kube, "namespaced"), namespace, f"-{namespace}")
     rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole")]

@@ -151,18 +151,18 @@ def test_a_lagging_watch_cache_never_hides_a_shared_object_from_the_daemon(
 
 
 def test_a_namespace_whose_contents_cannot_be_listed_is_not_pruned(
-    kube: KubeCluster, namespace: str, tmp_path: Path, reliability: Recorder, monkeypatch: pytest.MonkeyPatch
+    kube: KubeCluster, namespace: str, tmp_path: Path, reliability: Recorder
 ) -> None:
-    """The deploy/kubernetes cluster-wide RBAC may delete Namespaces but not list Pods: contents unknown."""
-    # test_daemon_deploy imports its neighbours by bare name, as pytest does when it collects that directory
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "integration"))
-    from tests.integration.test_daemon_deploy import as_list, relocate, rendered, sa_kubeconfig
+    """The deploy/kubernetes cluster-wide RBAC without its cascade-guard role (an install that dropped it) may
+    delete Namespaces but not list Pods: contents unknown, and the refusal names the rule to grant."""
+    from tests.integration.daemon_support import as_list, relocate, rendered, sa_kubeconfig
 
     suffix = f"-{namespace}"
     rbac = [
         d
         for d in relocate(rendered(kube, "cluster-wide"), namespace, suffix)
         if d["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+        and not d["metadata"]["name"].startswith("gitops-sync-cascade-guard")
     ]
     team = f"{namespace}-lp"[:63]
     try:
@@ -179,6 +179,7 @@ def test_a_namespace_whose_contents_cannot_be_listed_is_not_pruned(
         refused = by_name(report(r))[f"Namespace/{team}"]
         assert refused["action"] == "error" and "could not be checked" in refused["message"], refused
         assert "Pod" in refused["message"] and "Traceback" not in r.stderr
+        assert "grant list on " in refused["message"] and "pods" in refused["message"], refused["message"]
         ns = json.loads(kube.kubectl("get", "namespace", team, "-o", "json").stdout)
         assert not ns["metadata"].get("deletionTimestamp"), "nothing deleted on unknown contents"
     finally:
@@ -188,8 +189,10 @@ def test_a_namespace_whose_contents_cannot_be_listed_is_not_pruned(
                 kube.kubectl("delete", d["kind"].lower(), d["metadata"]["name"], "--ignore-not-found", check=False)
     reliability.record(
         area="prune",
-        fault="Namespace left Git; the ServiceAccount (deploy/kubernetes cluster-wide RBAC) may not list Pods etc.",
-        outcome="sync --prune: exit 2, error entry saying the contents could not be checked, naming the kinds",
+        fault="Namespace left Git; the ServiceAccount (deploy/kubernetes cluster-wide RBAC without its cascade-guard "
+        "role) may not list Pods etc.",
+        outcome="sync --prune: exit 2, error entry saying the contents could not be checked, naming the kinds and "
+        "the list rule to grant",
         checked="the Namespace was not deleted (unknown contents count as foreign)",
     )
 

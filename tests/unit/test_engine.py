@@ -227,6 +227,85 @@ def test_without_prune_the_parent_keeps_every_kind_it_recorded(tmp_path: Path) -
     assert [w[GROUP_KINDS] for w in parent_writes(api)] == ["ConfigMap,Deployment.apps"] * 2
 
 
+# -- what only refused applies reached is not kept (issue 22) ------------------------------------------
+
+OTHER = "/api/v1/namespaces/other/configmaps/theirs"  # an object in a namespace this source may not write
+FORBIDDEN = (403, status_body(403, "Forbidden", 'configmaps "theirs" is forbidden: User "tenant" cannot patch'))
+
+
+def test_a_namespace_only_a_refused_apply_reached_is_recorded_first_and_taken_back(tmp_path: Path) -> None:
+    api = FakeApi(default=server).on("GET", PARENT, parent()).on("PATCH", OTHER, FORBIDDEN)
+    cs = run(api, tmp_path, cm("a", k="v"), cm("theirs", "other", k="v"), prune=True)
+    (theirs,) = [e for e in cs.entries if e.key.name == "theirs"]
+    assert (theirs.action, theirs.status, theirs.reason, theirs.wrote_nothing) == (Action.ERROR, 403, "Forbidden", True)
+    before, after = parent_writes(api)
+    assert index(api, "PATCH", PARENT)[0] < index(api, "PATCH", OTHER)[0] < index(api, "PATCH", PARENT)[1]
+    assert before[NAMESPACES] == "other,team", "recorded before the apply, in case a crash follows it"
+    assert after[NAMESPACES] == "team" and after[GROUP_KINDS] == "ConfigMap"
+    assert after[APPLIED_REVISION] == "r1", "still a failed pass"
+
+
+def test_a_kind_only_a_refused_apply_reached_is_taken_back(tmp_path: Path) -> None:
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {}}
+    api = (
+        FakeApi(default=server)
+        .on("GET", PARENT, parent())
+        .on("PATCH", WEB, (422, status_body(422, "Invalid", "spec.selector: Required value")))
+    )
+    cs = run(api, tmp_path, cm("a", k="v"), deployment, prune=True)
+    assert cs.has_errors
+    before, after = parent_writes(api)
+    assert (before[GROUP_KINDS], after[GROUP_KINDS]) == ("ConfigMap,Deployment.apps", "ConfigMap")
+    assert after[NAMESPACES] == "team", "the namespace holds an applied object: kept"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (500, status_body(500, "InternalError", "etcd timeout")),
+        (409, status_body(409, "Conflict", "the object has been modified")),
+    ],
+    ids=["500-may-have-landed", "409-not-a-refusal-of-the-whole"],
+)
+def test_an_answer_that_may_have_stored_something_keeps_the_record(tmp_path: Path, answer: tuple[int, Any]) -> None:
+    api = FakeApi(default=server).on("GET", PARENT, parent()).on("PATCH", OTHER, answer)
+    cs = run(api, tmp_path, cm("a", k="v"), cm("theirs", "other", k="v"), prune=True)
+    assert cs.has_errors
+    (union,) = parent_writes(api)
+    assert union[NAMESPACES] == "other,team"
+
+
+def test_a_namespace_recorded_before_is_kept_even_when_every_apply_there_is_refused(tmp_path: Path) -> None:
+    """A member may be there from an earlier pass (when RBAC allowed it): only a LIST could say it is not."""
+    api = FakeApi(default=server).on("GET", PARENT, parent(namespaces="other,team")).on("PATCH", OTHER, FORBIDDEN)
+    cs = run(api, tmp_path, cm("a", k="v"), cm("theirs", "other", k="v"), prune=True)
+    assert cs.has_errors
+    assert all(w[NAMESPACES] == "other,team" for w in parent_writes(api))
+
+
+def test_an_object_the_source_may_not_read_is_never_sent_and_its_namespace_never_recorded(tmp_path: Path) -> None:
+    api = FakeApi(default=server).on("GET", PARENT, parent())
+    engine = Engine(fake_client(api), discovery=StaticDiscovery(), concurrency=1)
+    checkout = Checkout(root=tmp_path, revision="r2", repo=REPO, ref="")
+    options = PassOptions(namespace="team", name="inv", inventory_namespace="gitops", prune=True)
+    targets = engine.resolve(objs(cm("a", k="v"), cm("theirs", "other", k="v")), options)
+    denied = {
+        t.key: 'configmaps "theirs" is forbidden: User "tenant" cannot get' for t in targets if t.key.name == "theirs"
+    }
+    cs = engine.run(checkout, targets, options, apply=True, refused=denied)
+    (theirs,) = [e for e in cs.entries if e.key.name == "theirs"]
+    assert (theirs.status, theirs.reason) == (403, "Forbidden")
+    assert [c.path for c in api.sent() if c.path == OTHER] == []
+    assert all("other" not in w[NAMESPACES] for w in parent_writes(api))
+
+
+def test_a_failed_object_is_counted_once_although_prune_says_it_was_skipped(tmp_path: Path) -> None:
+    api = api_with_old_member().on("PATCH", cm_path("bad"), (422, status_body(422, "Invalid", "data: bad value")))
+    cs = run(api, tmp_path, cm("good", k="v"), cm("bad", k="v"), prune=True)
+    assert any("prune skipped" in e for e in cs.errors)
+    assert cs.summary()["error"] == 1
+
+
 # -- applied and attempted revisions -------------------------------------------------------------------
 
 

@@ -169,6 +169,21 @@ def test_a_forbidden_list_of_a_cluster_scoped_kind_is_an_error() -> None:
         inventory.list_members(fake_client(api), d, inv)
 
 
+def test_a_recorded_namespace_that_cannot_be_listed_is_an_error_naming_it_and_the_ways_out() -> None:
+    api = (
+        FakeApi()
+        .on("GET", "/api/v1/configmaps", (403, status_body(403, "Forbidden", "cluster scope")))
+        .on("GET", "/api/v1/namespaces/gitops/configmaps", listing())
+        .on("GET", "/api/v1/namespaces/team-b/configmaps", (403, status_body(403, "Forbidden", "not team-b")))
+    )
+    inv = Inventory("inv", "gitops", group_kinds={"ConfigMap"}, namespaces={"team-b", "gitops"})
+    with pytest.raises(ClusterError) as raised:
+        inventory.list_members(fake_client(api), StaticDiscovery(), inv)
+    message = str(raised.value)
+    assert "cannot list ConfigMap in namespace team-b: 403 Forbidden: not team-b" in message, message
+    assert "ConfigMap gitops/inv records it" in message and f"remove team-b from its annotation {NAMESPACES}" in message
+
+
 def test_find_parent_names_the_owner_of_a_foreign_id_reading_metadata_only() -> None:
     secret_parent = {
         "metadata": {"name": "theirs", "namespace": "team-b", "annotations": {SOURCE: "git@x:b", TOOLING: "kubectl/1"}}

@@ -125,6 +125,19 @@ def test_cascade_message_names_the_first_few_and_counts_the_rest() -> None:
     assert "could not be checked" in unknown and "Widget.example.com" in unknown
 
 
+def test_a_kind_rbac_refuses_to_list_is_named_with_the_rule_to_grant_and_the_advice_is_the_callers() -> None:
+    forbidden = [
+        ResourceInfo("", "v1", "Pod", "pods", True),
+        ResourceInfo("", "v1", "Endpoints", "endpoints", True),
+        ResourceInfo("apps", "v1", "ReplicaSet", "replicasets", True),
+    ]
+    held = cascade.Holdings([], unchecked=["Pod", "Endpoints", "ReplicaSet.apps"], forbidden=forbidden)
+    msg = cascade._message("Namespace team", held, "set spec.pruneCascade: true on GitSync a/web")
+    assert 'grant list on pods, endpoints (apiGroups ""); replicasets (apiGroups apps)' in msg, msg
+    assert "gitops-sync-cascade-guard" in msg and msg.endswith("or set spec.pruneCascade: true on GitSync a/web)")
+    assert "--prune-cascade" not in msg
+
+
 def test_unserved_kinds_are_the_recorded_ones_discovery_lacks() -> None:
     inv = inventory.Inventory("x", "ns", group_kinds={"ConfigMap", "Deployment.apps", "Widget.example.com"})
     assert inventory.unserved_kinds(StaticDiscovery(), inv) == {"Widget.example.com"}
