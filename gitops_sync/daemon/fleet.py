@@ -391,7 +391,7 @@ class Fleet(Controller[FleetKey]):
                     self.sources[ref] = _Source(gs=stub, shard=shard, reconciler=None, client=None, invalid=str(exc))
             log.error("invalid GitSync", gitsync=ref, error=str(exc))
             if gitsync.is_deleting(obj) and self.shards.can_write(shard):  # a spec not understood prunes nothing
-                self._set_finalizer(ref, obj, present=False)
+                self._set_finalizer(ref, obj, shard, present=False)
                 return
             self._write_status(ref)
             return
@@ -588,7 +588,7 @@ class Fleet(Controller[FleetKey]):
             if gitsync.is_deleting(obj):
                 self._finalize(ref, src, obj)
                 return
-            self._set_finalizer(ref, obj, present=src.gs.wants_finalizer)
+            self._set_finalizer(ref, obj, src.shard, present=src.gs.wants_finalizer)
             if src.gs.suspend:
                 return
             r = src.reconciler
@@ -618,14 +618,23 @@ class Fleet(Controller[FleetKey]):
 
     # -- deletion -------------------------------------------------------------------------------
 
-    def _set_finalizer(self, ref: str, obj: Manifest, *, present: bool) -> None:
+    def _shard_fence(self, shard: int) -> Callable[[], bool]:
+        """What the controller's own writes for a shard's GitSync (status, finalizer) ask right up to the
+        socket: the shard still held, its renewal not overdue, not abandoning."""
+        return lambda: not self._abandon and self.shards.can_write(shard)
+
+    def _set_finalizer(self, ref: str, obj: Manifest, shard: int, *, present: bool) -> None:
         patch = gitsync.finalizer_patch(obj, present=present)
         if patch is None:
             return
         ns, name = ref.split("/", 1)
         try:
             self.client.request(
-                "PATCH", gitsync.object_path(ns, name), body=patch, content_type="application/merge-patch+json"
+                "PATCH",
+                gitsync.object_path(ns, name),
+                body=patch,
+                content_type="application/merge-patch+json",
+                fence=self._shard_fence(shard),
             )
         except ClusterError as exc:  # changed meanwhile (409) or gone: its next event tries again
             log.info("cannot update the GitSync's finalizer", gitsync=ref, error=mask_url(str(exc)))
@@ -668,7 +677,7 @@ class Fleet(Controller[FleetKey]):
             why = "suspended" if gs.suspend else "prune is off" if not gs.prune else "detect-only"
             log.info("GitSync deleted: its objects are left in place", gitsync=ref, reason=why)
         self.queue.forget((ref, FULL))
-        self._set_finalizer(ref, obj, present=False)
+        self._set_finalizer(ref, obj, src.shard, present=False)
 
     def _dependencies_waiting(self, src: _Source) -> str:
         """The first dependency that is not Ready (as its status says), or ""."""
@@ -709,6 +718,7 @@ class Fleet(Controller[FleetKey]):
                 body=body,
                 query={"fieldManager": self.opts.field_manager, "force": True},
                 content_type="application/apply-patch+yaml",
+                fence=self._shard_fence(src.shard),
             )
         except ClusterError as exc:
             log.warning("cannot write GitSync status", gitsync=ref, error=mask_url(str(exc)))
