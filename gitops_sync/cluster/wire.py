@@ -12,15 +12,17 @@ nothing more of the request is sent; an API server that got the headers of a req
 came executes nothing.
 
 What is left is the time between the last check returning and the write syscall: a few Python frames of
-http.client and ssl and the TLS encryption of the block (microseconds), plus, when another thread holds
-the GIL, up to its switch interval. A process frozen exactly there still sends that block when it wakes
-(see README "Safety" for the measured figures and what covers the rest).
+http.client and ssl and the TLS encryption of the block (microseconds), longer when the thread is
+preempted there (by another thread holding the GIL, or by the OS on a busy node). A process frozen
+exactly there still sends that block when it wakes; frozen inside the headers' window, its body check
+still stops the request. README "Safety" has the measured figures and what covers the rest.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -64,25 +66,60 @@ def fenced(fence: Fence | None) -> Iterator[None]:
         _current.reset(token)
 
 
-def _before_send(conn: HTTPConnection) -> None:
-    """The check itself: connected first (a plain-HTTP connection opens in its first send), then asked."""
+WIRE_CHECK = "checked again as the request was about to be sent"
+
+
+def _send(conn: HTTPConnection, data: Any, unfenced: Callable[[Any], None]) -> None:
+    """http.client's `send`, with the current fence asked right before every write to the socket.
+
+    The writes go to the socket in non-blocking mode: on a socket with a timeout, Python first polls for
+    writability and takes the GIL back before the write syscall, and a frozen process was seen to stop
+    exactly there (in poll, or waiting for the GIL) and write on waking, its check long passed. Here
+    nothing waits between the check and the syscall; when the socket is full the wait for room comes
+    before the next check."""
     fence = _current.get()
-    if fence is None:
+    if fence is None or hasattr(data, "read"):  # a file body (never ours): checked once, sent as http.client does
+        if fence is not None:
+            fence.check(WIRE_CHECK)
+        unfenced(data)
         return
+    import ssl
+
     if conn.sock is None and conn.auto_open:
         conn.connect()  # a TLS handshake can take long: the fence is asked after it, not before
+    sys.audit("http.client.send", conn, data)
+    sock = conn.sock
+    timeout = sock.gettimeout()
+    view = memoryview(data).cast("B")
+    sock.settimeout(0.0)
     try:
-        fence.check("checked again as the request was about to be sent")
+        while view:
+            fence.check(WIRE_CHECK)
+            try:
+                view = view[sock.send(view) :]
+            except (BlockingIOError, ssl.SSLWantWriteError):  # the same bytes are tried again (TLS needs them)
+                _wait(sock, timeout, write=True)
+            except ssl.SSLWantReadError:
+                _wait(sock, timeout, write=False)
     except FencedError:
-        conn.close()  # whatever of this request went out (its headers at most) is never completed
+        conn.close()  # whatever of this request went out (its headers, part of its body) is never completed
         raise
+    finally:
+        if conn.sock is sock:
+            sock.settimeout(timeout)
+
+
+def _wait(sock: Any, timeout: float | None, *, write: bool) -> None:
+    from urllib3.util.wait import wait_for_read, wait_for_write
+
+    if not (wait_for_write if write else wait_for_read)(sock, timeout):
+        raise TimeoutError(f"the socket took no more of the request within {timeout}s")
 
 
 @functools.cache
 def _fenced_connection(base: type[HTTPConnection]) -> type[HTTPConnection]:
     def send(self: HTTPConnection, data: Any) -> None:
-        _before_send(self)
-        base.send(self, data)
+        _send(self, data, lambda block: base.send(self, block))
 
     return type(f"Fenced{base.__name__}", (base,), {"send": send, "__module__": __name__, "_fenced": True})
 

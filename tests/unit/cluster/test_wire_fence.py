@@ -30,6 +30,7 @@ class Received:
     """What one connection delivered: complete requests (request lines) and whether it ended mid-request."""
 
     requests: list[str] = field(default_factory=list)
+    bodies: list[int] = field(default_factory=list)  # the length of each complete request's body
     partial: bytes = b""
     ended: threading.Event = field(default_factory=threading.Event)  # the client closed it
 
@@ -48,6 +49,7 @@ class RecordingServer:
         self.port = int(self.sock.getsockname()[1])
         self.connections: list[Received] = []
         self.gate: threading.Event | None = None
+        self.slow = 0.0  # seconds to wait before each read of at most 16 KiB (a server slower than the client)
         self.on_request: Callable[[int], None] = lambda n: None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -100,6 +102,7 @@ class RecordingServer:
                     if len(rest) >= length:
                         with self._lock:
                             rec.requests.append(head.split(b"\r\n")[0].decode())
+                            rec.bodies.append(length)
                             n = sum(len(c.requests) for c in self.connections)
                         buf = rest[length:]
                         self.on_request(n)
@@ -108,7 +111,9 @@ class RecordingServer:
                         conn.sendall(ANSWER)
                         continue
                 try:
-                    chunk = conn.recv(65536)
+                    if self.slow:
+                        time.sleep(self.slow)
+                    chunk = conn.recv(16384 if self.slow else 65536)
                 except OSError:
                     chunk = b""
                 if not chunk:
@@ -243,3 +248,38 @@ def test_install_fences_every_pool_class_once() -> None:
             assert getattr(cls.ConnectionCls, "_fenced", False), cls
         wire.install(pm)
         assert pm.pool_classes_by_scheme == classes, "installing twice does not stack a second check"
+
+
+BIG = {**BODY, "data": {"k": "v" * 4_000_000}}
+
+
+def _small_buffers(client: Client) -> Client:
+    """Connections with a 16 KiB send buffer: a 4 MB body then takes many writes and many full sockets."""
+    from urllib3.connection import HTTPConnection
+
+    small = [(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)]
+    client._conn.pool.connection_pool_kw["socket_options"] = HTTPConnection.default_socket_options + small
+    return client
+
+
+def test_a_body_larger_than_the_socket_buffer_arrives_whole_and_every_write_is_checked(
+    tmp_path: Path, server: RecordingServer
+) -> None:
+    server.slow = 0.0005
+    fence = Flips(open_for=10**6)
+    with _small_buffers(_client(tmp_path, server.port)) as client:
+        assert client.request("PATCH", PATH, body=BIG, fence=fence) == {}
+    (conn,) = server.connections
+    assert len(conn.bodies) == 1 and conn.bodies[0] > 4_000_000, conn.bodies
+    assert fence.asked > 10, "a full socket is waited for before the next check, not after it"
+
+
+def test_a_fence_closed_in_the_middle_of_a_large_body_cuts_it_there(tmp_path: Path, server: RecordingServer) -> None:
+    server.slow = 0.0005
+    fence = Flips(open_for=6)
+    with _small_buffers(_client(tmp_path, server.port)) as client, pytest.raises(FencedError):
+        client.request("PATCH", PATH, body=BIG, fence=fence)
+    conn = server.connection(0)
+    assert conn.ended.wait(10)
+    assert server.requests == []
+    assert 0 < len(conn.partial) < 4_000_000, len(conn.partial)
