@@ -48,6 +48,12 @@ class ApiUnavailableError(ClusterError):
     """
 
 
+class FencedError(ApiUnavailableError):
+    """A write NOT sent because this process may not write now: not the leader (its Lease renewal overdue),
+    not the shard's holder, detect-only, or shutting down. Raised by the early check and by the last one,
+    made in the HTTP connection right before the request's bytes go to the socket (cluster/wire.py)."""
+
+
 class ApiTimeoutError(ClusterError):
     """The request was sent but no answer came in time: whether a write took effect is unknown."""
 

@@ -28,11 +28,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from gitops_sync import __version__, jsoncodec
+from gitops_sync.cluster import wire
 from gitops_sync.errors import (
     ApiError,
     ApiTimeoutError,
     ApiUnavailableError,
     ClusterError,
+    FencedError,
     NotFoundError,
     error_for_status,
 )
@@ -77,6 +79,11 @@ class RequestStats:
 def is_dry_run(query: _Query | None, body: Any = None) -> bool:
     """Whether a request only simulates: `?dryRun=All`, or a DeleteOptions body with `dryRun`."""
     return bool((query and query.get("dryRun")) or (isinstance(body, dict) and body.get("dryRun")))
+
+
+def is_write(method: str, query: _Query | None, body: Any = None) -> bool:
+    """Whether a request may change something: any method but GET and HEAD, unless it is a dry run."""
+    return method not in _READS and not is_dry_run(query, body)
 
 
 @dataclass(frozen=True)
@@ -277,10 +284,18 @@ class Client:
         content_type: str | None = None,
         accept: str | None = None,
         timeout: float | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> Any:
         """Send one request and decode the JSON answer; non-2xx raises a typed ApiError."""
         return self.request_status(
-            method, path, query=query, body=body, content_type=content_type, accept=accept, timeout=timeout
+            method,
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            accept=accept,
+            timeout=timeout,
+            fence=fence,
         )[1]
 
     def request_status(
@@ -293,42 +308,57 @@ class Client:
         content_type: str | None = None,
         accept: str | None = None,
         timeout: float | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> tuple[int, Any]:
         """`request`, plus the HTTP status: 201 tells an apply that created the object from one that updated it.
 
-        ApiUnavailableError: not sent (server known down, deadline passed, connection refused).
-        ApiTimeoutError: sent, but no complete answer in time, so a write may or may not have happened.
+        `fence`: a write is sent only while it answers true, asked before anything is done and again in the
+        connection right before each block of bytes goes to the socket (wire.py); reads ignore it.
+
+        ApiUnavailableError: not sent (server known down, deadline passed, connection refused; FencedError:
+        the fence was closed). ApiTimeoutError: sent, but no complete answer in time, so a write may or may
+        not have happened.
         """
         import urllib3
 
+        write = is_write(method, query, body)
+        gate = wire.Fence(fence, f"{method} {path}") if fence is not None and write else None
+        if gate is not None:
+            gate.check("checked before the request was made")
         self.breaker.check()
         url, headers = self._prepare(method, path, query, content_type, accept)
         data = None if body is None else (body if isinstance(body, bytes) else jsoncodec.dumps(body))
-        hook = self.before_write if method not in _READS and not is_dry_run(query, body) else None
+        hook = self.before_write if write else None
         if hook is not None:
             hook(method, path)  # as late as it can be: the request leaves right after it
         budget = self._budget(timeout)  # after the hook, which may have waited
         first = time.monotonic()
         until = first + budget  # a throttled request's retries end here: its timeout bounds them all
-        with self._stats_lock:
-            self.stats.count(method, query, body)
         retries = 0
         while True:
             if retries and hook is not None:
                 hook(method, path)  # a retry after a throttled wait: the Lease may be gone since
             started = time.monotonic()
             try:
-                resp = self._conn.pool.request(
-                    method,
-                    url,
-                    body=data,
-                    headers=headers,
-                    timeout=urllib3.Timeout(total=budget),
-                    preload_content=True,
-                    retries=False,
-                )
+                # the fence is asked again at the socket on every attempt, a throttled retry's included
+                with wire.fenced(gate):
+                    resp = self._conn.pool.request(
+                        method,
+                        url,
+                        body=data,
+                        headers=headers,
+                        timeout=urllib3.Timeout(total=budget),
+                        preload_content=True,
+                        retries=False,
+                    )
+            except FencedError:
+                raise  # refused before the request was complete: nothing more to count, the server is fine
             except urllib3.exceptions.HTTPError as exc:
+                if not retries:
+                    self._count(method, query, body)
                 raise self._transport_error(exc, method, budget) from exc
+            if not retries:  # a request retried after a 429 counts once
+                self._count(method, query, body)
             # --log-level debug: one line per request (the query names dry runs and the field manager).
             log.debug(
                 "request",
@@ -354,6 +384,10 @@ class Client:
             self._sleep(wait)
             self.breaker.check()  # an outage that began meanwhile: not sent, as for any request
             budget = self._budget(timeout, until)
+
+    def _count(self, method: str, query: _Query | None, body: Any) -> None:
+        with self._stats_lock:
+            self.stats.count(method, query, body)
 
     def _transport_error(self, exc: urllib3.exceptions.HTTPError, method: str, budget: float) -> ClusterError:
         """Classify a failed request (sent or not) and let the breaker probe the server."""

@@ -22,6 +22,7 @@ from typing import Any
 import urllib3
 import yaml
 
+from gitops_sync.cluster import wire
 from gitops_sync.errors import ClusterError
 
 # What the native reader understands; a key outside these sends the kubeconfig to the official loader.
@@ -67,7 +68,9 @@ def connect(kubeconfig: str | os.PathLike[str] | None, context: str | None, pool
     of files, or ~/.kube/config; in a pod without either, the service account). Raises ClusterError."""
     in_cluster = kubeconfig is None and not os.environ.get("KUBECONFIG") and _in_cluster()
     native = None if in_cluster or any(os.environ.get(v) for v in _PROXY_VARIABLES) else _native(kubeconfig, context)
-    return native(pool_size) if native is not None else official(kubeconfig, context, pool_size, in_cluster=in_cluster)
+    conn = native(pool_size) if native is not None else official(kubeconfig, context, pool_size, in_cluster=in_cluster)
+    wire.install(conn.pool)  # whichever loader made the pool, a write's fence is asked again at the socket
+    return conn
 
 
 def _native(kubeconfig: str | os.PathLike[str] | None, context: str | None) -> Callable[[int], Connection] | None:

@@ -6,6 +6,12 @@ clock* (no trust in clock sync between nodes). Every update carries the resource
 two candidates racing for an expired Lease cannot both win. The holder stops writing as soon as it
 has not renewed for `renew_deadline` (< lease_duration), before any follower may take over: that
 margin is what makes the fence in `can_write` safe.
+
+The fence is a deadline: the start of the last successful renewal (before its requests were sent, so
+never later than the follower's view of it) plus `renew_deadline`, on `fence_clock`. `can_write` is
+one clock read and one comparison, cheap enough to be asked again right before each write's bytes go to
+the socket (cluster/wire.py), so a leader frozen after an earlier check finds its fence closed when it
+wakes instead of writing on an admission it got before its Lease expired.
 """
 
 from __future__ import annotations
@@ -28,6 +34,18 @@ from gitops_sync.log import get_logger
 from gitops_sync.resource import Manifest, resource_version
 
 log = get_logger(__name__)
+
+
+def fence_clock() -> float:
+    """Seconds on CLOCK_BOOTTIME where there is one (Linux), else time.monotonic.
+
+    Like CLOCK_MONOTONIC it never jumps with the wall clock; unlike it, it keeps counting while the system
+    is suspended, so a leader whose machine slept through its Lease finds its fence closed when it wakes.
+    """
+    return time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
+
+
+_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
 
 
 class LeaseStore(Protocol):
@@ -116,7 +134,7 @@ class LeaderElector:
         identity: str,
         config: LeaderConfig | None = None,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = fence_clock,
         wall: Callable[[], float] = time.time,
         on_started: Callable[[], None] | None = None,
         on_stopped: Callable[[], None] | None = None,
@@ -130,7 +148,8 @@ class LeaderElector:
         self._on_stopped = on_stopped
         self._lock = threading.Lock()
         self._leading = False
-        self._renewed_at = float("-inf")  # clock() when the last successful acquire/renew *started*
+        # clock() when the last successful acquire/renew *started*, plus renew_deadline; -inf when not leading
+        self._write_until = float("-inf")
         self._observed: tuple[str, str, str, int] | None = None  # holder, renewTime, rv, duration
         self._observed_at = 0.0
         self._holder = ""
@@ -169,10 +188,15 @@ class LeaderElector:
             return
         self.error = ""
 
+    @property
+    def write_deadline(self) -> float:
+        """When (on `clock`) the fence closes unless a renewal succeeds first; -inf when not leading."""
+        return self._write_until
+
     def can_write(self) -> bool:
-        """True only while a renew that started less than renew_deadline ago succeeded."""
-        with self._lock:
-            return self._leading and self._clock() - self._renewed_at < self.config.renew_deadline
+        """True only while a renew that started less than renew_deadline ago succeeded (one float read:
+        no lock, so the last check before a socket write never waits on the elector)."""
+        return self._clock() < self._write_until
 
     # -- one step ---------------------------------------------------------------------------
 
@@ -206,7 +230,7 @@ class LeaderElector:
     def _settle(self, ok: bool, started: float) -> bool:
         if ok:
             with self._lock:
-                self._renewed_at = started
+                self._write_until = started + self.config.renew_deadline
             if not self._leading:
                 self._set_leading(True)
         elif self._leading and self._holder not in ("", self.identity):
@@ -216,10 +240,8 @@ class LeaderElector:
                 identity=self.identity,
                 holder=self._holder,
             )
-            with self._lock:
-                self._renewed_at = float("-inf")
             self._set_leading(False)
-        elif self._leading and self._clock() - self._renewed_at >= self.config.renew_deadline:
+        elif self._leading and not self.can_write():
             log.error(
                 "leader election: lost the Lease (not renewed within the renew deadline)",
                 lease=self.store.where,
@@ -293,6 +315,8 @@ class LeaderElector:
 
     def _set_leading(self, leading: bool) -> None:
         with self._lock:
+            if not leading:
+                self._write_until = float("-inf")  # closed before anyone hears of it
             self._leading = leading
         callback = self._on_started if leading else self._on_stopped
         if callback is not None:

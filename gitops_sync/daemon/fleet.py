@@ -346,7 +346,11 @@ class Fleet(Controller[FleetKey]):
 
     def _on_vacant(self, shard: int) -> None:
         """Say so in the status of every GitSync of a shard nobody holds, once. A merge patch guarded by the
-        resourceVersion this replica saw: a replica that took the shard and wrote since wins (409 here)."""
+        resourceVersion this replica saw: a replica that took the shard and wrote since wins (409 here).
+
+        Deliberately not fenced (`_shard_fence`): it is written for shards this replica does NOT hold, so
+        their Lease cannot gate it; the resourceVersion precondition is what keeps it from overwriting the
+        status of a holder that has written since."""
         message = vacant_message(shard, self.shards.electors[shard].store.where)
         with self._lock:
             refs = [ref for ref, s in self.sources.items() if s.shard == shard]
@@ -558,7 +562,7 @@ class Fleet(Controller[FleetKey]):
         with self._lock:
             obj = self.objects.get(ref) or {}
         if gitsync.is_deleting(obj):
-            self._set_finalizer(ref, obj, present=False)
+            self._set_finalizer(ref, obj, src.shard, present=False)
             return
         self._write_status(ref)
         if not src.announced:
@@ -739,7 +743,7 @@ class Fleet(Controller[FleetKey]):
             if gitsync.is_deleting(obj):
                 self._finalize(ref, src, obj)
                 return
-            self._set_finalizer(ref, obj, present=src.gs.wants_finalizer)
+            self._set_finalizer(ref, obj, src.shard, present=src.gs.wants_finalizer)
             if src.gs.suspend:
                 return
             r = src.reconciler
@@ -770,14 +774,23 @@ class Fleet(Controller[FleetKey]):
 
     # -- deletion -------------------------------------------------------------------------------
 
-    def _set_finalizer(self, ref: str, obj: Manifest, *, present: bool) -> None:
+    def _shard_fence(self, shard: int) -> Callable[[], bool]:
+        """What the controller's own writes for a shard's GitSync (status, finalizer) ask right up to the
+        socket: the shard still held, its renewal not overdue, not abandoning."""
+        return lambda: not self._abandon and self.shards.can_write(shard)
+
+    def _set_finalizer(self, ref: str, obj: Manifest, shard: int, *, present: bool) -> None:
         patch = gitsync.finalizer_patch(obj, present=present)
         if patch is None:
             return
         ns, name = ref.split("/", 1)
         try:
             self.client.request(
-                "PATCH", gitsync.object_path(ns, name), body=patch, content_type="application/merge-patch+json"
+                "PATCH",
+                gitsync.object_path(ns, name),
+                body=patch,
+                content_type="application/merge-patch+json",
+                fence=self._shard_fence(shard),
             )
         except ClusterError as exc:  # changed meanwhile (409) or gone: its next event tries again
             log.info("cannot update the GitSync's finalizer", gitsync=ref, error=mask_url(str(exc)))
@@ -871,7 +884,7 @@ class Fleet(Controller[FleetKey]):
             )
             log.info("GitSync deleted: its objects are left in place", gitsync=ref, reason=why)
         self.queue.forget((ref, FULL))
-        self._set_finalizer(ref, obj, present=False)
+        self._set_finalizer(ref, obj, src.shard, present=False)
 
     @staticmethod
     def _waited_out(gs: GitSync, obj: Manifest) -> bool:
@@ -929,8 +942,9 @@ class Fleet(Controller[FleetKey]):
         path = gitsync.object_path(gs.namespace, gs.name, "status")
         query: dict[str, str | int | bool | None] = {"fieldManager": self.opts.field_manager, "force": True}
         try:
+            fence = self._shard_fence(src.shard)
             try:
-                self.client.request("PATCH", path, body=body, query=query, content_type=APPLY_PATCH)
+                self.client.request("PATCH", path, body=body, query=query, content_type=APPLY_PATCH, fence=fence)
             except ApiError as exc:
                 unknown = gitsync.undeclared_status_fields(str(exc))
                 if not unknown:
@@ -942,7 +956,7 @@ class Fleet(Controller[FleetKey]):
                     fields=sorted(unknown),
                 )
                 body["status"] = {k: v for k, v in doc.items() if k not in unknown}
-                self.client.request("PATCH", path, body=body, query=query, content_type=APPLY_PATCH)
+                self.client.request("PATCH", path, body=body, query=query, content_type=APPLY_PATCH, fence=fence)
         except ClusterError as exc:
             log.warning("cannot write GitSync status", gitsync=ref, error=mask_url(str(exc)))
             return

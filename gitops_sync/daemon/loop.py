@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from gitops_sync.cluster.client import Client, is_dry_run
+from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.lease import (
     ApiLeaseStore,
     LeaderConfig,
@@ -50,7 +50,6 @@ from gitops_sync.daemon.reporter import FULL, SOURCE, QueueKey, describe, finger
 from gitops_sync.daemon.supervisor import Supervisor, describe_crash
 from gitops_sync.daemon.triggers import Ticker, WebhookResult, verify_webhook, watch_local
 from gitops_sync.engine import Engine, PassOptions, SourceOptions
-from gitops_sync.errors import ClusterError
 from gitops_sync.log import get_logger
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source import SourceIdentity, identify, mask_url
@@ -110,21 +109,22 @@ class DaemonOptions:
 
 
 class FencedClient(Client):
-    """A Client that refuses writes (anything but reads and dry runs) while `may_write()` is false."""
+    """A Client that refuses writes (anything but reads and dry runs) while `may_write()` is false.
+
+    Asked twice for every write: before the request is made, and in the connection right before each
+    block of its bytes goes to the socket (cluster/wire.py), so a replica frozen anywhere in between, or a
+    request queued in the apply pool when the fence closes, sends nothing once its Lease deadline passed.
+    """
 
     def __init__(self, *args: Any, may_write: Callable[[], bool], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.may_write = may_write
 
     def request_status(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
-        # `request` goes through here too: one fence for every write. A dry run may say so in the query
-        # or (DELETE) in the body's DeleteOptions: both are reads.
-        dry = is_dry_run(kwargs.get("query"), kwargs.get("body"))
-        if method not in ("GET", "HEAD") and not dry and not self.may_write():
-            raise ClusterError(
-                f"not writing {method} {path}: this replica may not write now "
-                "(detect-only, not the leader or shard holder, or shutting down)"
-            )
+        # `request` goes through here too: one fence for every write (a dry run, in the query or in a
+        # DELETE's DeleteOptions, is a read). A fence of the caller's own is asked as well.
+        own = kwargs.pop("fence", None)
+        kwargs["fence"] = self.may_write if own is None else lambda: self.may_write() and own()
         return super().request_status(method, path, **kwargs)
 
 

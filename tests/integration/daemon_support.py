@@ -122,15 +122,17 @@ def token_kubeconfig(admin: Path, token: str, namespace: str, path: Path) -> Pat
 
 
 class Daemon:
-    """`python -m gitops_sync run ...` in a subprocess on a free port; stopped with SIGTERM."""
+    """`python -m gitops_sync run ...` in a subprocess on a free port; stopped with SIGTERM.
 
-    def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
+    `module`: another entry point that runs the same CLI (a test's wrapper with a fault seam of its own)."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log_path: Path, *, module: str = "gitops_sync") -> None:
         self.port = free_port()
         self.log_path = log_path
         self.args = [
             sys.executable,
             "-m",
-            "gitops_sync",
+            module,
             "run",
             "--http-addr",
             f"127.0.0.1:{self.port}",

@@ -230,27 +230,34 @@ def audit_deletes(audit_log: Path, ns: str, since_offset: int) -> list[str]:
     return out
 
 
-def audit_requests(
-    audit_log: Path, ns: str, since_offset: int, verbs: tuple[str, ...], resource: str = "configmaps"
-) -> list[str]:
-    """`verb name` of every completed request of `verbs` on `resource` in `ns` after `since_offset` bytes."""
+def audit_events(audit_log: Path, ns: str, since_offset: int, verbs: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The audit events (whole) of every completed, not dry-run request of `verbs` in `ns` after
+    `since_offset` bytes, any resource."""
     out = []
     with audit_log.open("rb") as f:
         f.seek(since_offset)
         for line in f:
             if b'"ResponseComplete"' not in line or ns.encode() not in line:
                 continue
-            ev = json.loads(line)
+            try:
+                ev = json.loads(line)
+            except ValueError:  # the last line, still being written
+                continue
             ref = ev.get("objectRef") or {}
-            if (
-                ev.get("verb") in verbs
-                and ref.get("namespace") == ns
-                and ref.get("resource") == resource
-                and not ref.get("subresource")
-                and "dryRun" not in str(ev.get("requestURI"))
-            ):
-                out.append(f"{ev['verb']} {ref.get('name')}")
+            if ev.get("verb") in verbs and ref.get("namespace") == ns and "dryRun" not in str(ev.get("requestURI")):
+                out.append(ev)
     return out
+
+
+def audit_requests(
+    audit_log: Path, ns: str, since_offset: int, verbs: tuple[str, ...], resource: str = "configmaps"
+) -> list[str]:
+    """`verb name` of every completed request of `verbs` on `resource` in `ns` after `since_offset` bytes."""
+    return [
+        f"{ev['verb']} {ev['objectRef'].get('name')}"
+        for ev in audit_events(audit_log, ns, since_offset, verbs)
+        if ev["objectRef"].get("resource") == resource and not ev["objectRef"].get("subresource")
+    ]
 
 
 def audit_writes(audit_log: Path, ns: str, since_offset: int, resource: str = "configmaps") -> int:

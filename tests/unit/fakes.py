@@ -15,6 +15,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -143,6 +144,18 @@ class StaticDiscovery(Discovery):
         self._by_gvk = {(i.group, i.version, i.kind): i for i in kinds}
         self._preferred = {(i.group, i.kind): i for i in kinds}
         self._loaded = True
+
+
+def loopback_kubeconfig(directory: Path, port: int) -> Path:
+    """A kubeconfig (written into `directory`) for a plain-HTTP server of the test's own on 127.0.0.1:`port`."""
+    path = directory / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f'clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{port}"}}}}]\n'
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )
+    return path
 
 
 def cm(name: str, ns: str | None = None, **data: str) -> dict[str, Any]:

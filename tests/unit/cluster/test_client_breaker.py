@@ -16,6 +16,7 @@ import pytest
 
 from gitops_sync.cluster.client import Breaker, Client
 from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError
+from tests.unit.fakes import loopback_kubeconfig
 
 
 class FakeClock:
@@ -128,19 +129,8 @@ def hung_server() -> Iterator[int]:
     srv.close()
 
 
-def _kubeconfig(tmp_path: Path, port: int) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f'clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{port}"}}}}]\n'
-        "users: [{name: u, user: {token: t}}]\n"
-        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
-    )
-    return path
-
-
 def test_a_hung_server_costs_one_request_timeout_then_everything_fails_fast(tmp_path: Path, hung_server: int) -> None:
-    with Client(_kubeconfig(tmp_path, hung_server), timeout=0.5, probe_timeout=0.3) as client:
+    with Client(loopback_kubeconfig(tmp_path, hung_server), timeout=0.5, probe_timeout=0.3) as client:
         t0 = time.monotonic()
         with pytest.raises(ApiTimeoutError, match="no answer to PATCH"):
             client.request("PATCH", "/api/v1/namespaces/default/configmaps/a", body={})
@@ -161,7 +151,7 @@ def test_a_refused_connection_is_not_sent_and_opens_the_breaker(tmp_path: Path) 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])  # closed again: connections are refused
-    with Client(_kubeconfig(tmp_path, port), timeout=5, probe_timeout=0.3) as client:
+    with Client(loopback_kubeconfig(tmp_path, port), timeout=5, probe_timeout=0.3) as client:
         t0 = time.monotonic()
         with pytest.raises(ApiUnavailableError, match="unreachable"):
             client.request("GET", "/api/v1/namespaces")
@@ -172,7 +162,7 @@ def test_a_refused_connection_is_not_sent_and_opens_the_breaker(tmp_path: Path) 
 
 
 def test_the_deadline_stops_requests_before_they_are_sent(tmp_path: Path, hung_server: int) -> None:
-    with Client(_kubeconfig(tmp_path, hung_server), timeout=30, probe_timeout=0.3) as client:
+    with Client(loopback_kubeconfig(tmp_path, hung_server), timeout=30, probe_timeout=0.3) as client:
         client.set_deadline(1.0, started=time.monotonic() - 0.6)
         t0 = time.monotonic()
         with pytest.raises(ApiTimeoutError):  # cut at the deadline, not after 30 s

@@ -6,11 +6,12 @@ The real Lease API is exercised by tests/integration/test_daemon_election.py.
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import pytest
 
-from gitops_sync.cluster.lease import LeaderConfig, LeaderElector, lease_name
+from gitops_sync.cluster.lease import LeaderConfig, LeaderElector, fence_clock, lease_name
 from gitops_sync.errors import ClusterError, ConflictError
 
 
@@ -208,3 +209,44 @@ def test_an_observer_sees_a_lease_vacant_once_its_holder_stopped_renewing_for_it
     store.down = True
     observer.look()
     assert "unreachable" in observer.error
+
+
+def test_the_fence_is_a_deadline_from_when_the_renewal_started_not_when_it_answered() -> None:
+    """A renewal that takes 3 s to answer buys renew_deadline from its start: the follower's lease_duration
+    runs from a moment no earlier than that, so the margin between the two is never eaten by a slow PUT."""
+    store = MemoryLeases()
+    ca = Clock()
+    a = LeaderElector(store, "a", CFG, clock=ca)
+    real_update = store.update
+
+    def slow_update(lease: dict[str, Any]) -> dict[str, Any]:
+        advance(3, ca)
+        return real_update(lease)
+
+    assert a.step()
+    started = ca.now
+    store.update = slow_update  # type: ignore[method-assign]
+    assert a.step()
+    assert a.write_deadline == started + CFG.renew_deadline
+    advance(CFG.renew_deadline - 3 - 0.01, ca)
+    assert a.can_write()
+    advance(0.02, ca)
+    assert not a.can_write(), "closed renew_deadline after the renewal started, although it answered 3 s later"
+
+
+def test_the_fence_is_closed_the_moment_leadership_ends_and_is_asked_without_the_lock() -> None:
+    store = MemoryLeases()
+    a = LeaderElector(store, "a", CFG, clock=Clock())
+    assert a.write_deadline == float("-inf") and not a.can_write()
+    assert a.step() and a.can_write()
+    with a._lock:  # the last check before a socket write never waits on the elector
+        assert a.can_write()
+    assert a.release() and a.write_deadline == float("-inf") and not a.can_write()
+
+
+def test_the_fence_clock_keeps_counting_through_a_suspend_where_the_system_has_such_a_clock() -> None:
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    before = time.clock_gettime(boottime) if boottime is not None else time.monotonic()
+    now = fence_clock()
+    after = time.clock_gettime(boottime) if boottime is not None else time.monotonic()
+    assert before <= now <= after
