@@ -1,9 +1,10 @@
 """Git fails under `sync` and the daemon: the remote moved away, the branch deleted, history force-pushed
 (to an older commit and to a rewritten one), a commit that does not render. A failure must keep the
 last good state (no object deleted or replaced: uids survive), report the error and never prune; a
-force-push is followed (Git is the truth) and prunes exactly what the new tip no longer has. The remote
-is a local bare repository served over file://; the API server is not touched, so the shared cluster
-serves. Rows go to RELIABILITY.md through the `reliability` recorder.
+force-push is followed (Git is the truth; `sync` back to an older commit only with --allow-rollback) and
+prunes exactly what the new tip no longer has. The remote is a local bare repository served over
+file://; the API server is not touched, so the shared cluster serves. Rows go to RELIABILITY.md through
+the `reliability` recorder.
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ def test_git_faults_under_sync(kube: KubeCluster, namespace: str, reliability: R
     a = remote.commit(_objects("v1", range(6)), "A: c-0..c-5")
     remote.push()
 
-    def sync() -> tuple[int, str, dict[str, int], str]:
-        r = run_sync(env, remote.url, ns, "--revision", "main", "--prune", cache=cache)
+    def sync(*more: str) -> tuple[int, str, dict[str, int], str]:
+        r = run_sync(env, remote.url, ns, "--revision", "main", "--prune", *more, cache=cache)
         assert no_traceback(r.stderr), r.stderr[-2000:]
         return r.code, r.report.get("revision", ""), r.summary, r.stderr
 
@@ -129,10 +130,15 @@ def test_git_faults_under_sync(kube: KubeCluster, namespace: str, reliability: R
     assert set(now) == {f"c-{i}" for i in range(5)} | {"fixed"}
     assert all(now[n] == good[n] for n in now if n != "fixed")
 
-    # History force-pushed back to A: followed; exactly what A lacks ("fixed") is pruned, c-5 comes back.
+    # History force-pushed back to A. From `sync` alone, an older commit cannot be told from an older pipeline
+    # finishing last (issue 20, item 1): refused, nothing written, until --allow-rollback says it is meant.
     remote.reset(a)
     remote.push(force=True)
     code, rev, summary, err = sync()
+    assert code == 2 and "--allow-rollback" in err, err[-2000:]
+    assert _uids(kube, ns) == now, "a refused rollback changed or pruned something"
+    # Then followed: exactly what A lacks ("fixed") is pruned, c-5 comes back.
+    code, rev, summary, err = sync("--allow-rollback")
     assert (code, rev, summary["prune"]) == (0, a, 1), err[-2000:]
     back = _uids(kube, ns)
     assert set(back) == set(good) and all(back[n] == good[n] for n in good if n != "c-5")
@@ -161,7 +167,8 @@ def test_git_faults_under_sync(kube: KubeCluster, namespace: str, reliability: R
     reliability.record(
         area="Git (sync)",
         fault="`sync --prune` after a force-push of the branch to an older commit, then to a rewritten one",
-        outcome="followed: exit 0, the report's revision is the new tip; a further sync writes nothing",
+        outcome="to an older commit: refused (exit 2, nothing written) until --allow-rollback, then followed; "
+        "to a rewritten one: followed (exit 0, the report's revision is the new tip); a further sync writes nothing",
         checked="only what the new tip lacks was pruned (1 object); every other object kept its uid",
         figures="2 force-pushes, 1 prune each time the tip dropped an object, 0 otherwise",
     )
