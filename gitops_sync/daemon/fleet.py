@@ -917,17 +917,7 @@ class Fleet(Controller[FleetKey]):
         answered = passed or bool(src.waiting_for) or src.reconciler is None
         handled = gs.reconcile_requested if answered else src.handled
         last = self._last_status(ref)
-        doc = gitsync.status_of(
-            gs,
-            src.reconciler,
-            waiting_for=src.waiting_for,
-            invalid=src.invalid,
-            invalid_reason=src.reason,
-            handled=handled,
-            shard=src.shard,
-            last=last,
-            deletion=src.deletion,
-        )
+        doc = self._status_doc(src, last, handled)
         self._export(ref, src, doc)
         compare = {**doc, "conditions": gitsync.without_times(doc["conditions"])}
         if compare == src.written:
@@ -961,6 +951,21 @@ class Fleet(Controller[FleetKey]):
             log.warning("cannot write GitSync status", gitsync=ref, error=mask_url(str(exc)))
             return
         src.written, src.conditions, src.handled = compare, doc["conditions"], handled
+
+    @staticmethod
+    def _status_doc(src: _Source, last: dict[str, Any], handled: str = "") -> dict[str, Any]:
+        """The status of one source as the controller knows it: what is written, and what /status shows."""
+        return gitsync.status_of(
+            src.gs,
+            src.reconciler,
+            waiting_for=src.waiting_for,
+            invalid=src.invalid,
+            invalid_reason=src.reason,
+            handled=handled,
+            shard=src.shard,
+            last=last,
+            deletion=src.deletion,
+        )
 
     def _last_status(self, ref: str) -> dict[str, Any]:
         """The status the GitSync object holds now (as last seen by the watch): what a suspended one keeps."""
@@ -1036,16 +1041,7 @@ class Fleet(Controller[FleetKey]):
         with self._lock:
             items = sorted(self.sources.items())
         for ref, s in items:
-            doc = gitsync.status_of(
-                s.gs,
-                s.reconciler,
-                waiting_for=s.waiting_for,
-                invalid=s.invalid,
-                invalid_reason=s.reason,
-                shard=s.shard,
-                last=self._last_status(ref),
-                deletion=s.deletion,
-            )
+            doc = self._status_doc(s, self._last_status(ref))
             ready: dict[str, Any] = next((c for c in doc["conditions"] if c["type"] == "Ready"), {})
             if unreachable and not s.gs.suspend:  # its written status cannot change now: do not echo it
                 ready = {"status": "Unknown", "reason": "ClusterUnreachable", "message": unreachable}
