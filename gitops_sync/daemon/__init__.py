@@ -1,10 +1,14 @@
-"""`gitops-sync run`: the level-triggered daemon around the engine's pass.
+"""`gitops-sync run` and the fleet's client commands: the level-triggered daemon around the engine's pass.
 
-Triggers (Git poll, webhook, file events, the watch cache) enqueue work; the reconciler runs `Engine`
-passes on it; the results go to `/status`, `/metrics`, Events and the logs. Imported only for `run`
-(prometheus, watchdog and the HTTP server would slow down a one-shot command).
+Sub-packages, lowest first (tests/unit/test_layering.py enforces the order):
+
+- `runtime/`: what any controller needs and that knows nothing about Git: the work queue, the watch cache,
+  Events, metrics, token review, the supervisor of background threads.
+- `reconcile/`: one source as an object the controller owns: desired state, passes, history, yields,
+  tenant access, what a pass tells people.
+- `serving/`: the HTTP endpoints (probes, metrics, `/status`, the page, the Git webhook).
+- `single/` (`run --repo`) and `fleet/` (GitSync objects): the two controllers; they never import each other.
+- `command.py` (`run`) and `fleetctl.py` (`get`/`reconcile`/`suspend`/`resume`) on top.
+
+Nothing is imported here: `gitops-sync get` must not pay for the server libraries `run` needs.
 """
-
-from gitops_sync.daemon.loop import Daemon, DaemonOptions
-
-__all__ = ["Daemon", "DaemonOptions"]

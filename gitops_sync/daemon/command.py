@@ -15,10 +15,11 @@ import click
 
 from gitops_sync.cluster.lease import LeaderConfig, default_identity
 from gitops_sync.conventions import ConflictPolicy
-from gitops_sync.daemon.auth import AUTH_MODES
-from gitops_sync.daemon.fleet import Fleet
-from gitops_sync.daemon.loop import Daemon, DaemonOptions
-from gitops_sync.daemon.triggers import WEBHOOK_SECRET_ENV, load_webhook_secret
+from gitops_sync.daemon.fleet.controller import Fleet
+from gitops_sync.daemon.process.controller import DaemonOptions
+from gitops_sync.daemon.reconcile.triggers import WEBHOOK_SECRET_ENV, load_webhook_secret
+from gitops_sync.daemon.runtime.auth import AUTH_MODES
+from gitops_sync.daemon.single.controller import Daemon
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.errors import GitOpsError
 from gitops_sync.log import get_logger

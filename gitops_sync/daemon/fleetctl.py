@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import click
 
 from gitops_sync.cluster.client import Client
-from gitops_sync.daemon import gitsync
+from gitops_sync.daemon.fleet import gitsync
 from gitops_sync.errors import ClusterError, NotFoundError
 from gitops_sync.options import DURATION, log_choices
 from gitops_sync.resource import Manifest

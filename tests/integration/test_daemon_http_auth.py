@@ -18,7 +18,7 @@ from conftest import KubeCluster
 from daemon_support import Daemon, GitRepo, as_list, configmap, relocate, rendered, sa_kubeconfig, wait_until
 
 from gitops_sync.cluster.client import Client
-from gitops_sync.daemon.auth import KubernetesAuth
+from gitops_sync.daemon.runtime.auth import KubernetesAuth
 
 pytestmark = pytest.mark.cluster
 

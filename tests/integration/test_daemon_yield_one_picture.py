@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from gitops_sync.conventions import ConflictPolicy
-from gitops_sync.daemon.loop import Daemon as InProcessDaemon
-from gitops_sync.daemon.loop import DaemonOptions
-from gitops_sync.daemon.reporter import SOURCE
+from gitops_sync.daemon.process.controller import DaemonOptions
+from gitops_sync.daemon.reconcile.reporter import SOURCE
+from gitops_sync.daemon.single.controller import Daemon as InProcessDaemon
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.resource import ObjectKey
 from tests.conftest import KubeCluster

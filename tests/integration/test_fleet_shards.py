@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gitops_sync.daemon.gitsync import shard_of
+from gitops_sync.daemon.fleet.gitsync import shard_of
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
 from tests.integration.test_fleet import condition, crd, fleet_args, gitsync, gs_cli

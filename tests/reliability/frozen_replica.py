@@ -54,7 +54,7 @@ def _tag_user_agent(suffix: str) -> None:
 
 
 def _stop_after_fence(name: str, nth: int) -> None:
-    from gitops_sync.daemon.loop import FencedClient
+    from gitops_sync.daemon.process.controller import FencedClient
 
     real = Client._prepare
     counter = itertools.count(1)

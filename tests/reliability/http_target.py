@@ -11,8 +11,8 @@ import json
 import sys
 import time
 
-from gitops_sync.daemon.http import Endpoints, HttpServer, Limits
-from gitops_sync.daemon.triggers import verify_webhook
+from gitops_sync.daemon.reconcile.triggers import verify_webhook
+from gitops_sync.daemon.serving.http import Endpoints, HttpServer, Limits
 
 SECRET = b"s3cret"
 

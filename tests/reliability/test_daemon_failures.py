@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from gitops_sync.daemon.loop import Daemon as InProcessDaemon
-from gitops_sync.daemon.loop import DaemonOptions
+from gitops_sync.daemon.process.controller import DaemonOptions
+from gitops_sync.daemon.single.controller import Daemon as InProcessDaemon
 from gitops_sync.engine import PassOptions, SourceOptions
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, deployment, wait_until

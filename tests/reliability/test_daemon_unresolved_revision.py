@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from gitops_sync.daemon.loop import Daemon as InProcessDaemon
-from gitops_sync.daemon.loop import DaemonOptions
-from gitops_sync.daemon.reporter import FULL, SOURCE
+from gitops_sync.daemon.process.controller import DaemonOptions
+from gitops_sync.daemon.reconcile.reporter import FULL, SOURCE
+from gitops_sync.daemon.single.controller import Daemon as InProcessDaemon
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.errors import ApiError
 from tests.conftest import KubeCluster

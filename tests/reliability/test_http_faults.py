@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from gitops_sync.cluster.client import Client
-from gitops_sync.daemon.auth import KubernetesAuth
+from gitops_sync.daemon.runtime.auth import KubernetesAuth
 from tests.reliability.conftest import Recorder
 from tests.reliability.http_target import SECRET
 

@@ -21,7 +21,7 @@ import pytest
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.cluster.client import Client
 from gitops_sync.conventions import ConflictPolicy
-from gitops_sync.daemon.loop import Daemon as Daemon_
+from gitops_sync.daemon.single.controller import Daemon as Daemon_
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
 from gitops_sync.plan.changeset import Action
 from gitops_sync.plan.planner import Target

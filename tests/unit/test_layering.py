@@ -32,9 +32,17 @@ LAYERS: dict[str, int] = {
     "gitops_sync.web": 4,  # the web page's views and templates; the daemon serves them, cli writes -o html
     "gitops_sync.engine": 5,
     "gitops_sync.options": 6,
-    "gitops_sync.daemon": 7,
-    "gitops_sync.cli": 8,
-    "gitops_sync.__main__": 9,
+    "gitops_sync.daemon": 7,  # the package's docstring only
+    "gitops_sync.daemon.runtime": 8,  # queue, watch cache, Events, metrics, token review: nothing of Git
+    "gitops_sync.daemon.reconcile": 9,  # one source's reconciler and what it tells people
+    "gitops_sync.daemon.serving": 10,  # HTTP: probes, metrics, /status, the page, the webhook
+    "gitops_sync.daemon.process": 11,  # options, fenced client, the process both controllers run in
+    "gitops_sync.daemon.single": 12,  # run --repo
+    "gitops_sync.daemon.fleet": 12,  # GitSync objects; never imports single/ (siblings)
+    "gitops_sync.daemon.fleetctl": 13,  # get / reconcile / suspend / resume
+    "gitops_sync.daemon.command": 13,  # run
+    "gitops_sync.cli": 14,
+    "gitops_sync.__main__": 15,
 }
 
 
@@ -113,7 +121,10 @@ def test_conventions_imports_nothing_of_the_package() -> None:
     ("source", "expected"),
     [
         ("from gitops_sync.apply import inventory\n", "imports gitops_sync.apply.inventory"),
-        ("def f():\n    from gitops_sync.daemon.loop import Daemon\n", "imports gitops_sync.daemon.loop"),
+        (
+            "def f():\n    from gitops_sync.daemon.single.controller import Daemon\n",
+            "imports gitops_sync.daemon.single.controller",
+        ),
         ("from ..apply import manager\n", "imports gitops_sync.apply.manager"),
         ("from gitops_sync import cli\n", "imports gitops_sync.cli"),
     ],

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from html.parser import HTMLParser
 from typing import Any
 
-from gitops_sync.daemon.auth import Decision
-from gitops_sync.daemon.http import Endpoints, _App
-from gitops_sync.daemon.triggers import WebhookResult
+from gitops_sync.daemon.reconcile.triggers import WebhookResult
+from gitops_sync.daemon.runtime.auth import Decision
+from gitops_sync.daemon.serving.http import Endpoints, _App
 from gitops_sync.web import CSP, diff_html, page, view
 
 EVIL = '<script>alert("x")</script>'

@@ -1,0 +1,433 @@
+"""A list-then-watch cache of the kinds the daemon manages, one loop per kind (and namespace).
+
+Each loop lists (remembering the list's resourceVersion), then watches from it with bookmarks, and
+keeps the last resourceVersion it saw. A watch the server ends after its timeout is resumed from
+there; a 410 Gone (the version was compacted away) or a broken connection leads to a fresh list,
+after a backoff when it was an error. The kubernetes client's own watch cannot resume, hence this.
+
+Objects Git wants are kept whole; other objects of the same kinds are kept as "exists" markers only
+(no Secret of the whole cluster in memory). `live_of` answers from the cache where a loop is synced
+and falls back to API reads where it is not, so a pass is never wrong, only sometimes slower.
+
+When the ServiceAccount may not list a kind cluster-wide (namespaced RBAC), the cluster-wide loop gets
+a 403 and is replaced by one loop per namespace that holds desired objects.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gitops_sync.apply.manager import LiveMap
+from gitops_sync.cluster.client import Client
+from gitops_sync.cluster.discovery import ResourceInfo
+from gitops_sync.daemon.runtime.queue import Backoff
+from gitops_sync.errors import ClusterError, ForbiddenError, GoneError, error_for_status
+from gitops_sync.log import get_logger
+from gitops_sync.plan.planner import Target
+from gitops_sync.resource import Manifest, ObjectKey, resource_version
+
+log = get_logger(__name__)
+
+
+class EventType(enum.StrEnum):
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+    LISTED = "LISTED"  # seen in the first list of a loop (baseline, not a change)
+    RECOVERED = "RECOVERED"  # a loop is synced again after an error: anything may have been missed
+
+
+# (type, key, object or None when deleted/recovered). Called on a cache thread: must return quickly.
+OnEvent = Callable[[EventType, ObjectKey | None, Manifest | None], None]
+OnRestart = Callable[[str, str], None]  # (resource, reason)
+_Change = tuple[EventType, ObjectKey, Manifest | None]
+
+
+@dataclass(frozen=True)
+class UnitId:
+    group: str
+    kind: str
+    namespace: str | None  # None: all namespaces (or a cluster-scoped kind)
+
+    def __str__(self) -> str:
+        gk = f"{self.kind}.{self.group}" if self.group else self.kind
+        return f"{gk} in {self.namespace}" if self.namespace else gk
+
+
+_KEEP = object()  # store marker: the object exists, its body is not kept (nobody wants it)
+
+
+class _Unit:
+    """One list+watch loop and the objects it has seen."""
+
+    def __init__(self, cache: WatchCache, uid: UnitId, info: ResourceInfo) -> None:
+        self.cache = cache
+        self.id = uid
+        self.info = info
+        self.objects: dict[ObjectKey, Any] = {}  # Manifest or _KEEP
+        self.rv = ""
+        self.state = "starting"  # starting | synced | error | forbidden | stopped
+        self.error = ""
+        self.restarts = 0
+        self.synced_once = False
+        # The first list's objects have all been handed to on_event (the history's baseline). Until then a
+        # watch event waits behind them: at 20,000 objects that took seconds after "synced", and the changes
+        # made just after /readyz said ready were reported 3 s late (bench case 6). Never reset: a relist
+        # keeps serving, as before.
+        self.baseline_done = False
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"watch {uid}", daemon=True)
+
+    @property
+    def synced(self) -> bool:
+        return self.state == "synced"
+
+    @property
+    def collection(self) -> str:
+        return self.info.path(self.id.namespace)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "resource": str(self.id),
+            "apiVersion": self.info.api_version,
+            "state": self.state,
+            "resourceVersion": self.rv,
+            "objects": len(self.objects),
+            "restarts": self.restarts,
+            "error": self.error,
+        }
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = Backoff(self.cache.backoff_base, self.cache.backoff_cap, jitter=0.2)
+        need_list = True
+        while not self.stop.is_set():
+            try:
+                if need_list:
+                    self._list()
+                    need_list = False
+                    backoff.reset()
+                started = time.monotonic()
+                self._watch()
+                if self.stop.is_set():
+                    break
+                self._restarted("closed")  # the server ended the watch (timeout): resume from self.rv
+                if time.monotonic() - started < 1.0:
+                    self.stop.wait(backoff.next())  # a server that closes at once must not make us spin
+            except GoneError:  # the resourceVersion we resume from is too old: only a new list helps
+                self._restarted("gone")
+                need_list = True
+            except ForbiddenError as exc:
+                if self.cache.forbidden(self, exc):
+                    return  # replaced by per-namespace loops
+                self._failed("forbidden", exc)
+                self.stop.wait(self.cache.forbidden_retry)
+                need_list = True
+            except ClusterError as exc:
+                self._failed("error", exc)
+                need_list = True
+                self.stop.wait(backoff.next())
+            except Exception as exc:  # a bug must not silently end the loop: report and relist
+                log.exception("watch loop failed", resource=str(self.id))
+                self._failed("error", exc)
+                need_list = True
+                self.stop.wait(backoff.next())
+        self.state = "stopped"
+
+    def _failed(self, state: str, exc: BaseException) -> None:
+        first = self.state != state or self.error != str(exc)
+        self.state, self.error = state, str(exc)
+        self._restarted(state)
+        if first:
+            log.warning("watch failed; relisting after a backoff", resource=str(self.id), error=str(exc))
+
+    def _restarted(self, reason: str) -> None:
+        self.restarts += 1
+        self.cache.on_restart(str(self.id), reason)
+
+    def _list(self) -> None:
+        listing = self.cache.client.list_collection(
+            self.collection, timeout=60, api_version=self.info.api_version, kind=self.info.kind
+        )
+        items = {self._key(item): item for item in listing.items}
+        rv = listing.resource_version
+        if self.stop.is_set():
+            return
+        recovered = self.synced_once
+        changes = self.cache.replace(self, items)
+        self.rv = rv
+        self.state, self.error = "synced", ""
+        first = not self.synced_once
+        self.synced_once = True
+        self.cache.notify_synced()
+        if first:
+            log.info("watch cache synced", resource=str(self.id), objects=len(items), resource_version=rv)
+        for etype, key, obj in changes:
+            self.cache.emit(EventType.LISTED if first else etype, key, obj)
+        if recovered:
+            self.cache.emit(EventType.RECOVERED, None, None)
+        if first:
+            self.baseline_done = True
+            self.cache.notify_synced()
+
+    def _watch(self) -> None:
+        timeout = random.randint(*self.cache.watch_timeout)
+        query: dict[str, str | int | bool | None] = {
+            "watch": True,
+            "resourceVersion": self.rv,
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": timeout,
+        }
+        for line in self.cache.client.stream_lines(self.collection, query=query, timeout=timeout + 30):
+            if self.stop.is_set():
+                return
+            event = json.loads(line)
+            etype = str(event.get("type", ""))
+            obj = event.get("object") or {}
+            if etype == "ERROR":  # a Status: 410 Gone when our resourceVersion was compacted away
+                raise error_for_status(
+                    int(obj.get("code") or 500),
+                    str(obj.get("reason") or "Error"),
+                    str(obj.get("message") or obj),
+                    obj,
+                    method="WATCH",
+                    path=self.collection,
+                )
+            rv = resource_version(obj)
+            if etype == "BOOKMARK":
+                self.rv = rv or self.rv
+                continue
+            obj.setdefault("apiVersion", self.info.api_version)
+            obj.setdefault("kind", self.info.kind)
+            key = self._key(obj)
+            if etype == "DELETED":
+                self.cache.apply_event(self, EventType.DELETED, key, None)
+            elif etype in ("ADDED", "MODIFIED"):
+                self.cache.apply_event(self, EventType(etype), key, obj)
+            self.rv = rv or self.rv
+
+    def _key(self, obj: Manifest) -> ObjectKey:
+        meta = obj.get("metadata") or {}
+        ns = str(meta.get("namespace") or "") if self.info.namespaced else ""
+        return ObjectKey(self.info.group, self.info.kind, ns, str(meta.get("name", "")))
+
+
+class WatchCache:
+    """Owns the loops; `set_interest` says which objects Git wants, `live_of` answers the planner."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        on_event: OnEvent,
+        on_restart: OnRestart | None = None,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 8.0,
+        forbidden_retry: float = 60.0,
+        watch_timeout: tuple[int, int] = (240, 360),
+    ) -> None:
+        self.client = client
+        self._on_event = on_event
+        self._on_restart = on_restart
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.forbidden_retry = forbidden_retry
+        self.watch_timeout = watch_timeout
+        self._lock = threading.RLock()
+        self._synced = threading.Condition(self._lock)
+        self._units: dict[UnitId, _Unit] = {}
+        self._interest: dict[ObjectKey, Target] = {}
+        self._namespaced_only: set[tuple[str, str]] = set()  # (group, kind) refused cluster-wide
+        self._stopped = False
+
+    # -- interest ---------------------------------------------------------------------------
+
+    def set_interest(self, targets: Sequence[Target]) -> None:
+        """Watch what these targets need; stop loops nobody needs any more."""
+        with self._lock:
+            self._interest = {t.key: t for t in targets}
+            self._reconcile_units()
+
+    def _wanted_units(self) -> dict[UnitId, ResourceInfo]:
+        wanted: dict[UnitId, ResourceInfo] = {}
+        for t in self._interest.values():
+            gk = (t.key.group, t.key.kind)
+            if t.info.namespaced and gk in self._namespaced_only:
+                uid = UnitId(t.key.group, t.key.kind, t.key.namespace)
+            else:
+                uid = UnitId(t.key.group, t.key.kind, None)
+            wanted.setdefault(uid, t.info)
+        return wanted
+
+    def _reconcile_units(self) -> None:
+        if self._stopped:
+            return
+        wanted = self._wanted_units()
+        for uid, unit in list(self._units.items()):
+            if uid not in wanted or unit.info.api_version != wanted[uid].api_version:
+                unit.stop.set()
+                del self._units[uid]
+        for uid, info in wanted.items():
+            if uid not in self._units:
+                unit = _Unit(self, uid, info)
+                self._units[uid] = unit
+                unit.thread.start()
+
+    def forbidden(self, unit: _Unit, exc: ForbiddenError) -> bool:
+        """A cluster-wide loop was refused: switch the kind to per-namespace loops. True if replaced."""
+        with self._lock:
+            if unit.id.namespace is not None or not unit.info.namespaced:
+                return False
+            log.info("no cluster-wide access; watching per namespace", resource=str(unit.id), error=str(exc))
+            self._namespaced_only.add((unit.id.group, unit.id.kind))
+            unit.state = "stopped"
+            self._reconcile_units()
+            return True
+
+    # -- called by the loops ----------------------------------------------------------------
+
+    def _keep(self, key: ObjectKey, obj: Manifest) -> Any:
+        return obj if key in self._interest else _KEEP
+
+    def replace(self, unit: _Unit, items: dict[ObjectKey, Manifest]) -> list[_Change]:
+        """A fresh list: swap the unit's objects, return the interesting changes since the last one."""
+        with self._lock:
+            if unit.stop.is_set():
+                return []
+            old = unit.objects
+            unit.objects = {k: self._keep(k, v) for k, v in items.items()}
+            changes: list[_Change] = []
+            for key, obj in items.items():
+                if key not in self._interest:
+                    continue
+                before = old.get(key)
+                if before is None:
+                    changes.append((EventType.ADDED, key, obj))
+                elif before is _KEEP or resource_version(before) != resource_version(obj):
+                    changes.append((EventType.MODIFIED, key, obj))
+            for key in old.keys() - items.keys():
+                if key in self._interest:
+                    changes.append((EventType.DELETED, key, None))
+            return changes
+
+    def apply_event(self, unit: _Unit, etype: EventType, key: ObjectKey, obj: Manifest | None) -> None:
+        with self._lock:
+            if unit.stop.is_set():
+                return
+            if obj is None:
+                unit.objects.pop(key, None)
+            else:
+                unit.objects[key] = self._keep(key, obj)
+            interesting = key in self._interest
+        if interesting:
+            self.emit(etype, key, obj)
+
+    def emit(self, etype: EventType, key: ObjectKey | None, obj: Manifest | None) -> None:
+        try:
+            self._on_event(etype, key, obj)
+        except Exception:  # the loop must survive a failing handler
+            log.exception("watch event handler failed", key=str(key))
+
+    def on_restart(self, resource: str, reason: str) -> None:
+        if self._on_restart is not None:
+            self._on_restart(resource, reason)
+
+    def notify_synced(self) -> None:
+        with self._lock:
+            self._synced.notify_all()
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _unit_for(self, key: ObjectKey) -> _Unit | None:
+        return self._units.get(UnitId(key.group, key.kind, None)) or self._units.get(
+            UnitId(key.group, key.kind, key.namespace)
+        )
+
+    def get(self, key: ObjectKey) -> tuple[bool, Manifest | None]:
+        """(known, object): known=False when no synced loop can say whether the object exists."""
+        with self._lock:
+            unit = self._unit_for(key)
+            if unit is None or not unit.synced:
+                return False, None
+            obj = unit.objects.get(key)
+            if obj is _KEEP:
+                return False, None
+            return True, obj
+
+    def live_of(self, targets: Sequence[Target], fallback: Callable[[Sequence[Target]], LiveMap]) -> LiveMap:
+        """Live objects for the planner: cached where known, `fallback` (API reads) for the rest."""
+        live: LiveMap = {}
+        missing: list[Target] = []
+        for t in targets:
+            known, obj = self.get(t.key)
+            if known and (obj is None or obj.get("apiVersion") == t.info.api_version):
+                live[t.key] = obj
+            else:
+                missing.append(t)
+        if missing:
+            live.update(fallback(missing))
+        return live
+
+    def is_synced(self) -> bool:
+        """Every loop has listed at least once, handed that list on, and is not failing (a forbidden namespace
+        counts as done). Reads (`get`) are served as soon as a loop has listed."""
+        with self._lock:
+            return all((u.synced and u.baseline_done) or u.state == "forbidden" for u in self._units.values())
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not self.is_synced():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._synced.wait(min(left, 0.1))
+            return True
+
+    def status(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [u.status() for u in sorted(self._units.values(), key=lambda u: str(u.id))]
+
+    def objects(self) -> int:
+        with self._lock:
+            return sum(len(u.objects) for u in self._units.values())
+
+    def dead(self) -> str:
+        """Loops whose thread ended although nobody stopped them ("" when none): for the supervisor."""
+        with self._lock:
+            gone = [
+                str(u.id)
+                for u in self._units.values()
+                if not u.thread.is_alive()
+                and not u.stop.is_set()
+                and u.state != "stopped"
+                and u.thread.ident is not None
+            ]
+        return f"watch loops ended: {', '.join(sorted(gone))}" if gone else ""
+
+    def revive(self) -> None:
+        """Start a new thread for each dead loop; it lists again, so nothing missed stays missed."""
+        with self._lock:
+            for u in self._units.values():
+                if not u.thread.is_alive() and not u.stop.is_set() and u.thread.ident is not None:
+                    log.warning("restarting a watch loop that ended", resource=str(u.id))
+                    u.thread = threading.Thread(target=u._run, name=u.thread.name, daemon=True)
+                    u.thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            for unit in self._units.values():
+                unit.stop.set()
+
+    def __iter__(self) -> Iterator[UnitId]:
+        with self._lock:
+            return iter(list(self._units))

@@ -1,0 +1,1 @@
+"""`gitops-sync run --repo`: one source, one process, its own Lease for leader election."""

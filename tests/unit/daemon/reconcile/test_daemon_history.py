@@ -1,0 +1,178 @@
+"""Field-ownership history and fight detection from what the watch shows (managedFields + values)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gitops_sync.conventions import MASK
+from gitops_sync.daemon.reconcile.history import OwnershipHistory, is_fight, tracked_paths
+from gitops_sync.resource import ObjectKey
+
+KEY = ObjectKey("apps", "Deployment", "ns", "web")
+REPLICAS = {"f:spec": {"f:replicas": {}}}
+IMAGE = {"f:spec": {"f:template": {"f:spec": {"f:containers": {'k:{"name":"web"}': {"f:image": {}}}}}}}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def mf(manager: str, fields: dict[str, Any], *, op: str = "Update", sub: str = "", at: str = "") -> dict[str, Any]:
+    entry = {
+        "manager": manager,
+        "operation": op,
+        "apiVersion": "apps/v1",
+        "time": at or "2024-01-01T00:00:00Z",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    }
+    if sub:
+        entry["subresource"] = sub
+    return entry
+
+
+def deployment(replicas: int, managed: list[dict[str, Any]], rv: int, image: str = "web:1") -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "ns", "resourceVersion": str(rv), "managedFields": managed},
+        "spec": {"replicas": replicas, "template": {"spec": {"containers": [{"name": "web", "image": image}]}}},
+    }
+
+
+PATHS = [".spec.replicas", '.spec.template.spec.containers[name="web"].image']
+
+
+def test_tracked_paths_skip_identity_and_bookkeeping() -> None:
+    desired = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "x",
+            "namespace": "ns",
+            "labels": {"app": "x", "applyset.kubernetes.io/part-of": "id"},
+            "annotations": {"gitops-sync.io/intent-hash": "h"},
+        },
+        "data": {"a": "1"},
+    }
+    assert tracked_paths(desired) == [".metadata.labels.app", ".data.a"]
+
+
+def test_helm_then_kubectl_scale_then_helm_then_kubectl_is_a_fight_with_both_managers() -> None:
+    clock = Clock()
+    h = OwnershipHistory(clock=clock)
+    both = {"f:spec": {"f:replicas": {}, "f:template": IMAGE["f:spec"]["f:template"]}}
+    assert h.observe(KEY, PATHS, deployment(3, [mf("helm", both)], 1)) == []
+    clock.now += 10
+    scaled = [mf("helm", IMAGE), mf("kubectl", REPLICAS, sub="scale", at="2024-01-01T00:00:10Z")]
+    assert h.observe(KEY, PATHS, deployment(10, scaled, 2)) == []
+    clock.now += 10
+    assert h.observe(KEY, PATHS, deployment(3, [mf("helm", both, at="2024-01-01T00:00:20Z")], 3)) == [], (
+        "one return is not a fight yet: kubectl took it only once"
+    )
+    clock.now += 10
+    fights = h.observe(KEY, PATHS, deployment(10, scaled, 4))
+    assert len(fights) == 1
+    f = fights[0]
+    assert f.path == ".spec.replicas"
+    assert f.managers == ["helm", "kubectl"]
+    assert [r.value for r in f.records] == [3, 10, 3, 10]
+    assert [(r.operation, r.subresource) for r in f.records][:2] == [("Update", ""), ("Update", "scale")]
+    assert "helm and kubectl" in f.message() and "4 changes" in f.message()
+    doc = f.to_dict()
+    assert doc["field"] == ".spec.replicas" and doc["managers"] == ["helm", "kubectl"]
+    assert [v["value"] for v in doc["values"]] == [3, 10, 3, 10]
+    assert h.fights() == [f]
+    # the image never changed: one record only
+    assert len(h.fields(KEY)['.spec.template.spec.containers[name="web"].image']) == 1
+
+
+def test_each_further_change_in_a_fight_is_reported_once() -> None:
+    clock = Clock()
+    h = OwnershipHistory(clock=clock)
+    seq = [("helm", 3), ("kubectl", 10), ("helm", 3), ("kubectl", 10), ("helm", 3)]
+    reported = []
+    for rv, (manager, value) in enumerate(seq, 1):
+        clock.now += 1
+        reported.append(len(h.observe(KEY, [".spec.replicas"], deployment(value, [mf(manager, REPLICAS)], rv))))
+    assert reported == [0, 0, 0, 1, 1]
+    # the same object seen again (status update): no new record, no new report
+    assert h.observe(KEY, [".spec.replicas"], deployment(3, [mf("helm", REPLICAS)], 99)) == []
+
+
+def test_one_edit_reverted_by_self_heal_is_drift_not_a_fight_but_a_repeated_edit_is() -> None:
+    clock = Clock()
+    h = OwnershipHistory(clock=clock)
+    ours = mf("gitops-sync", REPLICAS, op="Apply")
+    h.observe(KEY, [".spec.replicas"], deployment(3, [ours], 1))
+    assert h.observe(KEY, [".spec.replicas"], deployment(5, [mf("kubectl-edit", REPLICAS)], 2)) == []
+    assert h.observe(KEY, [".spec.replicas"], deployment(3, [ours], 3)) == []
+    fights = h.observe(KEY, [".spec.replicas"], deployment(5, [mf("kubectl-edit", REPLICAS)], 4))
+    assert [f.managers for f in fights] == [["gitops-sync", "kubectl-edit"]]
+
+
+def test_old_changes_fall_out_of_the_window() -> None:
+    clock = Clock()
+    h = OwnershipHistory(clock=clock, window=60)
+    for rv, (manager, value) in enumerate([("helm", 3), ("kubectl", 10), ("helm", 3)], 1):
+        h.observe(KEY, [".spec.replicas"], deployment(value, [mf(manager, REPLICAS)], rv))
+        clock.now += 100  # each change more than a window apart
+    assert h.observe(KEY, [".spec.replicas"], deployment(10, [mf("kubectl", REPLICAS)], 4)) == []
+    assert h.fights() == []
+
+
+def test_secret_values_are_never_stored() -> None:
+    h = OwnershipHistory()
+    key = ObjectKey("", "Secret", "ns", "s")
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "s",
+            "namespace": "ns",
+            "resourceVersion": "1",
+            "managedFields": [mf("kubectl-edit", {"f:data": {"f:password": {}}})],
+        },
+        "data": {"password": "c2VjcmV0"},
+    }
+    h.observe(key, [".data.password"], secret)
+    records = h.fields(key)[".data.password"]
+    assert records[0].value == MASK and records[0].manager == "kubectl-edit"
+    assert "c2VjcmV0" not in str(h.to_dict())
+
+
+def test_forget_drops_history_and_fights() -> None:
+    h = OwnershipHistory()
+    for rv, (manager, value) in enumerate([("a", 1), ("b", 2), ("a", 1), ("b", 2)], 1):
+        h.observe(KEY, [".spec.replicas"], deployment(value, [mf(manager, REPLICAS)], rv))
+    assert h.fights()
+    other = ObjectKey("apps", "Deployment", "ns", "api")
+    h.forget([other])
+    assert [f.key for f in h.fights()] == [KEY], "only the objects named are forgotten"
+    h.forget(k for k in [other, KEY])  # any iterable, read once
+    assert h.fights() == [] and h.to_dict() == []
+
+
+def test_is_fight_needs_two_managers_each_taking_the_field_twice() -> None:
+    assert not is_fight(["a", "b", "a"])
+    assert is_fight(["a", "b", "a", "b"])
+    assert not is_fight(["a", "a", "b", "b"])
+    assert is_fight(["a", "b", "c", "a", "b"])
+    assert not is_fight([])
+
+
+def test_status_history_keeps_fields_that_changed_unless_all_are_asked_for() -> None:
+    h = OwnershipHistory(clock=Clock())
+    both = {"f:spec": {"f:replicas": {}, "f:template": IMAGE["f:spec"]["f:template"]}}
+    h.observe(KEY, PATHS, deployment(3, [mf("helm", both)], 1))
+    assert h.to_dict() == []  # seen once: no history worth a line in /status
+    full = h.to_dict(changed_only=False)
+    assert set(full[0]["fields"]) == set(PATHS)
+    h.observe(KEY, PATHS, deployment(10, [mf("helm", IMAGE), mf("kubectl", REPLICAS, sub="scale")], 2))
+    (changed,) = h.to_dict()
+    assert list(changed["fields"]) == [".spec.replicas"]
+    assert [r["value"] for r in changed["fields"][".spec.replicas"]] == [3, 10]
