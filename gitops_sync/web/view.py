@@ -21,7 +21,7 @@ from gitops_sync.resource import ObjectKey, is_secret
 
 # The daemon's states of an object, and `yielded`: in sync but for fields left to another manager (the
 # daemon counts those synced; the page says which). `planned`/`applied` only in a change set (`diff -o html`).
-STATES = ("synced", "drifted", "missing", "terminating", "conflict", "yielded", "error")
+STATES = ("synced", "drifted", "planned", "missing", "terminating", "conflict", "yielded", "error")
 PLAN_STATES = ("planned", "applied")
 PAGE_SIZE = 200  # objects per page of a source's list: a 10,000-object source stays a light page
 VALUE_LIMIT = 4000  # characters of one value on a page (an embedded file is cut, with a note)
