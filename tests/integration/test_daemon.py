@@ -6,7 +6,6 @@ import hashlib
 import hmac
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from daemon_support import (
     configmap,
     deployment,
     kubectl_edit_env,
+    sync_once,
     wait_until,
 )
 
@@ -120,15 +120,7 @@ def test_detect_only_reports_a_kubectl_edit_within_2s_and_leaves_it(
     kube: KubeCluster, namespace: str, tmp_path: Path
 ) -> None:
     repo = GitRepo(tmp_path / "repo", {"web.yaml": deployment("web", 2)})
-    sync = subprocess.run(
-        [sys.executable, "-m", "gitops_sync", "sync", "--repo", str(repo.path), "-n", namespace],
-        env=kube.env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert sync.returncode == 0, sync.stdout + sync.stderr
+    sync_once(kube.env, repo.path, namespace, timeout=60)
     with start(kube, tmp_path, repo.path, namespace, "--detect-only") as d:
         assert d.entry("Deployment", "web")["action"] == "unchanged"  # type: ignore[index]
         edit(kube, namespace, "deployment/web", "s/replicas: 2$/replicas: 5/")
@@ -166,6 +158,28 @@ def test_detect_only_reports_a_kubectl_edit_within_2s_and_leaves_it(
         assert d.status()["daemon"]["requests"]["writes"] == 0, "detect-only never writes"
         assert d.metric("gitops_sync_drift_total", outcome="detected") == 1, "reported once, not on every event"
         assert len(events(kube, namespace, "DriftDetected")) == 1
+        assert d.stop() == 0
+
+
+def test_detect_only_calls_a_new_commit_planned_and_a_kubectl_edit_drifted(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """/status and the objects gauge use the report's words: Git's change is planned, the cluster's is drift."""
+    repo = GitRepo(tmp_path / "repo", {"a.yaml": configmap("a", {"v": "1"}), "b.yaml": configmap("b", {"v": "1"})})
+    sync_once(kube.env, repo.path, namespace, timeout=60)
+    with start(kube, tmp_path, repo.path, namespace, "--detect-only") as d:
+        repo.commit({"a.yaml": configmap("a", {"v": "2"})}, "Git changes a")
+        kube.kubectl("patch", "configmap", "b", "-n", namespace, "-p", '{"data":{"v":"9"}}')
+
+        def state(name: str) -> str:
+            return str((d.entry("ConfigMap", name) or {}).get("state"))
+
+        wait_until("a planned and b drifted on /status", lambda: (state("a"), state("b")) == ("planned", "drifted"), 10)
+        a = d.entry("ConfigMap", "a") or {}
+        assert [c["reason"] for c in a["drift"]] == ["git-changed"], a
+        assert d.metric("gitops_sync_objects", state="planned") == 1
+        assert d.metric("gitops_sync_objects", state="drifted") == 1
+        assert d.status()["daemon"]["requests"]["writes"] == 0, "detect-only never writes"
         assert d.stop() == 0
 
 

@@ -167,3 +167,26 @@ def cm(name: str, ns: str | None = None, **data: str) -> dict[str, Any]:
 
 def objs(*manifests: dict[str, Any]) -> list[DesiredObject]:
     return [DesiredObject(m, origin=f"f{i}.yaml#0") for i, m in enumerate(manifests)]
+
+
+class FakeClock:
+    """Time that moves only when told: `clock()` reads it (fits every `Callable[[], float]` clock), `advance`
+    moves it, and `wait(stop, seconds)` (the runtime's `Clock.wait`) moves it at once instead of sleeping."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.t = start
+        self.waits: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def now(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+    def wait(self, stop: threading.Event, seconds: float) -> bool:
+        self.waits.append(seconds)
+        self.t += seconds
+        return stop.is_set()
