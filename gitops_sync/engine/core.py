@@ -19,7 +19,7 @@ from gitops_sync.engine.options import PassOptions
 from gitops_sync.engine.phases import PHASES
 from gitops_sync.engine.prune import Prune, describe_held
 from gitops_sync.engine.state import PassState
-from gitops_sync.plan import planner
+from gitops_sync.plan import planner, policy
 from gitops_sync.plan.changeset import Action, ChangeSet
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import DesiredObject, ObjectKey
@@ -139,7 +139,7 @@ class Engine:
         if not inv.exists:
             return []
         members = inventory.list_members(self.client, self.discovery, inv)
-        return sorted(k for k, m in members.items() if not planner.prune_disabled(m))
+        return sorted(k for k, m in members.items() if not policy.prune_disabled(m))
 
     def not_attempted(
         self, checkout: Checkout, targets: Sequence[Target], opts: PassOptions, exc: Exception, *, apply: bool

@@ -22,7 +22,7 @@ from gitops_sync.engine.prune import Prune, wait_deleted
 from gitops_sync.engine.state import PassState, kinds_and_namespaces
 from gitops_sync.errors import ClusterError, NewerRevisionError
 from gitops_sync.log import get_logger
-from gitops_sync.plan import ignore, planner
+from gitops_sync.plan import bookkeeping, ignore, planner, policy
 from gitops_sync.plan.changeset import Action, Consequence, Entry
 from gitops_sync.plan.planner import Target
 from gitops_sync.plan.terminating import desired_entry as terminating_entry
@@ -96,7 +96,7 @@ def add_bookkeeping(_engine: Engine, s: PassState) -> None:
     """Membership, adoption and intent hash into each apply body, given what is live."""
     legacy_id = s.legacy.id if s.legacy else None
     for t in s.targets:
-        planner.finalize(t, s.live.get(t.key), s.inv.id, legacy_id)
+        bookkeeping.finalize(t, s.live.get(t.key), s.inv.id, legacy_id)
 
 
 def find_shared(engine: Engine, s: PassState) -> None:
@@ -104,10 +104,12 @@ def find_shared(engine: Engine, s: PassState) -> None:
 
     Members of an old inventory of this very source being taken over are ours, not shared."""
     own_ids = {i.id for i in s.inventories}
-    found = {t.key: (t, other) for t in s.targets if (other := planner.foreign_applyset(s.live.get(t.key), own_ids))}
+    found = {
+        t.key: (t, other) for t in s.targets if (other := bookkeeping.foreign_applyset(s.live.get(t.key), own_ids))
+    }
     parents = {other: inventory.find_parent(engine.client, other) for _t, other in found.values()}
     for key, (t, other) in found.items():
-        (s.taken if s.opts.adopt_shared or planner.wants_adoption(t) else s.shared)[key] = parents[other]
+        (s.taken if s.opts.adopt_shared or policy.wants_adoption(t) else s.shared)[key] = parents[other]
 
 
 # -- writing: the inventory first, then the objects -----------------------------------------------------
@@ -173,7 +175,7 @@ def plan_create_only(engine: Engine, s: PassState) -> None:
     """Create-only objects that exist: never updated."""
     for t in s.targets:
         existing = s.live.get(t.key)
-        if existing is not None and t.key not in s.shared and t.key not in s.dying and planner.is_create_only(t):
+        if existing is not None and t.key not in s.shared and t.key not in s.dying and policy.is_create_only(t):
             s.add(planner.create_only_entry(t, existing, engine.field_manager, dry_run=s.dry_run))
 
 

@@ -20,7 +20,7 @@ from gitops_sync.engine.options import PassOptions
 from gitops_sync.engine.state import add_entry
 from gitops_sync.errors import ClusterError
 from gitops_sync.log import get_logger
-from gitops_sync.plan import planner
+from gitops_sync.plan import policy
 from gitops_sync.plan.changeset import Action, ChangeSet, Consequence, Entry
 from gitops_sync.plan.planner import Target
 from gitops_sync.plan.terminating import terminating
@@ -81,10 +81,10 @@ class Prune:
                 "(pass --allow-empty if the repository is meant to be empty)"
             )
             return False
-        disabled = [m for m in gone if planner.prune_disabled(m)]
+        disabled = [m for m in gone if policy.prune_disabled(m)]
         for m in disabled:  # gitops-sync.io/prune: disabled
             self._keep(m, f"left Git; kept ({conventions.PRUNE}: {conventions.PRUNE_DISABLED})")
-        gone = [m for m in gone if not planner.prune_disabled(m)]
+        gone = [m for m in gone if not policy.prune_disabled(m)]
         # The Namespace holding our inventory parent: deleting it deletes the parent with it.
         parent = self.invs[0].parent_key
         holder = _holder(gone, parent)
@@ -174,7 +174,7 @@ def _holder(gone: Sequence[Manifest], parent: ObjectKey) -> Manifest | None:
     an adopted one is only released (it stays, and so does the parent), one already Terminating is past
     saving (pending)."""
     return next(
-        (m for m in gone if _holds(m, parent) and not planner.is_adopted(m) and not terminating(m, in_git=False)),
+        (m for m in gone if _holds(m, parent) and not policy.is_adopted(m) and not terminating(m, in_git=False)),
         None,
     )
 
