@@ -25,7 +25,7 @@ from gitops_sync.conventions import PRUNE, PRUNE_DISABLED
 from gitops_sync.errors import ClusterError, ForbiddenError, NotFoundError
 from gitops_sync.log import get_logger
 from gitops_sync.plan.changeset import PRUNE_REFUSED, Action, Entry
-from gitops_sync.plan.planner import is_adopted
+from gitops_sync.plan.policy import is_adopted
 from gitops_sync.plan.terminating import terminating
 from gitops_sync.resource import Manifest, ObjectKey
 
