@@ -10,19 +10,12 @@ from gitops_sync.daemon.reconcile.yields import AUTOSCALER, FIGHT, Yield, Yields
 from gitops_sync.plan.autoscaler import Autoscaler, find_autoscaler, scaled_by_controller_manager
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import ObjectKey
+from tests.unit.fakes import FakeClock
 
 KEY = ObjectKey("apps", "Deployment", "ns", "web")
 REPLICAS = {"f:spec": {"f:replicas": {}}}
 REST = {"f:spec": {"f:selector": {}}}
 PATHS = [".spec.replicas"]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def mf(manager: str, fields: dict[str, Any], *, op: str = "Update", sub: str = "") -> dict[str, Any]:
@@ -61,17 +54,17 @@ OURS = mf("gitops-sync", REPLICAS, op="Apply")
 ROGUE = mf("kubectl", REPLICAS, sub="scale")
 
 
-def flip(history: OwnershipHistory, yields: Yields, clock: Clock, times: int) -> list[Any]:
+def flip(history: OwnershipHistory, yields: Yields, clock: FakeClock, times: int) -> list[Any]:
     """ours(2), rogue(5), ours(2), ...: `times` takes by the rogue; what `after_fight` returned each time."""
     got = []
     rv = 1
     history.observe(KEY, PATHS, live(2, OURS, rv))
     for _ in range(times):
-        clock.now += 1
+        clock.advance(1)
         rv += 1
         for fight in history.observe(KEY, PATHS, live(5, ROGUE, rv)):
             got.append(yields.after_fight(fight, target(2)))
-        clock.now += 1
+        clock.advance(1)
         rv += 1
         history.observe(KEY, PATHS, live(2, OURS, rv))
     return got
@@ -85,9 +78,9 @@ def test_takes_counts_runs_not_records() -> None:
 
 
 def test_third_take_within_the_window_yields_the_field_to_the_other_manager() -> None:
-    clock = Clock()
-    history = OwnershipHistory(clock=clock)
-    yields = Yields(threshold=3, window=600, field_manager="gitops-sync", clock=clock)
+    clock = FakeClock()
+    history = OwnershipHistory(clock=clock.wall)
+    yields = Yields(threshold=3, window=600, field_manager="gitops-sync", clock=clock.wall)
     got = flip(history, yields, clock, 3)
     assert got[0] is None, "the second take is a fight, not yet a yield"
     y = got[-1]
@@ -107,22 +100,22 @@ def test_third_take_within_the_window_yields_the_field_to_the_other_manager() ->
 
 
 def test_takes_spread_beyond_the_window_do_not_yield() -> None:
-    clock = Clock()
-    history = OwnershipHistory(clock=clock)
-    yields = Yields(threshold=3, window=3, field_manager="gitops-sync", clock=clock)
+    clock = FakeClock()
+    history = OwnershipHistory(clock=clock.wall)
+    yields = Yields(threshold=3, window=3, field_manager="gitops-sync", clock=clock.wall)
     assert [y for y in flip(history, yields, clock, 4) if y is not None] == []
 
 
 def test_expiry_and_git_change_resume_correcting() -> None:
-    clock = Clock()
-    history = OwnershipHistory(clock=clock)
-    yields = Yields(threshold=3, window=60, field_manager="gitops-sync", clock=clock)
+    clock = FakeClock()
+    history = OwnershipHistory(clock=clock.wall)
+    yields = Yields(threshold=3, window=60, field_manager="gitops-sync", clock=clock.wall)
     flip(history, yields, clock, 3)
     assert len(yields.all()) == 1
     assert yields.resume_changed({KEY: target(2)}) == [], "Git's value unchanged: still yielded"
-    clock.now += 30
+    clock.advance(30)
     assert yields.expired() == [] and 25 < (yields.next_expiry() or 0) <= 30
-    clock.now += 31
+    clock.advance(31)
     assert [y.path for y in yields.expired()] == [".spec.replicas"] and yields.all() == []
 
     flip(history, yields, clock, 3)
@@ -199,12 +192,12 @@ def _named(name: str, replicas: int) -> tuple[Target, dict[str, Any]]:
 
 def test_per_object_lookups_follow_every_way_in_and_out() -> None:
     """`has`, `of`, `suppressed` answer per object (an index, not a scan): each way out forgets only its own."""
-    clock = Clock()
-    yields = Yields(threshold=3, window=60, field_manager="gitops-sync", clock=clock)
+    clock = FakeClock()
+    yields = Yields(threshold=3, window=60, field_manager="gitops-sync", clock=clock.wall)
     pairs = {name: _named(name, 1) for name in ("a", "b", "c", "d")}
     for name, (t, scaled) in pairs.items():
         assert len(yields.for_autoscaler(t, scaled, Autoscaler("ns", name, 2, 4))) == 1
-    history = OwnershipHistory(clock=clock)
+    history = OwnershipHistory(clock=clock.wall)
     flip(history, yields, clock, 3)  # KEY (ns/web) yields its replicas to a fight
     keys = {name: t.key for name, (t, _) in pairs.items()}
     assert all(yields.has(k) for k in [*keys.values(), KEY])
@@ -218,7 +211,7 @@ def test_per_object_lookups_follow_every_way_in_and_out() -> None:
     assert not yields.has(keys["d"]) and yields.has(keys["c"])
     assert [y.key for y in yields.resume_changed({keys["c"]: _named("c", 7)[0], KEY: target(2)})] == [keys["c"]]
     assert yields.suppressed(keys["c"]) and not yields.suppressed(keys["a"])
-    clock.now += 61
+    clock.advance(61)
     assert [y.key for y in yields.expired()] == [KEY]
     assert [k for k in [*keys.values(), KEY] if yields.has(k) or yields.of(k)] == []
     assert yields.all() == []

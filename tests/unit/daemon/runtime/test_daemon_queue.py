@@ -6,14 +6,7 @@ import threading
 import time
 
 from gitops_sync.daemon.runtime.queue import Backoff, WorkQueue
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.fakes import FakeClock
 
 
 def test_a_burst_of_adds_for_one_key_is_one_item() -> None:
@@ -63,15 +56,15 @@ def test_delayed_key_is_not_ready_before_its_time_and_dedupes_with_a_direct_add(
     q.add_after("k", 5.0)
     assert len(q) == 1
     assert q.get_batch(timeout=0) == []
-    clock.now += 4.9
+    clock.advance(4.9)
     assert q.get_batch(timeout=0) == []
-    clock.now += 0.2
+    clock.advance(0.2)
     assert q.get_batch(timeout=0) == ["k"]
     q.done(["k"])
     # an earlier due time wins over a later one
     q.add_after("k", 10.0)
     q.add_after("k", 1.0)
-    clock.now += 1.0
+    clock.advance(1.0)
     assert q.get_batch(timeout=0) == ["k"]
 
 
