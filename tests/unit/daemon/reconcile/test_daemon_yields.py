@@ -220,3 +220,76 @@ def test_per_object_lookups_follow_every_way_in_and_out() -> None:
     assert not yields.suppressed(keys["c"])
     yields.forget([keys["c"]])
     assert not yields.suppressed(keys["c"])
+
+
+HPA_SCALE = mf("kube-controller-manager", REPLICAS, sub="scale")
+
+
+class Watch:
+    """The watch as the reconciler handles it (`on_watch`): each change observed a second after the last,
+    a yielded object's records noted, every fight the history reports (ours included) to `after_fight`."""
+
+    def __init__(self, yields: Yields, clock: FakeClock) -> None:
+        self.yields, self.clock = yields, clock
+        self.history = OwnershipHistory(clock=clock.wall)
+        self.rv = 0
+
+    def __call__(self, *changes: tuple[int, dict[str, Any]]) -> list[tuple[str, Yield | None]]:
+        """What `after_fight` returned for each fight, with the manager whose change it was."""
+        got = []
+        for replicas, owner in changes:
+            self.clock.advance(1)
+            self.rv += 1
+            fights = self.history.observe(KEY, PATHS, live(replicas, owner, self.rv))
+            if self.yields.has(KEY):
+                self.yields.noted_write(KEY, self.history.fields(KEY))
+            got += [(owner["manager"], self.yields.after_fight(f, target(2))) for f in fights]
+        return got
+
+
+def test_a_fight_yields_only_on_the_other_managers_take_never_to_ourselves() -> None:
+    """Our own third take back is a fight too: yielding then would hand the field to gitops-sync itself."""
+    clock = FakeClock()
+    yields = Yields(threshold=3, window=600, field_manager="gitops-sync", clock=clock.wall)
+    got = Watch(yields, clock)((2, OURS), (5, ROGUE), (2, OURS), (5, ROGUE), (2, OURS), (5, ROGUE))
+    assert [(who, y is not None) for who, y in got] == [
+        ("kubectl", False),  # two takes each: a fight, not yet a yield
+        ("gitops-sync", False),  # our third take: never a yield
+        ("kubectl", True),  # its third take
+    ]
+    (y,) = yields.all()
+    assert (y.manager, y.live, y.desired) == ("kubectl", 5, 2)
+
+
+def test_with_git_winning_over_autoscalers_an_hpa_is_fought_and_never_yielded_to() -> None:
+    for autoscaler_wins, yielded in ((False, []), (True, ["kube-controller-manager"])):
+        clock = FakeClock()
+        yields = Yields(
+            threshold=3, window=600, field_manager="gitops-sync", autoscaler_wins=autoscaler_wins, clock=clock.wall
+        )
+        watch = Watch(yields, clock)
+        watch(*[(2, OURS), (3, HPA_SCALE)] * 4)
+        assert [y.manager for y in yields.all()] == yielded, autoscaler_wins
+        assert [f.path for f in watch.history.fights()] == [".spec.replicas"], "the fight is still reported"
+
+
+def test_a_yield_lasts_a_window_from_the_other_managers_last_write_not_from_when_it_began() -> None:
+    """The other manager writing the yielded field again means it is still at work: the field stays yielded
+    until that manager has left it alone for a whole window."""
+    clock = FakeClock()
+    yields = Yields(threshold=3, window=60, field_manager="gitops-sync", clock=clock.wall)
+    watch = Watch(yields, clock)
+    assert watch(*[(2, OURS), (5, ROGUE)] * 3)[-1][1] is not None
+    clock.advance(49)
+    assert [y for _, y in watch((7, ROGUE))] == [None]  # kubectl scales again 50 s into the yield
+    assert [y.live for y in yields.of(KEY)] == [7]
+    clock.advance(20)  # 70 s after the yield began, 20 s after that write
+    assert yields.expired() == [] and 39 < (yields.next_expiry() or 0) <= 40
+    # our apply landed just before the yield took effect, and kubectl took the field back: a write again
+    clock.advance(29)
+    assert [y for _, y in watch((2, OURS), (5, ROGUE))] == [None, None], "the same yield, not reported again"
+    assert len(yields.all()) == 1
+    clock.advance(59)
+    assert yields.expired() == []
+    clock.advance(2)
+    assert [y.path for y in yields.expired()] == [".spec.replicas"] and not yields.has(KEY)
