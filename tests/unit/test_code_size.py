@@ -36,7 +36,6 @@ FUNCTIONS_OVER: dict[str, int] = {
     "daemon/reconcile/reconciler.py:SourceReconciler.run_pass": 91,
     "daemon/reconcile/reporter.py:Reporter.report": 105,
     "daemon/runtime/metrics.py:Metrics.__init__": 113,
-    "options.py:_source_options": 67,
 }
 
 
