@@ -20,16 +20,18 @@ cluster-status:
 # ---- python: venv, lint, test, demo (gitops-sync itself) -----------------------------------------
 VENV := .venv
 .PHONY: venv lint test unit demo reliability
-$(VENV)/.installed: pyproject.toml
+# Every package (pip and the build backend included) comes from the hashed lock requirements/dev.lock; only
+# gitops-sync itself is installed unhashed (editable, built with the locked setuptools).
+$(VENV)/.installed: pyproject.toml requirements/dev.lock
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q --require-hashes --no-deps -r requirements/dev.lock
+	$(VENV)/bin/pip install -q --no-deps --no-build-isolation -e .
 	$(VENV)/bin/python -m compileall -q gitops_sync  # as `pip install .` does; see bench/run.py
 	touch $@
 venv: $(VENV)/.installed  ## the project's virtual env with gitops-sync and its dev tools
 
 # Every Python file of the repository: the package, its tests, the benchmarks and the cluster launcher.
-PY_SOURCES := gitops_sync tests bench deploy/local-cluster/cluster.py
+PY_SOURCES := gitops_sync tests bench deploy/local-cluster/cluster.py setup.py
 lint: venv      ## ruff (lint and format check) and mypy (strict) over every Python source (mypy's files: pyproject.toml)
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
@@ -49,6 +51,30 @@ reliability: venv cluster-build  ## the fault and fuzz suite only; rewrites RELI
 demo: venv      ## start the local cluster (unless KUBECONFIG is set), sync examples-repo, drift it, report
 	bash scripts/demo.sh
 # ---- end python -----------------------------------------------------------------------------------
+
+# ---- package: locks, dist, image (deploy/) --------------------------------------------------------------
+# requirements/*.lock: hashed pins compiled by uv from pyproject.toml (+ requirements/build.in), one
+# resolution for every platform (--universal) at Python 3.11. dev.lock (make venv) is compiled first;
+# runtime.lock (the image) and build.lock (the image's wheel build) are held to its versions (-c).
+# `make lock` keeps today's pins where they still satisfy pyproject; `make lock-upgrade` takes the newest.
+UV_COMPILE = $(VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes \
+	--custom-compile-command "make lock"
+LOCK_UPGRADE ?=
+.PHONY: lock lock-upgrade dist
+lock: venv      ## refresh requirements/*.lock from pyproject.toml (then `make venv` installs them)
+	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml --extra dev requirements/build.in -o requirements/dev.lock
+	$(UV_COMPILE) pyproject.toml -c requirements/dev.lock -o requirements/runtime.lock
+	$(UV_COMPILE) requirements/build.in -c requirements/dev.lock -o requirements/build.lock
+lock-upgrade:   ## as `lock`, taking the newest versions pyproject.toml allows
+	$(MAKE) lock LOCK_UPGRADE=--upgrade
+
+# The sdist and the wheel built from it (so the sdist is proven complete), with the locked setuptools; the
+# commit is baked into both (setup.py).
+dist: venv      ## dist/gitops_sync-<version>.tar.gz and dist/gitops_sync-<version>-py3-none-any.whl
+	rm -rf dist
+	$(VENV)/bin/python -m build --no-isolation --outdir dist .
+	@ls -l dist
+# ---- end package ----------------------------------------------------------------------------------
 
 # ---- bench: gitops-sync vs kubectl on the local control plane (bench/) -------------------------------
 # `make bench` runs the full suite (N = 100, 1,000, 5,000, medians of 3; case 6 at 20,000; ~45 min) against a cluster of its

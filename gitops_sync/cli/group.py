@@ -13,7 +13,6 @@ from typing import Any, ClassVar, NoReturn
 
 import click
 
-from gitops_sync import __version__
 from gitops_sync.cli.attempt import Attempt, current_attempt
 from gitops_sync.cli.output import stdout_reader_may_leave, write
 from gitops_sync.errors import GitOpsError
@@ -125,6 +124,16 @@ def _fail(attempt: Attempt, message: str) -> NoReturn:
     sys.exit(2)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """`--version`: the version and the commit it was built from (gitops_sync.version; no pipeline import)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from gitops_sync.version import describe
+
+    click.echo(f"gitops-sync, version {describe()}")
+    ctx.exit()
+
+
 def _debug(ctx: click.Context) -> bool:
     return log_choices(ctx).level == "debug"
 
@@ -134,7 +143,14 @@ def _debug(ctx: click.Context) -> bool:
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
     epilog=ENV_EPILOG,
 )
-@click.version_option(__version__, prog_name="gitops-sync")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and the commit it was built from, and exit.",
+)
 @log_options
 def main(logs: LogChoices) -> None:
     """Keep a Kubernetes cluster equal to a Git repository through server-side apply."""
