@@ -160,7 +160,8 @@ def test_gitops_sync_installs_the_chart_it_ships(kube: KubeCluster, namespace: s
         again = _sync(kube, repo, namespace)
         assert again.returncode == 0, again.stderr[-2000:]
         report = json.loads(again.stdout)
-        assert report["summary"].get("changed", 0) == 0 and report["summary"].get("created", 0) == 0, report["summary"]
+        summary = report["summary"]
+        assert (summary["create"], summary["update"], summary["unchanged"]) == (0, 0, len(docs)), summary
     finally:
         # Uninstall the same way: an empty source with --prune removes every object, cluster-scoped ones too.
         (repo / "gitops-sync.yaml").write_text("")
