@@ -60,7 +60,7 @@ demo: venv      ## start the local cluster (unless KUBECONFIG is set), sync exam
 UV_COMPILE = $(VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes \
 	--custom-compile-command "make lock"
 LOCK_UPGRADE ?=
-.PHONY: lock lock-upgrade dist
+.PHONY: lock lock-upgrade dist image image-context
 lock: venv      ## refresh requirements/*.lock from pyproject.toml (then `make venv` installs them)
 	$(UV_COMPILE) $(LOCK_UPGRADE) pyproject.toml --extra dev requirements/build.in -o requirements/dev.lock
 	$(UV_COMPILE) pyproject.toml -c requirements/dev.lock -o requirements/runtime.lock
@@ -74,6 +74,15 @@ dist: venv      ## dist/gitops_sync-<version>.tar.gz and dist/gitops_sync-<versi
 	rm -rf dist
 	$(VENV)/bin/python -m build --no-isolation --outdir dist .
 	@ls -l dist
+
+# The daemon image without a Docker daemon (buildah on an mmdebstrap Debian base; kubectl/helm from the
+# local control plane's Go build): prints its ID and digest, SBOM in .cache/image/sbom. Needs root and
+# buildah, podman, mmdebstrap (.ci/run installs them). IMAGE=… names it (default localhost/gitops-sync:<version>).
+image: venv cluster-build  ## build the image (deploy/Containerfile, deploy/image/build.sh)
+	bash deploy/image/build.sh all
+# The same build context for `docker build -f deploy/Containerfile .cache/image/context` elsewhere.
+image-context: venv cluster-build
+	bash deploy/image/build.sh context
 # ---- end package ----------------------------------------------------------------------------------
 
 # ---- bench: gitops-sync vs kubectl on the local control plane (bench/) -------------------------------

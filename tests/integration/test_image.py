@@ -1,0 +1,208 @@
+"""The daemon image (deploy/Containerfile, `make image`) built here without a Docker daemon and RUN: podman as uid
+65532 with a read-only root, against the local control plane with a ServiceAccount token where the in-cluster
+loader looks, reconciling a GitSync. Skipped, saying why, only where buildah/podman/mmdebstrap are not installed
+(.ci/run installs them)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import KubeCluster
+from daemon_support import GitRepo, configmap, wait_until
+
+from gitops_sync import __version__
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = f"localhost/gitops-sync-test:{__version__}"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOOLS = ("buildah", "podman", "mmdebstrap")
+
+
+def _podman_run_flags() -> list[str]:
+    """What this machine needs for `podman run` (docs/install.md): runc, since Debian's crun 1.8 refuses a
+    hybrid cgroup v1/v2 layout, and rlimits within the process's own (no CAP_SYS_RESOURCE to raise them)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    flags = ["--ulimit", f"nofile={soft}:{soft}", "--ulimit", "nproc=4096:4096"]
+    return (["--runtime", "runc"] if shutil.which("runc") else []) + flags
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    if missing or os.geteuid() != 0:
+        pytest.skip(f"the image builder is not installed ({', '.join(missing) or 'not root'}): .ci/run installs it")
+    env = {**os.environ, "IMAGE": IMAGE}
+    done = subprocess.run(
+        ["bash", str(ROOT / "deploy" / "image" / "build.sh"), "all"],
+        capture_output=True, text=True, env=env, timeout=1200, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = dict(line.split(maxsplit=1) for line in done.stdout.splitlines() if line.strip())
+    assert report["image"] == IMAGE
+    assert report["digest"].startswith("sha256:") and report["id"].startswith("sha256:")
+    return IMAGE
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_the_image_carries_its_version_commit_tools_and_sbom(image: str) -> None:
+    r = _podman("run", "--rm", *_podman_run_flags(), "--read-only", image, "--version")
+    assert r.returncode == 0, r.stderr
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert r.stdout.startswith(f"gitops-sync, version {__version__} (commit {head}"), r.stdout
+    r = _podman("run", "--rm", *_podman_run_flags(), "--entrypoint", "sh", image, "-c",
+                "id -u; kubectl version --client -o json; helm version --short; "
+                "cat /usr/share/gitops-sync/sbom/python-packages.json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    uid, rest = r.stdout.split("\n", 1)
+    assert uid == "65532"
+    assert '"gitVersion": "v1.37.2"' in rest and "v4.3.2" in rest  # deploy/local-cluster/go.mod's versions
+    inventory = json.loads(rest[rest.index('{\n  "version"') :])
+    installed = {d["metadata"]["name"].lower(): d["metadata"]["version"] for d in inventory["installed"]}
+    locked = (ROOT / "requirements" / "runtime.lock").read_text()
+    assert installed["gitops-sync"] == __version__
+    for name in ("kubernetes", "waitress", "pyyaml"):
+        assert f"{name}=={installed[name]} " in locked, name  # the image holds the locked versions
+
+
+@pytest.fixture
+def service_account(kube: KubeCluster, namespace: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The chart's fleet RBAC for a release in `namespace` (CRD left as it is), and a token of its
+    ServiceAccount laid out as the kubelet mounts it."""
+    crd = ROOT / "deploy" / "kubernetes" / "crd" / "gitsyncs.gitops-sync.io.yaml"
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
+    kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
+    release = f"img{uuid.uuid4().hex[:6]}"
+    rendered = kube.helm("template", release, str(ROOT / "deploy" / "chart"), "--namespace", namespace,
+                         "--set", "mode=fleet", "--set", "crds.install=false").stdout  # fmt: skip
+    manifest = tmp_path / "release.yaml"
+    manifest.write_text(rendered)
+    kube.kubectl("apply", "--server-side", "-f", str(manifest))
+    try:
+        token = kube.kubectl("create", "token", f"{release}-gitops-sync", "-n", namespace, "--duration=1h").stdout
+        cluster = yaml.safe_load(kube.kubeconfig.read_text())["clusters"][0]["cluster"]
+        sa = tmp_path / "serviceaccount"
+        sa.mkdir()
+        (sa / "token").write_text(token.strip())
+        (sa / "ca.crt").write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+        (sa / "namespace").write_text(namespace)
+        for f in (sa, *sa.iterdir()):
+            f.chmod(0o755 if f.is_dir() else 0o644)
+        yield cluster["server"], sa
+    finally:
+        kube.kubectl("delete", "-f", str(manifest), "--ignore-not-found", "--wait=false", check=False)
+
+
+def test_the_image_runs_the_daemon_in_cluster_read_only_and_reconciles_a_gitsync(
+    kube: KubeCluster, image: str, namespace: str, service_account: tuple[str, Path], tmp_path: Path
+) -> None:
+    server, sa = service_account
+    url = urllib.parse.urlsplit(server)
+    repos = tmp_path / "repos"
+    GitRepo(repos / "app", {"cm.yaml": configmap("from-the-image", {"k": "v"})})
+    # Owned by the daemon's uid, as a volume with fsGroup 65532 is: Git refuses a repository of another owner
+    # ("dubious ownership"), and the image does not turn that check off.
+    tmp_path.chmod(0o755)
+    for p in (repos, *repos.rglob("*")):
+        os.chown(p, 65532, 65532, follow_symlinks=False)
+    kube.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "gitops-sync.io/v1alpha1", "kind": "GitSync",
+        "metadata": {"name": "app", "namespace": namespace},
+        "spec": {"repository": "/srv/repos/app", "interval": "1h"},
+    }))  # fmt: skip
+    name = f"gitops-sync-{uuid.uuid4().hex[:6]}"
+    port = _free_port()
+    r = _podman(
+        "run", "--detach", "--name", name, *_podman_run_flags(), "--network", "host",
+        "--user", "65532:65532", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "--tmpfs", "/tmp:rw,mode=1777", "--tmpfs", "/var/cache/gitops-sync:rw,mode=1777",
+        "--volume", f"{sa}:{SA_DIR}:ro", "--volume", f"{repos}:/srv/repos:ro",
+        "--env", f"KUBERNETES_SERVICE_HOST={url.hostname}", "--env", f"KUBERNETES_SERVICE_PORT={url.port}",
+        "--env", f"POD_NAMESPACE={namespace}",
+        image, "run", f"--watch-namespace={namespace}", "--allow-local-repository=/srv/repos",
+        f"--http-addr=127.0.0.1:{port}",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    try:
+
+        def ready() -> bool:
+            gs = kube.get("GitSync", "app", namespace)
+            conditions = {c["type"]: c for c in gs.get("status", {}).get("conditions", [])}
+            return conditions.get("Ready", {}).get("status") == "True"
+
+        wait_until("the GitSync Ready=True, reconciled by the container", ready, timeout=120, interval=1)
+        cm = kube.get("ConfigMap", "from-the-image", namespace)
+        assert cm["data"] == {"k": "v"}
+        inspect = json.loads(_podman("inspect", name).stdout)[0]
+        assert inspect["State"]["Running"] is True
+        assert inspect["Config"]["User"] == "65532:65532" and inspect["HostConfig"]["ReadonlyRootfs"] is True
+        # The root file system is read-only for the daemon itself, not just declared so.
+        probe = _podman("exec", name, "sh", "-c", "touch /opt/venv/x 2>&1; id -u")
+        assert "Read-only file system" in probe.stdout and probe.stdout.strip().endswith("65532"), probe.stdout
+    finally:
+        logs = _podman("logs", name).stderr
+        Path("/tmp/image-daemon.log").write_text(logs)
+        stop = _podman("stop", "--time", "20", name)
+        state = json.loads(_podman("inspect", name).stdout or "[{}]")[0].get("State", {})
+        _podman("rm", "--force", name)
+    assert stop.returncode == 0, stop.stderr
+    assert state.get("ExitCode") == 0, logs[-3000:]  # SIGTERM: the pass finishes and the daemon exits 0
+    assert "Traceback" not in logs, logs[-3000:]
+
+
+def test_an_argument_less_run_keeps_running(image: str, tmp_path: Path) -> None:
+    """CMD is the daemon (`run`; the old `run --help` exited at once): in a Pod whose API server does not answer
+    yet it retries instead of exiting. An API server that refuses (port 1), so no real cluster is touched."""
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    for f, text in (("token", "not-a-token"), ("namespace", "default")):
+        (sa / f).write_text(text)
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=ca",
+         "-days", "1", "-keyout", str(tmp_path / "ca.key"), "-out", str(sa / "ca.crt")],
+        capture_output=True, check=True, timeout=30,
+    )  # fmt: skip
+    tmp_path.chmod(0o755)
+    for f in (sa, *sa.iterdir()):
+        f.chmod(0o755 if f.is_dir() else 0o644)
+    name = f"gitops-sync-noargs-{uuid.uuid4().hex[:6]}"
+    r = _podman(
+        "run", "--detach", "--name", name, *_podman_run_flags(), "--network", "host", "--read-only",
+        "--tmpfs", "/tmp:rw,mode=1777", "--tmpfs", "/var/cache/gitops-sync:rw,mode=1777",
+        "--volume", f"{sa}:{SA_DIR}:ro", "--env", "KUBERNETES_SERVICE_HOST=127.0.0.1",
+        "--env", "KUBERNETES_SERVICE_PORT=1", "--env", f"GITOPS_SYNC_HTTP_ADDR=127.0.0.1:{_free_port()}",
+        image,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    try:
+        time.sleep(10)
+        state = json.loads(_podman("inspect", name).stdout)[0]["State"]
+        logs = _podman("logs", name).stderr
+        assert state["Running"] is True, logs[-2000:]
+        assert "unreachable" in logs, logs[-2000:]
+    finally:
+        _podman("rm", "--force", name)
