@@ -5,6 +5,7 @@ run) whose urllib3 pool is a `FakeApi`: it answers each request from a script an
 decisions are tested this way (which requests are sent, in which order, what is done with the answers);
 what the API server itself defines (defaulting, managedFields, conflicts) is tested on the real cluster.
 `StaticDiscovery` knows a few built-in kinds without asking; `cm` and `objs` build desired objects.
+`FakeClock` is the one clock a test moves by hand (monotonic and wall time alike).
 """
 
 from __future__ import annotations
@@ -31,6 +32,25 @@ users: [{name: fake, user: {token: not-a-secret}}]
 contexts: [{name: fake, context: {cluster: fake, user: fake}}]
 current-context: fake
 """
+
+
+class FakeClock:
+    """A clock that moves only when the test says: `clock()` reads it, `advance(s)` moves it on.
+
+    Give the same instance to every part under test (work queue, scheduler, poller, finalizer) so that
+    "ten seconds later" means the same to all of them."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
 
 
 @dataclass

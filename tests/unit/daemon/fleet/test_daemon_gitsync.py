@@ -10,7 +10,8 @@ import yaml
 
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.fleet import gitsync
-from gitops_sync.daemon.fleet.gitsync import InvalidSpec, parse, shard_of, status_of, with_transition_times
+from gitops_sync.daemon.fleet.gitsync import InvalidSpec, parse, shard_of, with_transition_times
+from gitops_sync.daemon.fleet.status import status_of
 from gitops_sync.engine import SourceOptions
 
 CRD = Path(__file__).resolve().parents[4] / "deploy" / "kubernetes" / "crd" / "gitsyncs.gitops-sync.io.yaml"
