@@ -85,7 +85,6 @@ class Fleet(Process[FleetKey]):
             on_event=self._gitsync_event,
             known=self.registry.object_refs,
             on_listed=self._listed.set,
-            stopping=lambda: self._stopping,
         )
         self.factory = SourceFactory(
             opts,

@@ -20,6 +20,7 @@ from gitops_sync.daemon.fleet.poller import Poller
 from gitops_sync.daemon.fleet.registry import Registry
 from gitops_sync.daemon.fleet.scheduler import SLOW_PASS, Scheduler
 from gitops_sync.daemon.fleet.sources import Source
+from gitops_sync.daemon.fleet.watch import GitSyncWatch
 from gitops_sync.daemon.process.controller import DaemonOptions
 from gitops_sync.daemon.reconcile.history import OwnershipHistory
 from gitops_sync.daemon.reconcile.outcome import Outcome, SourceSnapshot
@@ -176,3 +177,21 @@ def test_the_field_history_of_an_object_two_sources_want_is_both_sources(fleet: 
     fields = fleet.documents.field_history("", "ConfigMap", "team-a", "shared")
     assert set(fields) == {".data.a", ".data.b"}, fields
     assert [rec["value"] for rec in fields[".data.b"]] == ["2"]
+
+
+def test_a_relist_reports_the_gitsyncs_gone_meanwhile_as_deleted(fleet: Fleet, api: FakeApi) -> None:
+    """The GitSync watch runs on the runtime's list/watch loop; a list replaces what the fleet knew."""
+    events: list[tuple[str, str]] = []
+    listed: list[bool] = []
+    watch = GitSyncWatch(
+        fleet.client,
+        fleet.client,
+        gitsync.collection_path(),
+        on_event=lambda etype, obj: events.append((etype, obj["metadata"]["name"])),
+        known=lambda: ["team-a/kept", "team-a/gone"],
+        on_listed=lambda: listed.append(True),
+    )
+    api.on("GET", gitsync.collection_path(), {"metadata": {"resourceVersion": "9"}, "items": [gitsync_obj("kept")]})
+    watch.loop._list()
+    assert events == [("ADDED", "kept"), ("DELETED", "gone")] and listed == [True]
+    assert watch.loop.resource_version == "9", "the watch goes on from the list's version"
