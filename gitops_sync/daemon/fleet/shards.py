@@ -20,7 +20,11 @@ SHARD_LEASE_PREFIX = "gitops-sync-shard-"
 
 
 class ShardSet:
-    """One LeaderElector per shard, stepped by one thread; a replica holds at most `limit` shards."""
+    """One LeaderElector per shard, stepped by one thread; a replica holds at most `limit` shards.
+
+    Threads: `run` on the `shards` thread, the only one that steps the electors (and so calls
+    `on_change`, `on_reopen`, `on_vacant`); `can_write`, `held`, `status` and `problem` from any thread
+    (workers' fences, HTTP); `release` from the stop, after the workers drained."""
 
     def __init__(
         self,

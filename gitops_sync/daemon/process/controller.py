@@ -67,7 +67,7 @@ class DaemonOptions:
     fight_threshold: int = 3  # another manager taking a field this often within fight_window: yield it
     fight_window: float = 600.0
     autoscaler_wins: bool = True  # yield .spec.replicas to an HPA at once (--git-wins-over-autoscaler: no)
-    # The fleet controller (run without --repo): fleet.py.
+    # The fleet controller (run without --repo): fleet/.
     watch_namespace: str | None = None  # only GitSyncs in this namespace (default: all)
     shards: int = 1  # sources are split into this many shards, one Lease each (with leader_elect)
     max_shards: int = 0  # at most this many shards held by one replica (0 = all)

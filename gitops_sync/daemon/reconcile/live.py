@@ -87,7 +87,7 @@ class PassYields:
         self.api = api
 
     def targets(self, src: DesiredState, only: set[ObjectKey] | None, live_map: LiveMap) -> list[Target]:
-        """The targets of this pass with yielded fields left out (daemon/yields.py): end the yields that
+        """The targets of this pass with yielded fields left out (yields.py): end the yields that
         expired or whose HPA is gone, yield to autoscalers seen for the first time, then drop the fields."""
         for y in self.yields.expired():
             self.reporter.resumed(

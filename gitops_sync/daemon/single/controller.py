@@ -17,7 +17,7 @@ clean pass. Every background loop runs under a `Supervisor`: restarted when it d
 
 The daemon owns what a source does not: the watch cache, the queue, the Lease, HTTP, Events. The source
 itself (its render, passes, health and report) is a `SourceReconciler` (reconciler.py), the same object
-the fleet controller (fleet.py) keeps one of per GitSync.
+the fleet controller (fleet/) keeps one of per GitSync.
 """
 
 from __future__ import annotations
