@@ -82,21 +82,13 @@ class Finalizer:
         """Collect what the source applied; True once its objects are gone (or waited out)."""
         gs = src.gs
         waits = gs.deletion_policy == gitsync.WAIT_FOR_TERMINATION
-        identity = r.desired.identity.text
         entries: list[Entry] = []
         try:
-            cs, due = r.engine.collect(
-                r.inventory_name,
-                r.inventory_namespace,
-                identity,
-                prune_cascade=gs.prune_cascade,
-                advice=gs.cascade_advice,
-                keep_parent=waits,
-                pending_done=not waits,  # Delete, MirrorPrune: a deletion the API server accepted is done
-            )
+            # Delete, MirrorPrune: a deletion the API server accepted is done
+            cs, due = r.collect(keep_parent=waits, pending_done=not waits)
             entries = cs.entries
             failures = failures_of(entries, cs.errors, ())
-            left = r.engine.remaining(r.inventory_name, r.inventory_namespace, identity) if waits and due else []
+            left = r.remaining() if waits and due else []
         except GitOpsError as exc:
             due, left = True, []
             failures = Failures(errors=[mask_url(str(exc))], count=1, reason=PRUNE_FAILED)
@@ -114,14 +106,7 @@ class Finalizer:
                 f"GitSync go: {', '.join(str(k) for k in left[:5])}",
             )
         if waits and due:  # every member gone (or waited out): now the parent goes too
-            r.engine.collect(
-                r.inventory_name,
-                r.inventory_namespace,
-                identity,
-                prune_cascade=gs.prune_cascade,
-                advice=gs.cascade_advice,
-                pending_done=True,  # waited out: what is still held is left to its finalizers
-            )
+            r.collect(pending_done=True)  # waited out: what is still held is left to its finalizers
         _log_deleted(ref, gs, entries, due)
         return True
 

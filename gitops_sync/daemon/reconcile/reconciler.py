@@ -33,6 +33,7 @@ from gitops_sync.daemon.runtime.metrics import Metrics
 from gitops_sync.engine import Engine
 from gitops_sync.errors import ApiError, ClusterError, RepositoryNotAllowed
 from gitops_sync.log import get_logger
+from gitops_sync.plan.changeset import ChangeSet
 from gitops_sync.plan.masking import Redactor
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
@@ -393,6 +394,26 @@ class SourceReconciler(PassRunner):
                 return  # only status or bookkeeping changed: nothing we set can differ
             self.fingerprints[key] = fp
         self.queue.add(key)
+
+    # -- deletion ---------------------------------------------------------------------------
+
+    def collect(self, *, keep_parent: bool = False, pending_done: bool = False) -> tuple[ChangeSet, bool]:
+        """Its source deleted: prune every member of its inventory, then (unless `keep_parent`) the parent;
+        (the change set, whether the collection is due). See Engine.collect."""
+        opts = self.spec.pass_opts
+        return self.engine.collect(
+            self.inventory_name,
+            self.inventory_namespace,
+            self.desired.identity.text,
+            prune_cascade=opts.prune_cascade,
+            advice=opts.cascade_advice,
+            keep_parent=keep_parent,
+            pending_done=pending_done,
+        )
+
+    def remaining(self) -> list[ObjectKey]:
+        """The members of its inventory still in the API (what WaitForTermination waits for)."""
+        return self.engine.remaining(self.inventory_name, self.inventory_namespace, self.desired.identity.text)
 
     # -- reports ----------------------------------------------------------------------------
 
