@@ -392,11 +392,11 @@ def test_diff_and_sync_offer_html_output() -> None:
             )
         ],
     )
-    from gitops_sync import cli
+    from gitops_sync.cli import output
 
     out = io.StringIO()
-    assert "html" in cli.OUTPUTS
-    cli._write(cs, "html", out)
+    assert "html" in output.OUTPUTS
+    output.write(cs, "html", out)
     html = out.getvalue()
     assert html.startswith("<!doctype html>") and "kubectl edit" in html and "&lt;script&gt;" in html
     assert "<script" not in html
