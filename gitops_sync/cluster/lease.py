@@ -36,7 +36,8 @@ from gitops_sync.resource import Manifest, resource_version
 
 log = get_logger(__name__)
 
-# A one-shot run's hold on the same Lease (SourceLock) lives in sourcelock.py; cli.py imports it from here.
+# A one-shot run's hold on the same Lease (SourceLock) lives in sourcelock.py; cli/pass_commands.py imports it
+# from here.
 __all__ = [
     "ApiLeaseStore",
     "LeaderConfig",

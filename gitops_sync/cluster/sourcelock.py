@@ -2,7 +2,8 @@
 
 The Lease is the daemon's own (lease.py: `lease_name`, `LeaderElector`); the client's write hook
 (`Client.before_write`) calls `SourceLock.before_write`, which takes it, waits for it, or refuses the write.
-The caller (cli.py) plans the pass again when LeaseChanged says its reads may predate another run's writes.
+The caller (`sync`: cli/pass_commands.py) plans the pass again when LeaseChanged says its reads may predate
+another run's writes.
 """
 
 from __future__ import annotations

@@ -49,9 +49,10 @@ class ListWatchClient(Protocol):
 
 
 class Clock:
-    """Time as the loop sees it: `now` for how long a watch lasted, `wait` for a backoff that `stop` ends."""
+    """Time as the loop sees it: calling it reads the monotonic clock (how long a watch lasted, as every
+    `Callable[[], float]` clock of the package does), `wait` for a backoff that `stop` ends."""
 
-    def now(self) -> float:
+    def __call__(self) -> float:
         return time.monotonic()
 
     def wait(self, stop: threading.Event, seconds: float) -> bool:
@@ -156,12 +157,12 @@ class ListWatch:
                     self.backoff.reset()
                     if self._stop.is_set():
                         break
-                started = self.clock.now()
+                started = self.clock()
                 self._watch()
                 if self._stop.is_set():
                     break
                 self._restarted("closed")  # the server ended the watch (its timeout): resume from the version
-                if self.clock.now() - started < _SHORT_WATCH:
+                if self.clock() - started < _SHORT_WATCH:
                     self.clock.wait(self._stop, self.backoff.next())
             except GoneError:  # the version we resume from is too old: only a new list helps
                 log.info("watch expired; relisting", resource=self.name)
