@@ -32,7 +32,7 @@ from gitops_sync.daemon.fleet.poller import Poller
 from gitops_sync.daemon.fleet.registry import Registry, rebuild_needed
 from gitops_sync.daemon.fleet.scheduler import Scheduler
 from gitops_sync.daemon.fleet.shards import ShardSet, vacant_message
-from gitops_sync.daemon.fleet.sources import FleetKey, Scoped, Source, SourceClient, SourceFactory
+from gitops_sync.daemon.fleet.sources import FleetKey, Scoped, Source, SourceFactory
 from gitops_sync.daemon.fleet.watch import GitSyncWatch
 from gitops_sync.daemon.fleet.writer import StatusWriter
 from gitops_sync.daemon.process.controller import DaemonOptions, Process
@@ -474,4 +474,4 @@ def _stub(obj: Manifest) -> GitSync:
     )
 
 
-__all__ = ["Fleet", "ShardSet", "SourceClient"]
+__all__ = ["Fleet"]

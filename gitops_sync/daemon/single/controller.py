@@ -30,7 +30,6 @@ from gitops_sync.cluster.lease import (
     LeaderElector,
     lease_name,
 )
-from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.process.controller import DaemonOptions, FencedClient, Process
 from gitops_sync.daemon.reconcile import views
 from gitops_sync.daemon.reconcile.conditions import ClusterProbe
@@ -333,4 +332,4 @@ class Daemon(Process[QueueKey]):
         return doc
 
 
-__all__ = ["FULL", "SOURCE", "ConflictPolicy", "Daemon", "DaemonOptions", "FencedClient"]
+__all__ = ["Daemon"]
