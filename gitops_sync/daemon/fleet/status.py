@@ -97,6 +97,7 @@ def _counts(snap: SourceSnapshot, failures: Failures) -> dict[str, int]:
     for e in snap.entries:
         counts[e.action.value] += 1
     counts["drifted"] = sum(1 for s in states if s in ("drifted", "missing"))
+    counts["planned"] = sum(1 for s in states if s == "planned")  # Git's changes a detect-only pass left
     counts["conflict"] = sum(1 for s in states if s == "conflict")
     counts["error"] = failures.count  # each failed object once, and the pass errors that are causes
     return counts
@@ -157,8 +158,8 @@ def _ready(
     if not snap.first_sync:
         return None, "Progressing", "first sync in progress", True, False
     message = f"applied revision {doc['lastAppliedRevision'] or '(plain directory)'}"
-    if not snap.self_heal and counts["drifted"] > 0:
-        message += f" (detect-only: {counts['drifted']} drifted)"
+    if not snap.self_heal and (counts["drifted"] or counts["planned"]):
+        message += f" (detect-only: {counts['drifted']} drifted, {counts['planned']} planned)"
     return True, "ReconciliationSucceeded", message, False, False
 
 
