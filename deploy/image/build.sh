@@ -32,7 +32,9 @@ base() {
   mkdir -p "$OUT"
   log "base: mmdebstrap bookworm ($BASE_PACKAGES) from this machine's Debian sources"
   # The host's apt sources on stdin: the same mirror apt-get uses here, named nowhere in this repository.
-  cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | awk '/^Types:|^URIs:|^Suites:|^Components:|^Signed-By:|^$|^deb /' |
+  local sources=() f
+  for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list; do [ -f "$f" ] && sources+=("$f"); done
+  awk '/^Types:|^URIs:|^Suites:|^Components:|^Signed-By:|^$|^deb /' "${sources[@]}" |
     mmdebstrap --variant=minbase --mode=root --format=tar --include="$BASE_PACKAGES" \
       --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
       --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
