@@ -70,6 +70,8 @@ class RunFlags:
     http_addr: str
     http_auth: str
     webhook_secret_file: Path | None
+    tls_cert_file: Path | None
+    tls_key_file: Path | None
     leader_elect: bool
     leader_elect_namespace: str | None
     leader_elect_identity: str | None
@@ -133,6 +135,19 @@ class RunFlags:
     default=None,
     help=f"Secret for POST /hooks/git (GitHub X-Hub-Signature-256 or GitLab X-Gitlab-Token); "
     f"else ${WEBHOOK_SECRET_ENV}; without one the webhook is off.",
+)
+@click.option(
+    "--tls-cert-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Serve --http-addr over HTTPS only (TLS 1.2+) with this certificate (PEM, chain after it); "
+    "re-read when the file changes. Needs --tls-key-file.",
+)
+@click.option(
+    "--tls-key-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The private key (PEM) of --tls-cert-file.",
 )
 @click.option(
     "--leader-elect",
@@ -234,6 +249,8 @@ def _options(source: SourceOptions, cluster: ClusterArgs, f: RunFlags) -> Daemon
         policy = ConflictPolicy(f.on_conflict)
         leader = LeaderConfig(f.lease_duration, f.renew_deadline, f.retry_period)
         secret = load_webhook_secret(f.webhook_secret_file)
+        if (f.tls_cert_file is None) != (f.tls_key_file is None):
+            raise ValueError("--tls-cert-file and --tls-key-file go together")
     except (ValueError, GitOpsError) as exc:
         raise click.UsageError(str(exc)) from exc
     return DaemonOptions(
@@ -255,6 +272,7 @@ def _options(source: SourceOptions, cluster: ClusterArgs, f: RunFlags) -> Daemon
         debounce=f.debounce,
         http_addr=f.http_addr,
         http_auth=f.http_auth,
+        tls_files=(f.tls_cert_file, f.tls_key_file) if f.tls_cert_file and f.tls_key_file else None,
         webhook_secret=secret,
         kubeconfig=cluster.kubeconfig,
         context=cluster.context,

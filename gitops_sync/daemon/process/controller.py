@@ -32,6 +32,7 @@ from gitops_sync.daemon.runtime.metrics import Metrics
 from gitops_sync.daemon.runtime.queue import Backoff, WorkQueue
 from gitops_sync.daemon.runtime.supervisor import Supervisor
 from gitops_sync.daemon.serving.http import Endpoints, HttpServer
+from gitops_sync.daemon.serving.tls import Certificates
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.log import get_logger
 from gitops_sync.resource import Manifest, ObjectKey
@@ -50,6 +51,7 @@ class DaemonOptions:
     debounce: float = 0.2
     http_addr: str = ":8080"
     http_auth: str = "none"  # none | kubernetes (auth.py)
+    tls_files: tuple[Path, Path] | None = None  # (certificate, key): HTTPS only on http_addr (serving/tls.py)
     webhook_secret: bytes | None = None
     kubeconfig: Path | None = None
     context: str | None = None
@@ -160,7 +162,8 @@ class Process(Generic[K]):
             history=history,
             tenant_resource=tenant_resource,
         )
-        return HttpServer(self.opts.http_addr, endpoints, auth=auth)
+        certificates = Certificates(*self.opts.tls_files) if self.opts.tls_files else None
+        return HttpServer(self.opts.http_addr, endpoints, auth=auth, certificates=certificates)
 
     def _webhook(self, on_push: Callable[[], None]) -> Callable[[dict[str, str], bytes], WebhookResult]:
         """The Git webhook of both controllers: a verified push calls `on_push` (it enqueues a look at Git)."""

@@ -14,6 +14,7 @@ import heapq
 import logging
 import resource
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Collection
@@ -29,6 +30,7 @@ from waitress.task import ThreadedTaskDispatcher
 
 from gitops_sync.daemon.runtime.auth import Authorizer
 from gitops_sync.daemon.serving.routes import MAX_WEBHOOK_BODY, Endpoints, Routes
+from gitops_sync.daemon.serving.tls import Certificates
 from gitops_sync.errors import GitOpsError
 from gitops_sync.log import get_logger
 
@@ -109,11 +111,60 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
         return more
 
 
+class _TlsChannel(_Channel):
+    """A connection over TLS: the accepted socket wrapped with the server's current context, the handshake
+    driven by read events of the event loop (never blocking it), and OpenSSL's want-read/want-write taken
+    as "not now" instead of waitress's socket errors. Until the handshake is done the connection counts as
+    a request in progress, so a handshake trickled in is cut at the request deadline like a trickled header."""
+
+    def __init__(self, server: _Server, sock: socket.socket, addr: Any, adj: Adjustments, map: Any = None) -> None:
+        assert server.certificates is not None
+        tls = server.certificates.context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        self.handshake_started: float | None = time.monotonic()  # None once done
+        super().__init__(server, tls, addr, adj, map)
+
+    def _handshake(self) -> bool:
+        self.socket.do_handshake()
+        self.handshake_started = None
+        return True
+
+    def handle_read(self) -> None:
+        try:
+            if self.handshake_started is not None:
+                self._handshake()
+            data = self.socket.recv(self.adj.recv_bytes)
+            while data and self.socket.pending():  # decrypted bytes the next poll would never announce
+                data += self.socket.recv(self.socket.pending())
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return
+        except OSError:  # ssl.SSLError included: a failed handshake, plain HTTP on the TLS port, a reset
+            self.handle_close()
+            return
+        if data:
+            self.last_activity = time.time()
+            self.received(data)
+        else:
+            self.connected = False  # the client closed, as waitress's handle_read does
+
+    def send(self, data: bytes, do_close: bool = True) -> int:
+        try:
+            return int(self.socket.send(data))
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return 0  # OpenSSL retries the same bytes: waitress keeps them in its buffer until sent
+        except OSError:
+            if do_close:
+                self.handle_close()
+            return 0
+
+
 def _unread(sock: socket.socket) -> bool:
-    """Whether bytes wait in the socket (a peer that closed has none: it may go first)."""
+    """Whether bytes wait in the socket (a peer that closed has none: it may go first). Over TLS the raw
+    socket is peeked (an SSL socket takes no flags) and OpenSSL's own buffer counts too."""
     try:
-        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
-    except OSError:  # BlockingIOError: nothing waiting; anything else: the connection is broken anyway
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True
+        return bool(socket.socket.recv(sock, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except (OSError, ValueError):  # BlockingIOError: nothing waiting; anything else: broken anyway
         return False
 
 
@@ -138,6 +189,7 @@ class _Server(TcpWSGIServer):  # type: ignore[misc]
     """
 
     channel_class = _Channel
+    certificates: Certificates | None = None  # TLS: the channels are _TlsChannel
     request_timeout = 10.0
     evicted = 0  # connections closed to make room at the cap (a figure for logs and tests)
     next_channel_cleanup = 0.0  # waitress's, typed
@@ -209,7 +261,8 @@ class _Server(TcpWSGIServer):  # type: ignore[misc]
             if channel.requests:
                 continue  # a worker is answering it: never pull the socket from under it
             request = channel.request
-            if channel.last_activity < idle_cutoff or (request is not None and request.started < request_cutoff):
+            started = request.started if request is not None else getattr(channel, "handshake_started", None)
+            if channel.last_activity < idle_cutoff or (started is not None and started < request_cutoff):
                 channel.handle_close()
 
 
@@ -233,8 +286,15 @@ class HttpServer:
     """Binds at construction (so a busy port fails before anything starts); serves after `start()`."""
 
     def __init__(
-        self, addr: str, endpoints: Endpoints, *, auth: Authorizer | None = None, limits: Limits | None = None
+        self,
+        addr: str,
+        endpoints: Endpoints,
+        *,
+        auth: Authorizer | None = None,
+        limits: Limits | None = None,
+        certificates: Certificates | None = None,
     ) -> None:
+        """`certificates`: serve HTTPS only (TLS 1.2+, the certificate reloaded when its files change)."""
         self.limits = limits = limits or Limits()
         host, port = parse_addr(addr)
         sock = listen(host, port)
@@ -267,6 +327,9 @@ class HttpServer:
             sockinfo=(sock.family, sock.type, sock.proto, sock.getsockname()),
         )
         self._server.request_timeout = float(limits.request_timeout)
+        if certificates is not None:
+            self._server.certificates = certificates
+            self._server.channel_class = _TlsChannel
         self._stopping = threading.Event()
         self._closing = threading.Lock()
         self._closed = False
