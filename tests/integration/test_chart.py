@@ -4,6 +4,7 @@ the chart installed into the local cluster by gitops-sync itself (`helm template
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -30,11 +31,13 @@ HELM_ONLY_LABELS = ("app.kubernetes.io/instance", "app.kubernetes.io/version", "
 # The CRD is a template (upgraded by `helm upgrade`, unlike a chart's crds/ directory) kept on uninstall.
 KEEP = {"helm.sh/resource-policy": "keep"}
 
+# kustomize variant: the chart's values that render it. namespace.create: the manifests make the Namespace;
+# tls.generate=false: the manifests expect the Secret gitops-sync-tls to exist (the chart makes one by default).
+SAME = ["--set", "namespace.create=true", "--set", "tls.generate=false"]
 VARIANTS = {
-    # kustomize variant: the chart's values that render it (namespace.create: the manifests make the Namespace).
-    "namespaced": ["--set", "namespace.create=true"],
-    "cluster-wide": ["--set", "namespace.create=true", "--set", "rbac.scope=cluster-wide"],
-    "fleet": ["--set", "namespace.create=true", "--set", "mode=fleet"],
+    "namespaced": SAME,
+    "cluster-wide": [*SAME, "--set", "rbac.scope=cluster-wide"],
+    "fleet": [*SAME, "--set", "mode=fleet"],
 }
 
 
@@ -170,3 +173,38 @@ def test_gitops_sync_installs_the_chart_it_ships(kube: KubeCluster, namespace: s
     for d in docs:
         if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
             assert kube.find(d["kind"], d["metadata"]["name"]) is None, d["metadata"]["name"]
+
+
+def test_tls_is_on_by_default_with_a_certificate_for_the_service(kube: KubeCluster, tmp_path: Path) -> None:
+    docs = _docs(_template(kube, release="blue", namespace="ops"))
+    secret = next(d for d in docs if d["kind"] == "Secret")
+    assert secret["metadata"]["name"] == "blue-gitops-sync-tls" and secret["type"] == "kubernetes.io/tls"
+    (tmp_path / "tls.crt").write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
+    (tmp_path / "ca.crt").write_bytes(base64.b64decode(secret["data"]["ca.crt"]))
+    verified = subprocess.run(
+        ["openssl", "verify", "-CAfile", str(tmp_path / "ca.crt"), "-verify_hostname", "blue-gitops-sync.ops.svc",
+         str(tmp_path / "tls.crt")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "--tls-cert-file=/etc/gitops-sync/tls/tls.crt" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "blue-gitops-sync-tls"
+
+
+def test_tls_from_cert_manager_or_off(kube: KubeCluster) -> None:
+    docs = _docs(
+        _template(
+            kube, "--set", "tls.certManager.issuerRef.name=ca", "--set", "tls.certManager.issuerRef.kind=ClusterIssuer"
+        )
+    )
+    cert = next(d for d in docs if d["kind"] == "Certificate")
+    assert cert["spec"]["secretName"] == "gitops-sync-tls" and "gitops-sync.gitops-sync.svc" in cert["spec"]["dnsNames"]
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    plain = _docs(_template(kube, "--set", "tls.enabled=false"))
+    container = next(d for d in plain if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert not [a for a in container["args"] if a.startswith("--tls")]
+    assert "scheme" not in container["readinessProbe"]["httpGet"]

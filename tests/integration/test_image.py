@@ -11,9 +11,11 @@ import os
 import resource
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,15 +138,26 @@ def test_the_image_runs_the_daemon_in_cluster_read_only_and_reconciles_a_gitsync
     }))  # fmt: skip
     name = f"gitops-sync-{uuid.uuid4().hex[:6]}"
     port = _free_port()
+    tls = tmp_path / "tls"  # the port serves HTTPS, as the manifests and the chart run it
+    tls.mkdir(mode=0o755)
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj",
+         "/CN=gitops-sync", "-addext", "subjectAltName=IP:127.0.0.1", "-days", "1",
+         "-keyout", str(tls / "tls.key"), "-out", str(tls / "tls.crt")],
+        capture_output=True, check=True, timeout=30,
+    )  # fmt: skip
+    (tls / "tls.key").chmod(0o644)
     r = _podman(
         "run", "--detach", "--name", name, *_podman_run_flags(), "--network", "host",
+        "--volume", f"{tls}:/etc/gitops-sync/tls:ro",
         "--user", "65532:65532", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
         "--tmpfs", "/tmp:rw,mode=1777", "--tmpfs", "/var/cache/gitops-sync:rw,mode=1777",
         "--volume", f"{sa}:{SA_DIR}:ro", "--volume", f"{repos}:/srv/repos:ro",
         "--env", f"KUBERNETES_SERVICE_HOST={url.hostname}", "--env", f"KUBERNETES_SERVICE_PORT={url.port}",
         "--env", f"POD_NAMESPACE={namespace}",
         image, "run", f"--watch-namespace={namespace}", "--allow-local-repository=/srv/repos",
-        f"--http-addr=127.0.0.1:{port}",
+        f"--http-addr=127.0.0.1:{port}", "--tls-cert-file=/etc/gitops-sync/tls/tls.crt",
+        "--tls-key-file=/etc/gitops-sync/tls/tls.key",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     try:
@@ -157,6 +170,9 @@ def test_the_image_runs_the_daemon_in_cluster_read_only_and_reconciles_a_gitsync
         wait_until("the GitSync Ready=True, reconciled by the container", ready, timeout=120, interval=1)
         cm = kube.get("ConfigMap", "from-the-image", namespace)
         assert cm["data"] == {"k": "v"}
+        https = ssl.create_default_context(cafile=str(tls / "tls.crt"))
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=https, timeout=10) as answer:
+            assert answer.status == 200
         inspect = json.loads(_podman("inspect", name).stdout)[0]
         assert inspect["State"]["Running"] is True
         assert inspect["Config"]["User"] == "65532:65532" and inspect["HostConfig"]["ReadonlyRootfs"] is True

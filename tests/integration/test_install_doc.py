@@ -47,6 +47,12 @@ def test_the_install_examples_run(kube: KubeCluster, namespace: str, tmp_path: P
         container = dep["spec"]["template"]["spec"]["containers"][0]
         assert container["image"] == f"registry.test/gitops-sync:{__version__}"
         assert {"name": "GITOPS_SYNC_REPO", "value": "https://git.example.com/platform/deploy.git"} in container["env"]
+        # TLS on by default: the chart made the Secret the container mounts.
+        secret = kube.get("Secret", f"{release}-gitops-sync-tls", namespace)
+        assert (
+            secret["type"] == "kubernetes.io/tls"
+            and "--tls-cert-file=/etc/gitops-sync/tls/tls.crt" in container["args"]
+        )
 
         dry = manifests.replace(
             "kubectl apply --server-side -k overlay", "kubectl apply --server-side --dry-run=server -k overlay"
@@ -61,6 +67,8 @@ def test_the_install_examples_run(kube: KubeCluster, namespace: str, tmp_path: P
 
         out = _run(upgrade, tmp_path, env)
         assert out.strip().endswith(f"registry.test/gitops-sync:{__version__}-next"), out
+        kept = kube.get("Secret", f"{release}-gitops-sync-tls", namespace)
+        assert kept["data"]["tls.crt"] == secret["data"]["tls.crt"]  # the upgrade keeps the certificate (lookup)
         assert kube.helm("history", release, "-n", namespace).stdout.count("\n") == 3  # header, install, upgrade
     finally:
         kube.helm("uninstall", release, "-n", namespace, check=False)

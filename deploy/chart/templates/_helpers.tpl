@@ -92,3 +92,17 @@ roleRef:
   name: {{ include "gitops-sync.fullname" $root }}{{ $suffix }}
 {{ include "gitops-sync.subjects" $root }}
 {{- end -}}
+
+{{- define "gitops-sync.tlsSecret" -}}
+{{- .Values.tls.secretName | default (printf "%s-tls" (include "gitops-sync.fullname" .)) -}}
+{{- end -}}
+
+{{/* The Service's DNS names: what the certificate is for. */}}
+{{- define "gitops-sync.dnsNames" -}}
+{{- $svc := include "gitops-sync.fullname" . -}}
+{{- list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) | toJson -}}
+{{- end -}}
+
+{{- define "gitops-sync.portName" -}}
+{{- if .Values.tls.enabled -}}https{{- else -}}http{{- end -}}
+{{- end -}}
