@@ -313,6 +313,7 @@ class HttpServer:
             max_request_body_size=limits.max_body_bytes,
             expose_tracebacks=False,
             ident="gitops-sync",
+            url_scheme="https" if certificates is not None else "http",  # the sign-in cookie is Secure over TLS
         )
         self._map: dict[int, Any] = {}
         self._dispatcher = ThreadedTaskDispatcher()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gitops_sync.daemon.runtime.auth import Decision
 from gitops_sync.daemon.serving.http import HttpServer, Limits
 from gitops_sync.daemon.serving.tls import Certificates, TlsError
 from tests.reliability.http_target import stand_in
@@ -192,3 +193,21 @@ def test_a_trickled_or_silent_handshake_is_cut_at_the_request_deadline(served: t
 def test_missing_files_fail_at_start_naming_them(tmp_path: Path) -> None:
     with pytest.raises(TlsError, match=r"cannot load the TLS certificate .*nope\.crt"):
         Certificates(tmp_path / "nope.crt", tmp_path / "nope.key")
+
+
+def test_the_sign_in_cookie_is_secure_over_tls(tmp_path: Path) -> None:
+    """The page's token cookie carries `Secure` when the port is HTTPS (a browser never sends it in clear)."""
+    cert, key = make_cert(tmp_path, "signin")
+    srv = HttpServer(
+        "127.0.0.1:0", stand_in(), auth=lambda _path, _header: Decision(200, "ok"), certificates=Certificates(cert, key)
+    ).start()
+    try:
+        conn = http.client.HTTPSConnection("127.0.0.1", srv.port, context=client(cert), timeout=10)
+        body = "token=abc.def-ghi"
+        conn.request("POST", "/login", body, {"Content-Type": "application/x-www-form-urlencoded"})
+        r = conn.getresponse()
+        assert r.status == 303
+        assert r.getheader("Set-Cookie", "").endswith("; HttpOnly; SameSite=Strict; Secure")
+        conn.close()
+    finally:
+        srv.stop()
