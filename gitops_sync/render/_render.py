@@ -8,15 +8,17 @@ objects go on to the planner, the messages to reports, logs and the daemon's /st
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import sys
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from gitops_sync.errors import RenderError
-from gitops_sync.render import _kustomize, _tools, locate
+from gitops_sync.render import _kustomize, _tools, charts, locate
 from gitops_sync.render._kustomize import KUSTOMIZATION_FILES
 from gitops_sync.render._yaml import NodeBudget, load_config, load_json, load_yaml, read_bounded
 from gitops_sync.render.snapshot import Snapshot
@@ -51,6 +53,11 @@ class RenderOptions:
     # of a fetched commit, or one not checked out in a work tree. Rendering one (walking into it, a symlink
     # or a kustomization reaching it) is an error naming it, never an empty directory.
     holes: tuple[str, ...] = ()
+    # Charts from repositories (helm-chart.yaml, render/charts.py): where pulled archives are kept by digest
+    # (the engine passes <clone cache>/; None: a temporary directory per render, so nothing is reused), and the
+    # operator's credentials file (None: $GITOPS_SYNC_CHART_CREDENTIALS, else no credentials).
+    chart_cache: Path | None = None
+    chart_credentials: Path | None = None
 
 
 def render(
@@ -138,6 +145,9 @@ class _Walker:
         entries = self._list(directory, rel)
         names = {e.name for e in entries}
         kustomization = next((n for n in KUSTOMIZATION_FILES if n in names), None)
+        if charts.CHART_SOURCE_FILE in names:
+            self._chart_source(directory, rel, names)
+            return
         if kustomization is not None or "Chart.yaml" in names:
             self._check_tree_links(directory, rel)
             tool = "kustomize" if kustomization is not None else "helm"
@@ -253,6 +263,53 @@ class _Walker:
         release = self.opts.helm_release or directory.resolve().name
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
         return _tools.helm_template(self.opts.helm, directory, release, self.opts.namespace, values, label, limits)
+
+    def _chart_source(self, directory: Path, rel: str, names: set[str]) -> None:
+        """A chart from a repository (helm-chart.yaml): resolved, pulled (or served from the cache by
+        digest), checked and rendered; the directory holds its declaration and values files, nothing else is
+        rendered from it. Every object's origin names chart, version and digest (reports show it)."""
+        file_rel = _join(rel, charts.CHART_SOURCE_FILE)
+        self.current = file_rel
+        clash = sorted(names & {"Chart.yaml", *KUSTOMIZATION_FILES})
+        if clash:
+            what = charts.CHART_SOURCE_FILE
+            raise RenderError(f"a directory with {what} must not also hold {clash[0]}", file=file_rel)
+        self._check_tree_links(directory, rel)
+        spec = charts.load_spec(directory / charts.CHART_SOURCE_FILE, file_rel)
+        values = []
+        for given in spec.values_files:
+            path = directory / given
+            name = _join(rel, given)
+            if Path(given).is_absolute() or not path.resolve().is_relative_to(self.boundary):
+                raise RenderError(f"values file {given} leads outside the repository", file=file_rel)
+            if not path.is_file():
+                raise RenderError(f"values file {given} does not exist", file=file_rel)
+            self._check_values(path, name)
+            values.append(path)
+        access = charts.access_for(spec.repo, charts.load_access(self.opts.chart_credentials))
+        with tempfile.TemporaryDirectory(prefix="gitops-sync-chart-") as scratch:
+            cache = self.opts.chart_cache or Path(scratch)
+            pulled = charts.pull(spec, file_rel, access, cache, self.opts.helm)
+            self._check_chart(pulled.directory, f"{file_rel} ({pulled.chart} {pulled.version})")
+            if spec.values:
+                inline = Path(scratch) / "inline-values.json"
+                inline.write_text(json.dumps(spec.values))  # JSON is YAML; applied last, as Flux's `values`
+                values.append(inline)
+            label = f"{self.name(rel)} ({pulled.describe()})"
+            limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
+            namespace = spec.namespace or self.opts.namespace
+            output = _tools.helm_template(
+                self.opts.helm, pulled.directory, spec.release, namespace, values, label, limits
+            )
+        budget = replace(self.budget, per_file=sys.maxsize)
+        docs = load_yaml(output, label, budget)
+        self.budget.used = budget.used
+        before = len(self.objects)
+        for number, value in docs:
+            self._add(value, label, f"{label}#{number}")
+        # What the chart is (never where its templates are: they are not in Git, so no `source`).
+        for obj in self.objects[before:]:
+            obj.extra["chart"] = pulled.report()
 
     def _check_chart(self, directory: Path, rel: str) -> None:
         """helm parses a chart's YAML itself: its Chart.yaml (and lock and requirements files) and

@@ -1,0 +1,188 @@
+"""Charts from repositories declared in Git (helm-chart.yaml), against the real registries on loopback.
+
+Each test writes a repository with `apps/web/helm-chart.yaml` and runs `gitops-sync render` as a user would,
+with the chart credentials file in GITOPS_SYNC_CHART_CREDENTIALS and helm from the local-cluster build on PATH.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from chart_registries import CHARTS, Registries
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@dataclass(frozen=True)
+class Published:
+    https: str  # chart repository URL
+    oci: str  # oci://… path holding the chart
+    archives: dict[str, Path]  # version -> archive
+
+
+@pytest.fixture(scope="module")
+def published(registries: Registries, tmp_path_factory: pytest.TempPathFactory) -> Published:
+    """hello 0.1.0, 0.2.0, 0.3.0-rc.1 and 1.0.0, packaged from tests/fixtures/charts/hello, in both registries."""
+    dest = tmp_path_factory.mktemp("packages")
+    archives = {v: registries.package(CHARTS / "hello", v, dest) for v in ("0.1.0", "0.2.0", "0.3.0-rc.1", "1.0.0")}
+    https = ""
+    for archive in archives.values():
+        https = registries.publish_https(archive, "stable")
+    oci = ""
+    for archive in archives.values():
+        oci = registries.push_oci(archive, "charts")
+    return Published(https, oci, archives)
+
+
+def _sha(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _repo(tmp_path: Path, spec: dict[str, object], values: str | None = "greeting: from-values-file\n") -> Path:
+    repo = tmp_path / "repo"
+    web = repo / "apps" / "web"
+    web.mkdir(parents=True)
+    (web / "helm-chart.yaml").write_text(json.dumps({"helmChart": spec}))
+    if values is not None:
+        (web / "helm-values.yaml").write_text(values)
+    return repo
+
+
+def _render(
+    registries: Registries, repo: Path, tmp_path: Path, credentials: Path | None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HELM_", "GITOPS_SYNC_"))}
+    env["PATH"] = f"{registries.bin_dir}{os.pathsep}{env['PATH']}"
+    env["HELM_CONFIG_HOME"] = str(tmp_path / "user-helm")  # the user's own helm config: must not be needed
+    if credentials is not None:
+        env["GITOPS_SYNC_CHART_CREDENTIALS"] = str(credentials)
+    cmd = [sys.executable, "-m", "gitops_sync", "render", "--repo", str(repo), "--cache-dir", str(tmp_path / "cache")]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
+
+
+def test_chart_from_https_repository_range_resolves_to_one_version(
+    registries: Registries, published: Published, tmp_path: Path
+) -> None:
+    """A range picks the highest release it allows (not the pre-release, not 1.0.0); values file and inline
+    values both reach helm, inline last; the report names version and the archive's digest."""
+    spec = {
+        "repo": published.https,
+        "chartName": "hello",
+        "chartVersion": ">=0.1.0 <1.0.0",
+        "releaseName": "web",
+        "namespace": "apps",
+        "values": {"replicas": 3},
+    }
+    repo = _repo(tmp_path, spec)
+    r = _render(registries, repo, tmp_path, registries.credentials_file(tmp_path / "creds.json"))
+    assert r.returncode == 0, r.stderr
+    digest = _sha(published.archives["0.2.0"])
+    assert f"# chart: hello 0.2.0 from {published.https} ({digest})" in r.stdout
+    assert 'greeting: "from-values-file"' in r.stdout or "greeting: from-values-file" in r.stdout
+    assert "replicas: 3" in r.stdout
+    assert "name: web-config" in r.stdout  # the release name
+    assert registries.password not in r.stdout + r.stderr
+
+
+def test_chart_from_oci_registry(registries: Registries, published: Published, tmp_path: Path) -> None:
+    spec = {"repo": published.oci, "chartName": "hello", "chartVersion": "~0.1", "releaseName": "web"}
+    repo = _repo(tmp_path, spec, values=None)
+    r = _render(registries, repo, tmp_path, registries.credentials_file(tmp_path / "creds.json"))
+    assert r.returncode == 0, r.stderr
+    assert f"# chart: hello 0.1.0 from {published.oci} ({_sha(published.archives['0.1.0'])})" in r.stdout
+    assert "kind: Deployment" in r.stdout
+    assert registries.password not in r.stdout + r.stderr
+
+
+def test_a_cached_chart_is_not_pulled_again(registries: Registries, published: Published, tmp_path: Path) -> None:
+    """The second render finds the archive in the clone cache by the digest the index announces: it renders
+    even though the archive has been taken off the repository (only index.yaml is read)."""
+    archive = registries.package(CHARTS / "hello", "0.4.0", tmp_path / "pkg")
+    url = registries.publish_https(archive, "cachetest")
+    repo = _repo(tmp_path, {"repo": url, "chartName": "hello", "chartVersion": "0.4.0"})
+    creds = registries.credentials_file(tmp_path / "creds.json")
+    first = _render(registries, repo, tmp_path, creds)
+    assert first.returncode == 0, first.stderr
+    (registries.chart_dir / "cachetest" / archive.name).unlink()
+    second = _render(registries, repo, tmp_path, creds)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == first.stdout
+    # and without the cache the missing archive is an error: the pull really is skipped above
+    (tmp_path / "cache").rename(tmp_path / "old-cache")
+    third = _render(registries, repo, tmp_path, creds)
+    assert third.returncode == 2
+    assert "chart hello from" in third.stderr
+
+
+@pytest.mark.parametrize("kind", ["https", "oci"])
+@pytest.mark.parametrize("case", ["missing", "wrong"])
+def test_bad_credentials_exit_2_naming_chart_and_repository_without_the_secret(
+    registries: Registries, published: Published, tmp_path: Path, kind: str, case: str
+) -> None:
+    url = published.https if kind == "https" else published.oci
+    repo = _repo(tmp_path, {"repo": url, "chartName": "hello", "chartVersion": "0.1.0"})
+    wrong = "Wr0ng-pa55word-xyzzy"
+    if case == "missing":  # trust is configured (the CA), credentials are not
+        creds = tmp_path / "trust-only.json"
+        creds.write_text(json.dumps({"repositories": [{"url": url, "caFile": str(registries.ca_file)}]}))
+    else:
+        creds = registries.credentials_file(tmp_path / "c.json", password=wrong)
+    r = _render(registries, repo, tmp_path, creds)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"chart hello from {url}" in r.stderr and "apps/web/helm-chart.yaml" in r.stderr
+    if case == "missing":
+        assert "requires credentials" in r.stderr and "none are configured" in r.stderr
+    else:
+        assert "refused the configured credentials" in r.stderr
+    assert wrong not in r.stdout + r.stderr
+    assert registries.password not in r.stdout + r.stderr
+
+
+def test_untrusted_tls_is_refused(registries: Registries, published: Published, tmp_path: Path) -> None:
+    """Right credentials but no caFile: the loopback CA is not trusted, so nothing is sent."""
+    repo = _repo(tmp_path, {"repo": published.https, "chartName": "hello", "chartVersion": "0.1.0"})
+    creds = registries.credentials_file(tmp_path / "creds.json")
+    doc = json.loads(creds.read_text())
+    for entry in doc["repositories"]:
+        del entry["caFile"]
+    creds.write_text(json.dumps(doc))
+    r = _render(registries, repo, tmp_path, creds)
+    assert r.returncode == 2
+    assert "TLS verification failed" in r.stderr and "caFile" in r.stderr
+
+
+def test_plain_http_is_refused_unless_allowed(registries: Registries, tmp_path: Path) -> None:
+    repo = _repo(tmp_path, {"repo": "http://127.0.0.1:9/charts", "chartName": "hello", "chartVersion": "0.1.0"})
+    r = _render(registries, repo, tmp_path, None)
+    assert r.returncode == 2
+    assert "plain http:// is refused" in r.stderr and "allowHTTP" in r.stderr
+
+
+def test_hostile_archive_is_refused_before_helm_reads_it(registries: Registries, tmp_path: Path) -> None:
+    """A chart archive with a symlink to /etc/passwd, published with `helm repo index` (which accepts it):
+    refused by the bounds check, so `helm template` never sees it and nothing is unpacked outside."""
+    good = registries.package(CHARTS / "hello", "0.9.0", tmp_path / "pkg")
+    hostile = tmp_path / "hostile" / good.name
+    hostile.parent.mkdir()
+    with tarfile.open(good, "r:gz") as src, tarfile.open(hostile, "w:gz") as out:
+        for member in src:
+            out.addfile(member, src.extractfile(member) if member.isfile() else None)
+        link = tarfile.TarInfo("hello/templates/passwd.yaml")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/etc/passwd"
+        out.addfile(link)
+    url = registries.publish_https(hostile, "hostile")
+    repo = _repo(tmp_path, {"repo": url, "chartName": "hello", "chartVersion": "0.9.0"})
+    r = _render(registries, repo, tmp_path, registries.credentials_file(tmp_path / "creds.json"))
+    assert r.returncode == 2, r.stdout
+    assert "holds a link" in r.stderr and "hello/templates/passwd.yaml" in r.stderr
+    assert "root:" not in r.stdout
+    assert not list((tmp_path / "cache").glob("charts/sha256-*"))  # nothing cached
