@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,12 @@ class Registries:
     password: str
     bin_dir: Path  # holds helm
     home: Path  # private helm homes and scratch space
+    logs: Path  # <state>/logs: registry.log and chart-repo.log (one line per request)
+
+    def chart_repo_requests(self) -> list[str]:
+        """The paths of the GET requests the chart repository has served (from its access log)."""
+        text = (self.logs / "chart-repo.log").read_text(errors="replace")
+        return re.findall(r'"GET (\S+) HTTP/[\d.]+" 200', text)
 
     @property
     def helm_bin(self) -> str:
@@ -121,6 +128,7 @@ def registries() -> Iterator[Registries]:
             password=Path(info["password_file"]).read_text().strip(),
             bin_dir=bin_dir,
             home=home,
+            logs=state / "logs",
         )
     finally:
         _launcher("--dir", str(state), "registry-down")

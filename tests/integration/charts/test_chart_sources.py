@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -109,17 +110,23 @@ def test_a_cached_chart_is_not_pulled_again(registries: Registries, published: P
     url = registries.publish_https(archive, "cachetest")
     repo = _repo(tmp_path, {"repo": url, "chartName": "hello", "chartVersion": "0.4.0"})
     creds = registries.credentials_file(tmp_path / "creds.json")
+    before = len(registries.chart_repo_requests())
     first = _render(registries, repo, tmp_path, creds)
     assert first.returncode == 0, first.stderr
-    (registries.chart_dir / "cachetest" / archive.name).unlink()
+    after_first = registries.chart_repo_requests()[before:]
+    assert after_first == ["/cachetest/index.yaml", f"/cachetest/{archive.name}"]
     second = _render(registries, repo, tmp_path, creds)
     assert second.returncode == 0, second.stderr
     assert second.stdout == first.stdout
+    assert registries.chart_repo_requests()[before + 2 :] == ["/cachetest/index.yaml"]  # the index check only
+    (registries.chart_dir / "cachetest" / archive.name).unlink()
+    third = _render(registries, repo, tmp_path, creds)
+    assert third.returncode == 0 and third.stdout == first.stdout, third.stderr
     # and without the cache the missing archive is an error: the pull really is skipped above
     (tmp_path / "cache").rename(tmp_path / "old-cache")
-    third = _render(registries, repo, tmp_path, creds)
-    assert third.returncode == 2
-    assert "chart hello from" in third.stderr
+    fourth = _render(registries, repo, tmp_path, creds)
+    assert fourth.returncode == 2
+    assert "chart hello from" in fourth.stderr
 
 
 @pytest.mark.parametrize("kind", ["https", "oci"])
@@ -186,3 +193,20 @@ def test_hostile_archive_is_refused_before_helm_reads_it(registries: Registries,
     assert "holds a link" in r.stderr and "hello/templates/passwd.yaml" in r.stderr
     assert "root:" not in r.stdout
     assert not list((tmp_path / "cache").glob("charts/sha256-*"))  # nothing cached
+
+
+def test_a_chart_with_a_dependency_from_oci(registries: Registries, tmp_path: Path) -> None:
+    """An umbrella chart packaged with its dependency (`helm dependency build`, then `helm package`), pushed
+    to the registry: both charts' objects render, inline values reach the sub-chart."""
+    work = tmp_path / "charts"
+    shutil.copytree(CHARTS, work)
+    registries.helm("dependency", "build", str(work / "umbrella"))
+    archive = registries.package(work / "umbrella", "0.1.0", tmp_path / "pkg")
+    url = registries.push_oci(archive, "umbrellas")
+    spec = {"repo": url, "chartName": "umbrella", "chartVersion": "0.1.0", "values": {"hello": {"greeting": "hi"}}}
+    repo = _repo(tmp_path, spec, values=None)
+    r = _render(registries, repo, tmp_path, registries.credentials_file(tmp_path / "creds.json"))
+    assert r.returncode == 0, r.stderr
+    assert f"# chart: umbrella 0.1.0 from {url} ({_sha(archive)})" in r.stdout
+    assert "name: umbrella-umbrella" in r.stdout and "motd: from-umbrella" in r.stdout.replace('"', "")
+    assert "name: umbrella-config" in r.stdout and "greeting: hi" in r.stdout.replace('"', "")
