@@ -240,6 +240,7 @@ def pull(
         version, digest, size = client.resolve_index()
     if size is not None and size > limits.max_archive_bytes:
         raise client.error(f"the chart archive is {size} bytes, over the {limits.max_archive_bytes}-byte limit")
+    _check_repushed(client, cache, version, digest)
     entry = cache / "charts" / digest.replace(":", "-")
     chart_dir = _cached(entry)
     if chart_dir is None:
@@ -248,6 +249,28 @@ def pull(
     else:
         log.info("chart served from cache", chart=spec.chart, version=version, digest=digest)
     return PulledChart(chart_dir, spec.repo, spec.chart, version, digest)
+
+
+def _check_repushed(client: _Client, cache: Path, version: str, digest: str) -> None:
+    """The first digest seen for (repository, chart, version) is recorded in the cache; a different one later
+    (a re-pushed version or tag) is an error, never used silently. Deleting the record accepts the new one."""
+    spec = client.spec
+    key = hashlib.sha256(f"{spec.repo}\0{spec.chart}\0{version}".encode()).hexdigest()[:40]
+    record = cache / "charts" / "versions" / f"{key}.json"
+    with contextlib.suppress(OSError, ValueError):
+        seen = json.loads(record.read_text()).get("digest")
+        if seen and seen != digest:
+            raise client.error(
+                f"version {version} now has digest {digest}, not the {seen} it had when first pulled here "
+                f"(re-pushed): refusing it; to accept the new content delete {record}"
+            )
+        if seen == digest:
+            return
+    record.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=record.parent, prefix=".version-")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"repository": spec.repo, "chart": spec.chart, "version": version, "digest": digest}, f)
+    os.replace(tmp, record)
 
 
 def _cached(entry: Path) -> Path | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -210,3 +211,28 @@ def test_a_chart_with_a_dependency_from_oci(registries: Registries, tmp_path: Pa
     assert f"# chart: umbrella 0.1.0 from {url} ({_sha(archive)})" in r.stdout
     assert "name: umbrella-umbrella" in r.stdout and "motd: from-umbrella" in r.stdout.replace('"', "")
     assert "name: umbrella-config" in r.stdout and "greeting: hi" in r.stdout.replace('"', "")
+
+
+def test_a_repushed_version_is_refused_until_accepted(registries: Registries, tmp_path: Path) -> None:
+    """The same tag pushed again with other content: the next pass names both digests and renders nothing;
+    deleting the record it names accepts the new content."""
+    work = tmp_path / "charts"
+    shutil.copytree(CHARTS / "hello", work / "hello")
+    first = registries.package(work / "hello", "0.5.0", tmp_path / "pkg1")
+    url = registries.push_oci(first, "repush")
+    repo = _repo(tmp_path, {"repo": url, "chartName": "hello", "chartVersion": "0.5.0"}, values=None)
+    creds = registries.credentials_file(tmp_path / "creds.json")
+    r = _render(registries, repo, tmp_path, creds)
+    assert r.returncode == 0 and _sha(first) in r.stdout, r.stderr
+    (work / "hello" / "values.yaml").write_text("replicas: 1\nimage: registry.invalid/hello:1.0.0\ngreeting: changed\n")
+    second = registries.package(work / "hello", "0.5.0", tmp_path / "pkg2")
+    assert _sha(second) != _sha(first)
+    registries.push_oci(second, "repush")
+    r = _render(registries, repo, tmp_path, creds)
+    assert r.returncode == 2, r.stdout
+    assert "re-pushed" in r.stderr and _sha(second) in r.stderr and _sha(first) in r.stderr
+    record = re.search(r"delete (\S+\.json)", r.stderr)
+    assert record is not None
+    Path(record.group(1)).unlink()
+    r = _render(registries, repo, tmp_path, creds)
+    assert r.returncode == 0 and _sha(second) in r.stdout and "greeting: changed" in r.stdout.replace('"', "")
