@@ -17,8 +17,11 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import git
 import pytest
 from chart_registries import CHARTS, Registries
+
+from tests.conftest import KubeCluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -236,3 +239,32 @@ def test_a_repushed_version_is_refused_until_accepted(registries: Registries, tm
     Path(record.group(1)).unlink()
     r = _render(registries, repo, tmp_path, creds)
     assert r.returncode == 0 and _sha(second) in r.stdout and "greeting: changed" in r.stdout.replace('"', "")
+
+
+@pytest.mark.cluster
+def test_sync_applies_a_chart_from_a_repository_and_reports_version_and_digest(
+    registries: Registries, published: Published, kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """`sync` of a Git commit holding helm-chart.yaml: the objects are applied, the report names chart, version
+    and digest for each, and a second sync changes nothing and reads only index.yaml."""
+    repo = _repo(
+        tmp_path, {"repo": published.https, "chartName": "hello", "chartVersion": "^0.1", "releaseName": "web"}
+    )
+    git_repo = git.Repo.init(repo)
+    git_repo.index.add(["apps/web/helm-chart.yaml", "apps/web/helm-values.yaml"])
+    git_repo.index.commit("chart from a repository")
+    env = dict(kube.env)
+    env["GITOPS_SYNC_CHART_CREDENTIALS"] = str(registries.credentials_file(tmp_path / "creds.json"))
+    cmd = [sys.executable, "-m", "gitops_sync", "sync", "--repo", str(repo), "-n", namespace, "-o", "json"]
+    cmd += ["--cache-dir", str(tmp_path / "cache"), "--name", f"t-{namespace}"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert r.returncode == 0, r.stderr + r.stdout
+    digest = _sha(published.archives["0.1.0"])
+    assert f"chart hello 0.1.0 from {published.https}, {digest[:19]}" in r.stdout
+    cm = json.loads(kube.kubectl("get", "configmap", "web-config", "-n", namespace, "-o", "json").stdout)
+    assert cm["data"]["greeting"] == "from-values-file"
+    before = len(registries.chart_repo_requests())
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert again.returncode == 0, again.stderr
+    assert registries.chart_repo_requests()[before:] == ["/stable/index.yaml"]
+    assert registries.password not in r.stdout + r.stderr + again.stdout + again.stderr
