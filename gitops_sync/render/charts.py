@@ -314,7 +314,7 @@ def _fetch(client: _Client, version: str, digest: str, entry: Path, helm: str, l
     return found
 
 
-def unpack(archive: Path, dest: Path, limits: ChartLimits, error: Any = RenderError) -> str:
+def unpack(archive: Path, dest: Path, limits: ChartLimits, error: Any = RenderError, _depth: int = 0) -> str:
     """Unpack a chart archive into `dest` after checking it: size, members, unpacked bytes, one top-level
     directory, only regular files and directories (no links, devices), no absolute or `..` path. Returns the
     top-level directory's name. Members are written with O_EXCL|O_NOFOLLOW, so nothing lands outside."""
@@ -367,7 +367,24 @@ def unpack(archive: Path, dest: Path, limits: ChartLimits, error: Any = RenderEr
         raise error(f"the chart archive cannot be read ({type(err).__name__})") from None
     if top is None or not (dest / top / "Chart.yaml").is_file():
         raise error("the chart archive has no <chart>/Chart.yaml")
+    check_subchart_archives(dest / top, limits, error, _depth)
     return top
+
+
+def check_subchart_archives(chart: Path, limits: ChartLimits, error: Any = RenderError, _depth: int = 0) -> None:
+    """helm also loads the archives in `charts/` (sub-charts, vendored or from `helm dependency build`): each
+    gets the same checks, unpacked into a scratch directory that is then removed, down to 10 levels."""
+    archives = sorted((chart / "charts").glob("*.tgz")) if (chart / "charts").is_dir() else []
+    if archives and _depth >= 10:
+        raise error("sub-chart archives are nested more than 10 levels deep")
+    for nested in archives:
+        inner = f"charts/{nested.name}"
+
+        def nested_error(problem: str, inner: str = inner) -> Exception:
+            return error(f"sub-chart archive {inner}: {problem}")  # type: ignore[no-any-return]
+
+        with tempfile.TemporaryDirectory(prefix="gitops-sync-subchart-") as scratch:
+            unpack(nested, Path(scratch), limits, nested_error, _depth + 1)
 
 
 def _shown(name: str) -> str:
@@ -463,8 +480,8 @@ class _Client:
         """The registry token flow (Docker/OCI distribution): trade our basic credentials for a bearer token."""
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         realm = params.pop("realm", "")
-        if not realm.startswith(("https://", "http://")):
-            raise self.error("the registry's token realm is not an http(s) URL")
+        if not realm.startswith(("https://", "http://") if self.access.allow_http else "https://"):
+            raise self.error("the registry's token realm is not an https:// URL (allowHTTP permits http://)")
         url = realm + "?" + urllib.parse.urlencode(params)
         try:
             body, _ = self._get(url, "application/json", self._basic(), 1 << 20)

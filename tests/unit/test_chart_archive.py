@@ -200,3 +200,26 @@ def test_credentials_pick_the_longest_prefix_on_a_path_boundary(
     assert charts.access_for("https://h/privateer", entries).password == "from-env"
     assert charts.access_for("https://h:8443", entries).password is None
     assert "from-file" not in repr(entries)
+
+
+def test_a_hostile_subchart_archive_inside_a_good_chart_is_refused(tmp_path: Path) -> None:
+    """helm loads charts/*.tgz itself: a sub-chart archive with a symlink is found before it does."""
+    inner = _tar(
+        tmp_path / "sub.tgz",
+        [_file("sub/Chart.yaml", CHART_YAML), _special("sub/templates/x.yaml", tarfile.SYMTYPE, "/etc/passwd")],
+    )
+    outer = _tar(
+        tmp_path / "outer.tgz",
+        [_file("hello/Chart.yaml", CHART_YAML), _file("hello/charts/sub-0.1.0.tgz", inner.read_bytes())],
+    )
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with pytest.raises(RenderError, match=r"sub-chart archive charts/sub-0.1.0.tgz: .*holds a link"):
+        charts.unpack(outer, dest, charts.ChartLimits())
+    good = _tar(tmp_path / "good-sub.tgz", [_file("sub/Chart.yaml", CHART_YAML)])
+    fine = _tar(
+        tmp_path / "fine.tgz",
+        [_file("hello/Chart.yaml", CHART_YAML), _file("hello/charts/sub-0.1.0.tgz", good.read_bytes())],
+    )
+    (dest2 := tmp_path / "out2").mkdir()
+    assert charts.unpack(fine, dest2, charts.ChartLimits()) == "hello"
