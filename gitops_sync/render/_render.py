@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gitops_sync.errors import RenderError
-from gitops_sync.render import _kustomize, _tools, charts, locate
+from gitops_sync.render import _kustomize, _tools, chart_deps, charts, locate
 from gitops_sync.render._kustomize import KUSTOMIZATION_FILES
 from gitops_sync.render._yaml import NodeBudget, load_config, load_json, load_yaml, read_bounded
 from gitops_sync.render.snapshot import Snapshot
@@ -98,6 +98,7 @@ class _Walker:
     real_root: Path = field(init=False)
     budget: NodeBudget = field(init=False)
     current: str = ""  # the file or directory being rendered, for errors nobody foresaw
+    pulled_dependencies: list[dict[str, str]] = field(default_factory=list)  # of the chart _helm rendered last
     top: str = field(init=False)  # the rendered directory as the repository names it (`--path`), or ""
 
     def __post_init__(self) -> None:
@@ -158,8 +159,12 @@ class _Walker:
             docs = load_yaml(output, label, budget)
             self.budget.used = budget.used
             sources = locate.helm_sources(output) if tool == "helm" else {}
+            before = len(self.objects)
             for number, value in docs:
                 self._add(value, label, f"{label}#{number}", tool_dir=rel or ".", source=sources.get(number, ""))
+            if tool == "helm" and self.pulled_dependencies:  # Chart.yaml dependencies fetched for this render
+                for obj in self.objects[before:]:
+                    obj.extra["chart_dependencies"] = self.pulled_dependencies
             return
         for entry in entries:
             if entry.name.startswith("."):
@@ -262,7 +267,13 @@ class _Walker:
             self._check_values(path, str(given))
         release = self.opts.helm_release or directory.resolve().name
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
-        return _tools.helm_template(self.opts.helm, directory, release, self.opts.namespace, values, label, limits)
+        with tempfile.TemporaryDirectory(prefix="gitops-sync-deps-") as scratch:
+            access = charts.load_access(self.opts.chart_credentials)
+            cache = self.opts.chart_cache or Path(scratch) / "cache"
+            built = chart_deps.vendor(directory, rel, self.boundary, Path(scratch), access, cache, self.opts.helm)
+            self.pulled_dependencies = built.pulled if built is not None else []
+            chart = built.directory if built is not None else directory
+            return _tools.helm_template(self.opts.helm, chart, release, self.opts.namespace, values, label, limits)
 
     def _chart_source(self, directory: Path, rel: str, names: set[str]) -> None:
         """A chart from a repository (helm-chart.yaml): resolved, pulled (or served from the cache by

@@ -10,6 +10,7 @@ Helpers publish real charts the way users do: `helm package` + `helm repo index`
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -133,3 +134,42 @@ def registries() -> Iterator[Registries]:
     finally:
         _launcher("--dir", str(state), "registry-down")
         shutil.rmtree(home, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Published:
+    https: str  # chart repository URL
+    oci: str  # oci://… path holding the chart
+    archives: dict[str, Path]  # version -> archive
+
+
+@pytest.fixture(scope="module")
+def published(registries: Registries, tmp_path_factory: pytest.TempPathFactory) -> Published:
+    """hello 0.1.0, 0.2.0, 0.3.0-rc.1 and 1.0.0, packaged from tests/fixtures/charts/hello, in both registries."""
+    dest = tmp_path_factory.mktemp("packages")
+    archives = {v: registries.package(CHARTS / "hello", v, dest) for v in ("0.1.0", "0.2.0", "0.3.0-rc.1", "1.0.0")}
+    https = ""
+    for archive in archives.values():
+        https = registries.publish_https(archive, "stable")
+    oci = ""
+    for archive in archives.values():
+        oci = registries.push_oci(archive, "charts")
+    return Published(https, oci, archives)
+
+
+def sha256_of(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def render_cli(
+    registries: Registries, repo: Path, tmp_path: Path, credentials: Path | None, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`gitops-sync render` of `repo` as a user runs it: helm on PATH, the credentials file in the environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HELM_", "GITOPS_SYNC_"))}
+    env["PATH"] = f"{registries.bin_dir}{os.pathsep}{env['PATH']}"
+    env["HELM_CONFIG_HOME"] = str(tmp_path / "user-helm")  # the user's own helm config: must not be needed
+    if credentials is not None:
+        env["GITOPS_SYNC_CHART_CREDENTIALS"] = str(credentials)
+    cmd = [sys.executable, "-m", "gitops_sync", "render", "--repo", str(repo), "--cache-dir", str(tmp_path / "cache")]
+    cmd += args
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)

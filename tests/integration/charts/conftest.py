@@ -1,3 +1,3 @@
-"""Fixtures of the chart tests: the session fixture `registries` (chart_registries.py)."""
+"""Fixtures of the chart tests: `registries` (session) and `published` (module), from chart_registries.py."""
 
-from chart_registries import registries  # noqa: F401  (a fixture, used by name)
+from chart_registries import published, registries  # noqa: F401  (fixtures, used by name)

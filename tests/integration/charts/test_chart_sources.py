@@ -6,49 +6,21 @@ with the chart credentials file in GITOPS_SYNC_CHART_CREDENTIALS and helm from t
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import git
 import pytest
-from chart_registries import CHARTS, Registries
+from chart_registries import CHARTS, Published, Registries, render_cli, sha256_of
 
 from tests.conftest import KubeCluster
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@dataclass(frozen=True)
-class Published:
-    https: str  # chart repository URL
-    oci: str  # oci://… path holding the chart
-    archives: dict[str, Path]  # version -> archive
-
-
-@pytest.fixture(scope="module")
-def published(registries: Registries, tmp_path_factory: pytest.TempPathFactory) -> Published:
-    """hello 0.1.0, 0.2.0, 0.3.0-rc.1 and 1.0.0, packaged from tests/fixtures/charts/hello, in both registries."""
-    dest = tmp_path_factory.mktemp("packages")
-    archives = {v: registries.package(CHARTS / "hello", v, dest) for v in ("0.1.0", "0.2.0", "0.3.0-rc.1", "1.0.0")}
-    https = ""
-    for archive in archives.values():
-        https = registries.publish_https(archive, "stable")
-    oci = ""
-    for archive in archives.values():
-        oci = registries.push_oci(archive, "charts")
-    return Published(https, oci, archives)
-
-
-def _sha(path: Path) -> str:
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _repo(tmp_path: Path, spec: dict[str, object], values: str | None = "greeting: from-values-file\n") -> Path:
@@ -59,18 +31,6 @@ def _repo(tmp_path: Path, spec: dict[str, object], values: str | None = "greetin
     if values is not None:
         (web / "helm-values.yaml").write_text(values)
     return repo
-
-
-def _render(
-    registries: Registries, repo: Path, tmp_path: Path, credentials: Path | None
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HELM_", "GITOPS_SYNC_"))}
-    env["PATH"] = f"{registries.bin_dir}{os.pathsep}{env['PATH']}"
-    env["HELM_CONFIG_HOME"] = str(tmp_path / "user-helm")  # the user's own helm config: must not be needed
-    if credentials is not None:
-        env["GITOPS_SYNC_CHART_CREDENTIALS"] = str(credentials)
-    cmd = [sys.executable, "-m", "gitops_sync", "render", "--repo", str(repo), "--cache-dir", str(tmp_path / "cache")]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
 def test_chart_from_https_repository_range_resolves_to_one_version(
@@ -87,9 +47,9 @@ def test_chart_from_https_repository_range_resolves_to_one_version(
         "values": {"replicas": 3},
     }
     repo = _repo(tmp_path, spec)
-    r = _render(registries, repo, tmp_path, registries.credentials_file(tmp_path / "creds.json"))
+    r = render_cli(registries, repo, tmp_path, registries.credentials_file(tmp_path / "creds.json"))
     assert r.returncode == 0, r.stderr
-    digest = _sha(published.archives["0.2.0"])
+    digest = sha256_of(published.archives["0.2.0"])
     assert f"# chart: hello 0.2.0 from {published.https} ({digest})" in r.stdout
     assert 'greeting: "from-values-file"' in r.stdout or "greeting: from-values-file" in r.stdout
     assert "replicas: 3" in r.stdout
@@ -100,9 +60,9 @@ def test_chart_from_https_repository_range_resolves_to_one_version(
 def test_chart_from_oci_registry(registries: Registries, published: Published, tmp_path: Path) -> None:
     spec = {"repo": published.oci, "chartName": "hello", "chartVersion": "~0.1", "releaseName": "web"}
     repo = _repo(tmp_path, spec, values=None)
-    r = _render(registries, repo, tmp_path, registries.credentials_file(tmp_path / "creds.json"))
+    r = render_cli(registries, repo, tmp_path, registries.credentials_file(tmp_path / "creds.json"))
     assert r.returncode == 0, r.stderr
-    assert f"# chart: hello 0.1.0 from {published.oci} ({_sha(published.archives['0.1.0'])})" in r.stdout
+    assert f"# chart: hello 0.1.0 from {published.oci} ({sha256_of(published.archives['0.1.0'])})" in r.stdout
     assert "kind: Deployment" in r.stdout
     assert registries.password not in r.stdout + r.stderr
 
@@ -115,20 +75,20 @@ def test_a_cached_chart_is_not_pulled_again(registries: Registries, published: P
     repo = _repo(tmp_path, {"repo": url, "chartName": "hello", "chartVersion": "0.4.0"})
     creds = registries.credentials_file(tmp_path / "creds.json")
     before = len(registries.chart_repo_requests())
-    first = _render(registries, repo, tmp_path, creds)
+    first = render_cli(registries, repo, tmp_path, creds)
     assert first.returncode == 0, first.stderr
     after_first = registries.chart_repo_requests()[before:]
     assert after_first == ["/cachetest/index.yaml", f"/cachetest/{archive.name}"]
-    second = _render(registries, repo, tmp_path, creds)
+    second = render_cli(registries, repo, tmp_path, creds)
     assert second.returncode == 0, second.stderr
     assert second.stdout == first.stdout
     assert registries.chart_repo_requests()[before + 2 :] == ["/cachetest/index.yaml"]  # the index check only
     (registries.chart_dir / "cachetest" / archive.name).unlink()
-    third = _render(registries, repo, tmp_path, creds)
+    third = render_cli(registries, repo, tmp_path, creds)
     assert third.returncode == 0 and third.stdout == first.stdout, third.stderr
     # and without the cache the missing archive is an error: the pull really is skipped above
     (tmp_path / "cache").rename(tmp_path / "old-cache")
-    fourth = _render(registries, repo, tmp_path, creds)
+    fourth = render_cli(registries, repo, tmp_path, creds)
     assert fourth.returncode == 2
     assert "chart hello from" in fourth.stderr
 
@@ -146,7 +106,7 @@ def test_bad_credentials_exit_2_naming_chart_and_repository_without_the_secret(
         creds.write_text(json.dumps({"repositories": [{"url": url, "caFile": str(registries.ca_file)}]}))
     else:
         creds = registries.credentials_file(tmp_path / "c.json", password=wrong)
-    r = _render(registries, repo, tmp_path, creds)
+    r = render_cli(registries, repo, tmp_path, creds)
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"chart hello from {url}" in r.stderr and "apps/web/helm-chart.yaml" in r.stderr
     if case == "missing":
@@ -165,14 +125,14 @@ def test_untrusted_tls_is_refused(registries: Registries, published: Published, 
     for entry in doc["repositories"]:
         del entry["caFile"]
     creds.write_text(json.dumps(doc))
-    r = _render(registries, repo, tmp_path, creds)
+    r = render_cli(registries, repo, tmp_path, creds)
     assert r.returncode == 2
     assert "TLS verification failed" in r.stderr and "caFile" in r.stderr
 
 
 def test_plain_http_is_refused_unless_allowed(registries: Registries, tmp_path: Path) -> None:
     repo = _repo(tmp_path, {"repo": "http://127.0.0.1:9/charts", "chartName": "hello", "chartVersion": "0.1.0"})
-    r = _render(registries, repo, tmp_path, None)
+    r = render_cli(registries, repo, tmp_path, None)
     assert r.returncode == 2
     assert "plain http:// is refused" in r.stderr and "allowHTTP" in r.stderr
 
@@ -192,7 +152,7 @@ def test_hostile_archive_is_refused_before_helm_reads_it(registries: Registries,
         out.addfile(link)
     url = registries.publish_https(hostile, "hostile")
     repo = _repo(tmp_path, {"repo": url, "chartName": "hello", "chartVersion": "0.9.0"})
-    r = _render(registries, repo, tmp_path, registries.credentials_file(tmp_path / "creds.json"))
+    r = render_cli(registries, repo, tmp_path, registries.credentials_file(tmp_path / "creds.json"))
     assert r.returncode == 2, r.stdout
     assert "holds a link" in r.stderr and "hello/templates/passwd.yaml" in r.stderr
     assert "root:" not in r.stdout
@@ -209,9 +169,9 @@ def test_a_chart_with_a_dependency_from_oci(registries: Registries, tmp_path: Pa
     url = registries.push_oci(archive, "umbrellas")
     spec = {"repo": url, "chartName": "umbrella", "chartVersion": "0.1.0", "values": {"hello": {"greeting": "hi"}}}
     repo = _repo(tmp_path, spec, values=None)
-    r = _render(registries, repo, tmp_path, registries.credentials_file(tmp_path / "creds.json"))
+    r = render_cli(registries, repo, tmp_path, registries.credentials_file(tmp_path / "creds.json"))
     assert r.returncode == 0, r.stderr
-    assert f"# chart: umbrella 0.1.0 from {url} ({_sha(archive)})" in r.stdout
+    assert f"# chart: umbrella 0.1.0 from {url} ({sha256_of(archive)})" in r.stdout
     assert "name: umbrella-umbrella" in r.stdout and "motd: from-umbrella" in r.stdout.replace('"', "")
     assert "name: umbrella-config" in r.stdout and "greeting: hi" in r.stdout.replace('"', "")
 
@@ -225,20 +185,20 @@ def test_a_repushed_version_is_refused_until_accepted(registries: Registries, tm
     url = registries.push_oci(first, "repush")
     repo = _repo(tmp_path, {"repo": url, "chartName": "hello", "chartVersion": "0.5.0"}, values=None)
     creds = registries.credentials_file(tmp_path / "creds.json")
-    r = _render(registries, repo, tmp_path, creds)
-    assert r.returncode == 0 and _sha(first) in r.stdout, r.stderr
+    r = render_cli(registries, repo, tmp_path, creds)
+    assert r.returncode == 0 and sha256_of(first) in r.stdout, r.stderr
     (work / "hello" / "values.yaml").write_text("replicas: 1\nimage: registry.invalid/hello:1.0.0\ngreeting: changed\n")
     second = registries.package(work / "hello", "0.5.0", tmp_path / "pkg2")
-    assert _sha(second) != _sha(first)
+    assert sha256_of(second) != sha256_of(first)
     registries.push_oci(second, "repush")
-    r = _render(registries, repo, tmp_path, creds)
+    r = render_cli(registries, repo, tmp_path, creds)
     assert r.returncode == 2, r.stdout
-    assert "re-pushed" in r.stderr and _sha(second) in r.stderr and _sha(first) in r.stderr
+    assert "re-pushed" in r.stderr and sha256_of(second) in r.stderr and sha256_of(first) in r.stderr
     record = re.search(r"delete (\S+\.json)", r.stderr)
     assert record is not None
     Path(record.group(1)).unlink()
-    r = _render(registries, repo, tmp_path, creds)
-    assert r.returncode == 0 and _sha(second) in r.stdout and "greeting: changed" in r.stdout.replace('"', "")
+    r = render_cli(registries, repo, tmp_path, creds)
+    assert r.returncode == 0 and sha256_of(second) in r.stdout and "greeting: changed" in r.stdout.replace('"', "")
 
 
 @pytest.mark.cluster
@@ -259,7 +219,7 @@ def test_sync_applies_a_chart_from_a_repository_and_reports_version_and_digest(
     cmd += ["--cache-dir", str(tmp_path / "cache"), "--name", f"t-{namespace}"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
     assert r.returncode == 0, r.stderr + r.stdout
-    digest = _sha(published.archives["0.1.0"])
+    digest = sha256_of(published.archives["0.1.0"])
     assert f"chart hello 0.1.0 from {published.https}, {digest[:19]}" in r.stdout
     cm = json.loads(kube.kubectl("get", "configmap", "web-config", "-n", namespace, "-o", "json").stdout)
     assert cm["data"]["greeting"] == "from-values-file"
