@@ -309,8 +309,16 @@ class _Walker:
             label = f"{self.name(rel)} ({pulled.describe()})"
             limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
             namespace = spec.namespace or self.opts.namespace
-            output = _tools.helm_template(
-                self.opts.helm, pulled.directory, spec.release, namespace, values, label, limits
+            output = charts.memo_template(
+                self.opts.chart_cache,
+                pulled,
+                spec.release,
+                namespace,
+                values,
+                self.opts.helm,
+                lambda: _tools.helm_template(
+                    self.opts.helm, pulled.directory, spec.release, namespace, values, label, limits
+                ),
             )
         budget = replace(self.budget, per_file=sys.maxsize)
         docs = load_yaml(output, label, budget)

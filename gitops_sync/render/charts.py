@@ -31,6 +31,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,6 +250,47 @@ def pull(
     else:
         log.info("chart served from cache", chart=spec.chart, version=version, digest=digest)
     return PulledChart(chart_dir, spec.repo, spec.chart, version, digest)
+
+
+_TEMPLATE_FORMAT = 1  # bump when the `helm template` command line (_tools.helm_template) changes
+
+
+def memo_template(
+    cache: Path | None,
+    pulled: PulledChart,
+    release: str,
+    namespace: str,
+    values: list[Path],
+    helm: str,
+    run: Callable[[], str],
+) -> str:
+    """`run()` (helm template of a pulled chart), kept under <cache>/charts/renders/ by everything that decides
+    its output: the archive's digest, release, namespace, the bytes of every values file and the helm binary
+    (path, size, mtime). A re-sync of an unchanged chart source then costs the index/tag check only.
+    No cache (a direct render() without one): run every time."""
+    found = shutil.which(helm)
+    if cache is None or found is None:
+        return run()
+    binary = os.path.realpath(found)
+    stat = os.stat(binary)
+    h = hashlib.sha256(
+        json.dumps(
+            [_TEMPLATE_FORMAT, pulled.digest, release, namespace, binary, stat.st_size, stat.st_mtime_ns]
+        ).encode()
+    )
+    for path in values:
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    memo = cache / "charts" / "renders" / f"{h.hexdigest()[:40]}.yaml"
+    with contextlib.suppress(OSError):
+        return memo.read_text()
+    output = run()
+    with contextlib.suppress(OSError):
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=memo.parent, prefix=".render-")
+        with os.fdopen(fd, "w") as f:
+            f.write(output)
+        os.replace(tmp, memo)
+    return output
 
 
 def _check_repushed(client: _Client, cache: Path, version: str, digest: str) -> None:

@@ -6,6 +6,7 @@ with the chart credentials file in GITOPS_SYNC_CHART_CREDENTIALS and helm from t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -228,3 +229,29 @@ def test_sync_applies_a_chart_from_a_repository_and_reports_version_and_digest(
     assert again.returncode == 0, again.stderr
     assert registries.chart_repo_requests()[before:] == ["/stable/index.yaml"]
     assert registries.password not in r.stdout + r.stderr + again.stdout + again.stderr
+
+
+def test_an_unchanged_chart_source_is_not_templated_again(
+    registries: Registries, published: Published, tmp_path: Path
+) -> None:
+    """helm's output for (digest, release, namespace, values bytes, helm binary) is kept in the cache: a re-render
+    runs no helm at all (counted by a logging wrapper around the real helm); new values run it again."""
+    wrapper_dir = tmp_path / "bin"
+    wrapper_dir.mkdir()
+    calls = tmp_path / "helm-calls.log"
+    wrapper = wrapper_dir / "helm"
+    wrapper.write_text(f'#!/bin/sh\necho "$1" >> {calls}\nexec {registries.helm_bin} "$@"\n')
+    wrapper.chmod(0o755)
+    reg = dataclasses.replace(registries, bin_dir=wrapper_dir)
+    repo = _repo(tmp_path, {"repo": published.https, "chartName": "hello", "chartVersion": "0.1.0"})
+    creds = registries.credentials_file(tmp_path / "creds.json")
+    first = render_cli(reg, repo, tmp_path, creds)
+    assert first.returncode == 0, first.stderr
+    assert calls.read_text().split() == ["pull", "template"]
+    second = render_cli(reg, repo, tmp_path, creds)
+    assert second.returncode == 0 and second.stdout == first.stdout, second.stderr
+    assert calls.read_text().split() == ["pull", "template"]  # nothing more: served by digest and values
+    (repo / "apps" / "web" / "helm-values.yaml").write_text("greeting: changed\n")
+    third = render_cli(reg, repo, tmp_path, creds)
+    assert third.returncode == 0 and "greeting: changed" in third.stdout.replace('"', ""), third.stderr
+    assert calls.read_text().split() == ["pull", "template", "template"]
