@@ -58,6 +58,9 @@ class RenderOptions:
     # operator's credentials file (None: $GITOPS_SYNC_CHART_CREDENTIALS, else no credentials).
     chart_cache: Path | None = None
     chart_credentials: Path | None = None
+    # False: $GITOPS_SYNC_CHART_CREDENTIALS is not read (fleet mode: a tenant's helm-chart.yaml must not be
+    # fetched with credentials the operator configured for someone else; Secret references are to come).
+    chart_credentials_env: bool = True
 
 
 def render(
@@ -268,7 +271,7 @@ class _Walker:
         release = self.opts.helm_release or directory.resolve().name
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
         with tempfile.TemporaryDirectory(prefix="gitops-sync-deps-") as scratch:
-            access = charts.load_access(self.opts.chart_credentials)
+            access = charts.load_access(self.opts.chart_credentials, env=self.opts.chart_credentials_env)
             cache = self.opts.chart_cache or Path(scratch) / "cache"
             built = chart_deps.vendor(directory, rel, self.boundary, Path(scratch), access, cache, self.opts.helm)
             self.pulled_dependencies = built.pulled if built is not None else []
@@ -297,7 +300,9 @@ class _Walker:
                 raise RenderError(f"values file {given} does not exist", file=file_rel)
             self._check_values(path, name)
             values.append(path)
-        access = charts.access_for(spec.repo, charts.load_access(self.opts.chart_credentials))
+        access = charts.access_for(
+            spec.repo, charts.load_access(self.opts.chart_credentials, env=self.opts.chart_credentials_env)
+        )
         with tempfile.TemporaryDirectory(prefix="gitops-sync-chart-") as scratch:
             cache = self.opts.chart_cache or Path(scratch)
             pulled = charts.pull(spec, file_rel, access, cache, self.opts.helm)

@@ -115,8 +115,11 @@ class Range:
 
 
 def is_exact(text: str) -> bool:
-    """`text` names one version (no operator, no wildcard): pulled by that name, no listing needed."""
-    return Version.parse(text) is not None and not re.search(r"[xX*]", text)
+    """`text` names one version in full (major.minor.patch, no operator or wildcard): pulled by that name, no
+    listing needed. `1.2` is a range (1.2.x), as Helm reads it."""
+    return re.fullmatch(r"v?\d+\.\d+\.\d+", text.split("+")[0].split("-")[0].strip()) is not None and (
+        Version.parse(text) is not None
+    )
 
 
 def _expand(op: str, ver: str, text: str) -> list[_Bound]:

@@ -168,12 +168,12 @@ def load_spec(path: Path, rel: str) -> ChartSpec:
     return ChartSpec(repo.rstrip("/"), chart, version, release, namespace, tuple(files), values)
 
 
-def load_access(path: Path | None) -> list[RepositoryAccess]:
-    """The operator's credentials file (YAML or JSON, `repositories:` list), or none. Its errors name the
-    file and the entry, never a value."""
-    if path is None:
-        env = os.environ.get(CREDENTIALS_ENV)
-        path = Path(env) if env else None
+def load_access(path: Path | None, *, env: bool = True) -> list[RepositoryAccess]:
+    """The operator's credentials file (YAML or JSON, `repositories:` list): `path`, else (when `env`) the one
+    $GITOPS_SYNC_CHART_CREDENTIALS names, else none. Its errors name the file and the entry, never a value."""
+    if path is None and env:
+        named = os.environ.get(CREDENTIALS_ENV)
+        path = Path(named) if named else None
     if path is None:
         return []
     where = f"chart credentials file {path}"
@@ -588,9 +588,7 @@ class _Client:
         else:
             tags = self._tags()
             version = self._pick([t.replace("_", "+") for t in tags])
-        body, headers = self.get(
-            f"{self._oci_base()}/manifests/{version.replace('+', '_')}", _OCI_MANIFEST_MEDIA, 4 << 20
-        )
+        body, _ = self.get(f"{self._oci_base()}/manifests/{version.replace('+', '_')}", _OCI_MANIFEST_MEDIA, 4 << 20)
         manifest = _json(body)
         layers = manifest.get("layers") if isinstance(manifest, dict) else None
         chart = [la for la in layers or [] if isinstance(la, dict) and la.get("mediaType") == _HELM_CHART_MEDIA]
@@ -600,7 +598,6 @@ class _Client:
         if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
             raise self.error(f"the chart layer of {version} has no sha256 digest")
         size = chart[0].get("size")
-        self.manifest_digest = headers.get("docker-content-digest") or "sha256:" + hashlib.sha256(body).hexdigest()
         return version, digest, size if isinstance(size, int) else None
 
     def _tags(self) -> list[str]:

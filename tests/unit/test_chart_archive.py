@@ -8,6 +8,7 @@ import io
 import json
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,7 +137,8 @@ def test_ranges_pick_the_highest_allowed_version(text: str, best: str | None) ->
 
 
 def test_exact_versions_and_errors() -> None:
-    assert is_exact("1.2.3") and is_exact("v1.2.3") and not is_exact("1.2.x") and not is_exact(">=1")
+    assert is_exact("1.2.3") and is_exact("v1.2.3") and is_exact("1.2.3-rc.1+build.5")
+    assert not is_exact("1.2.x") and not is_exact(">=1") and not is_exact("1.2")
     for bad in ("foo", ">=", "1.2.3.4", "!=1.2"):
         with pytest.raises(RangeError):
             Range.parse(bad)
@@ -223,3 +225,25 @@ def test_a_hostile_subchart_archive_inside_a_good_chart_is_refused(tmp_path: Pat
     )
     (dest2 := tmp_path / "out2").mkdir()
     assert charts.unpack(fine, dest2, charts.ChartLimits()) == "hello"
+
+
+def test_fleet_mode_never_reads_the_operators_chart_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run` without --repo serves many tenants' GitSyncs: $GITOPS_SYNC_CHART_CREDENTIALS is not read for them."""
+    from gitops_sync.options import daemon_source_options
+
+    creds = tmp_path / "c.json"
+    creds.write_text(json.dumps({"repositories": [{"url": "https://h", "username": "u", "password": "p"}]}))
+    monkeypatch.setenv(charts.CREDENTIALS_ENV, str(creds))
+    assert [e.url for e in charts.load_access(None)] == ["https://h"]
+    assert charts.load_access(None, env=False) == []
+
+    def command(**kw: Any) -> Any:
+        return kw["source"].render
+
+    wrapped = daemon_source_options(command)
+    given = {"revision": None, "subpath": None, "cache_dir": None, "helm_values": (), "helm_release": None}
+    given |= {"namespace": "default", "kustomize_allow_external": False}
+    assert wrapped(repo=None, **given).chart_credentials_env is False  # fleet: GitSyncs
+    assert wrapped(repo="https://git.example/r.git", **given).chart_credentials_env is True  # one source
