@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from gitops_sync.errors import RenderError
-from gitops_sync.render import _semver, charts
+from gitops_sync.render import _semver, chart_pull, charts
+from gitops_sync.render._chart_archive import check_subchart_archives
 from gitops_sync.render._yaml import load_config
 
 _LOCKS = ("Chart.lock", "requirements.lock")
@@ -52,7 +53,7 @@ def vendor(
 ) -> Vendored | None:
     """The chart with every dependency in `charts/`, or None when nothing is missing (rendered as it is).
     `rel` names the chart directory in messages; `boundary` is the repository's top (file:// stays inside)."""
-    charts.check_subchart_archives(chart, charts.ChartLimits(), _error(rel, "charts/"))
+    check_subchart_archives(chart, charts.ChartLimits(), _error(rel, "charts/"))
     deps = _declared(chart, rel)
     missing = [d for d in deps if not _present(chart, d)]
     if not missing:
@@ -79,7 +80,7 @@ def vendor(
             )
         version = locked.get(dep.name, dep.version)
         spec = charts.ChartSpec(dep.repository.rstrip("/"), dep.name, version, dep.name, None, (), {})
-        got = charts.pull(spec, label, charts.access_for(spec.repo, access), cache, helm)
+        got = chart_pull.pull(spec, label, charts.access_for(spec.repo, access), cache, helm)
         shutil.copytree(got.directory, target, symlinks=False)
         pulled.append(got.report())
     return Vendored(copy, pulled)

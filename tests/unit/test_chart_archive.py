@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gitops_sync.errors import RenderError
-from gitops_sync.render import charts
+from gitops_sync.render import _chart_archive, charts
 from gitops_sync.render._semver import Range, RangeError, is_exact
 
 CHART_YAML = b"apiVersion: v2\nname: hello\nversion: 0.1.0\n"
@@ -43,7 +43,7 @@ def test_a_good_archive_unpacks(tmp_path: Path) -> None:
     archive = _tar(tmp_path / "a.tgz", [_file("hello/Chart.yaml", CHART_YAML), _file("hello/templates/cm.yaml")])
     dest = tmp_path / "out"
     dest.mkdir()
-    assert charts.unpack(archive, dest, charts.ChartLimits()) == "hello"
+    assert _chart_archive.unpack(archive, dest, charts.ChartLimits()) == "hello"
     assert (dest / "hello" / "Chart.yaml").read_bytes() == CHART_YAML
     assert (dest / "hello" / "templates" / "cm.yaml").is_file()
 
@@ -72,7 +72,7 @@ def test_hostile_archives_are_refused_and_nothing_lands_outside(
     dest = tmp_path / "a" / "b" / "out"
     dest.mkdir(parents=True)
     with pytest.raises(RenderError, match=message):
-        charts.unpack(archive, dest, charts.ChartLimits())
+        _chart_archive.unpack(archive, dest, charts.ChartLimits())
     assert not (tmp_path / "a" / "evil.yaml").exists() and not (tmp_path / "evil.yaml").exists()
     assert not any(p.is_symlink() for p in dest.rglob("*"))
 
@@ -82,7 +82,7 @@ def test_too_many_entries(tmp_path: Path) -> None:
         tmp_path / "many.tgz", [_file("hello/Chart.yaml", CHART_YAML)] + [_file(f"hello/f{i}") for i in range(30)]
     )
     with pytest.raises(RenderError, match="more than 20 entries"):
-        charts.unpack(archive, tmp_path, charts.ChartLimits(max_files=20))
+        _chart_archive.unpack(archive, tmp_path, charts.ChartLimits(max_files=20))
 
 
 def test_a_compression_bomb_is_stopped_by_the_unpacked_size(tmp_path: Path) -> None:
@@ -92,21 +92,21 @@ def test_a_compression_bomb_is_stopped_by_the_unpacked_size(tmp_path: Path) -> N
     )
     assert archive.stat().st_size < 1 << 20
     with pytest.raises(RenderError, match="unpacks to more than"):
-        charts.unpack(archive, tmp_path, charts.ChartLimits(max_unpacked_bytes=16 << 20))
+        _chart_archive.unpack(archive, tmp_path, charts.ChartLimits(max_unpacked_bytes=16 << 20))
     assert not (tmp_path / "hello" / "zeros").exists()
 
 
 def test_an_oversized_archive_is_refused_before_reading(tmp_path: Path) -> None:
     archive = _tar(tmp_path / "big.tgz", [_file("hello/Chart.yaml", CHART_YAML)])
     with pytest.raises(RenderError, match="over the 10-byte limit"):
-        charts.unpack(archive, tmp_path, charts.ChartLimits(max_archive_bytes=10))
+        _chart_archive.unpack(archive, tmp_path, charts.ChartLimits(max_archive_bytes=10))
 
 
 def test_not_an_archive(tmp_path: Path) -> None:
     bad = tmp_path / "x.tgz"
     bad.write_bytes(gzip.compress(b"not a tar file at all" * 40))
     with pytest.raises(RenderError, match="cannot be read"):
-        charts.unpack(bad, tmp_path, charts.ChartLimits())
+        _chart_archive.unpack(bad, tmp_path, charts.ChartLimits())
 
 
 # ---------------------------------------------------------------------------------------------- semver
@@ -217,14 +217,14 @@ def test_a_hostile_subchart_archive_inside_a_good_chart_is_refused(tmp_path: Pat
     dest = tmp_path / "out"
     dest.mkdir()
     with pytest.raises(RenderError, match=r"sub-chart archive charts/sub-0.1.0.tgz: .*holds a link"):
-        charts.unpack(outer, dest, charts.ChartLimits())
+        _chart_archive.unpack(outer, dest, charts.ChartLimits())
     good = _tar(tmp_path / "good-sub.tgz", [_file("sub/Chart.yaml", CHART_YAML)])
     fine = _tar(
         tmp_path / "fine.tgz",
         [_file("hello/Chart.yaml", CHART_YAML), _file("hello/charts/sub-0.1.0.tgz", good.read_bytes())],
     )
     (dest2 := tmp_path / "out2").mkdir()
-    assert charts.unpack(fine, dest2, charts.ChartLimits()) == "hello"
+    assert _chart_archive.unpack(fine, dest2, charts.ChartLimits()) == "hello"
 
 
 def test_fleet_mode_never_reads_the_operators_chart_credentials(
