@@ -8,6 +8,7 @@ objects go on to the planner, the messages to reports, logs and the daemon's /st
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import sys
@@ -265,9 +266,10 @@ class _Walker:
         release = self.opts.helm_release or directory.resolve().name
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
         with tempfile.TemporaryDirectory(prefix="gitops-sync-deps-") as scratch:
-            access = charts.load_access(self.opts.chart_credentials, env=self.opts.chart_credentials_env)
-            cache = self.opts.chart_cache or Path(scratch) / "cache"
-            built = chart_deps.vendor(directory, rel, self.boundary, Path(scratch), access, cache, self.opts.helm)
+            opts = self.opts
+            access = functools.partial(charts.load_access, opts.chart_credentials, env=opts.chart_credentials_env)
+            cache = opts.chart_cache or Path(scratch) / "cache"
+            built = chart_deps.vendor(directory, rel, self.boundary, Path(scratch), access, cache, opts.helm)
             self.pulled_dependencies = built.pulled if built is not None else []
             chart = built.directory if built is not None else directory
             return _tools.helm_template(self.opts.helm, chart, release, self.opts.namespace, values, label, limits)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import shutil
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,12 +48,14 @@ def vendor(
     rel: str,
     boundary: Path,
     scratch: Path,
-    access: list[charts.RepositoryAccess],
+    access: Callable[[], list[charts.RepositoryAccess]],
     cache: Path,
     helm: str,
 ) -> Vendored | None:
     """The chart with every dependency in `charts/`, or None when nothing is missing (rendered as it is).
-    `rel` names the chart directory in messages; `boundary` is the repository's top (file:// stays inside)."""
+    `rel` names the chart directory in messages; `boundary` is the repository's top (file:// stays inside);
+    `access` reads the operator's credentials, only when something is fetched (a chart without dependencies
+    never depends on that file)."""
     check_subchart_archives(chart, charts.ChartLimits(), _error(rel, "charts/"))
     deps = _declared(chart, rel)
     missing = [d for d in deps if not _present(chart, d)]
@@ -63,6 +66,7 @@ def vendor(
     shutil.copytree(chart, copy, symlinks=False, ignore=shutil.ignore_patterns(".git"))
     (copy / "charts").mkdir(exist_ok=True)
     pulled = []
+    entries = access() if any(d.repository.startswith(("https://", "http://", "oci://")) for d in missing) else []
     for dep in missing:
         where = f"{rel}/Chart.yaml" if rel else "Chart.yaml"
         label = f"{where}, dependency {dep.name} of chart {chart.name}"
@@ -80,7 +84,7 @@ def vendor(
             )
         version = locked.get(dep.name, dep.version)
         spec = charts.ChartSpec(dep.repository.rstrip("/"), dep.name, version, dep.name, None, (), {})
-        got = chart_pull.pull(spec, label, charts.access_for(spec.repo, access), cache, helm)
+        got = chart_pull.pull(spec, label, charts.access_for(spec.repo, entries), cache, helm)
         shutil.copytree(got.directory, target, symlinks=False)
         pulled.append(got.report())
     return Vendored(copy, pulled)

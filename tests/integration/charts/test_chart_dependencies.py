@@ -109,3 +109,17 @@ def test_a_file_dependency_leaving_the_repository_is_refused(registries: Registr
     r = render_cli(registries, repo, tmp_path, None)
     assert r.returncode == 2
     assert "dependency hello of chart umbrella" in r.stderr and "leads outside the repository" in r.stderr
+
+
+def test_charts_that_fetch_nothing_never_read_the_credentials_file(registries: Registries, tmp_path: Path) -> None:
+    """A chart without dependencies, or with file:// ones only, renders even when the credentials file the
+    environment names is missing: only a fetch reads it (and then the error names it)."""
+    repo = _umbrella(tmp_path, "file://../../lib/hello", "0.1.0")
+    shutil.copytree(CHARTS / "hello", repo / "lib" / "hello")
+    missing = tmp_path / "no-such-credentials.yaml"
+    r = render_cli(registries, repo, tmp_path, missing)
+    assert r.returncode == 0, r.stderr
+    assert "name: umbrella-config" in r.stdout and "name: hello-config" in r.stdout  # lib/hello renders too
+    fetching = _umbrella(tmp_path / "other", "https://127.0.0.1:9/charts", "0.1.0")
+    r = render_cli(registries, fetching, tmp_path, missing)
+    assert r.returncode == 2 and f"chart credentials file {missing} does not exist" in r.stderr
