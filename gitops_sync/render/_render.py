@@ -260,9 +260,7 @@ class _Walker:
 
     def _helm(self, directory: Path, rel: str, label: str) -> str:
         self._check_chart(directory, rel)
-        values = [self._values_file(given, label) for given in self.opts.helm_values]
-        for given, path in zip(self.opts.helm_values, values, strict=True):
-            self._check_values(path, str(given))
+        values = self._user_values(label)
         release = self.opts.helm_release or directory.resolve().name
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
         with tempfile.TemporaryDirectory(prefix="gitops-sync-deps-") as scratch:
@@ -273,6 +271,13 @@ class _Walker:
             self.pulled_dependencies = built.pulled if built is not None else []
             chart = built.directory if built is not None else directory
             return _tools.helm_template(self.opts.helm, chart, release, self.opts.namespace, values, label, limits)
+
+    def _user_values(self, label: str) -> list[Path]:
+        """The --helm-values files (for every chart), checked like the repository's own values files."""
+        values = [self._values_file(given, label) for given in self.opts.helm_values]
+        for given, path in zip(self.opts.helm_values, values, strict=True):
+            self._check_values(path, str(given))
+        return values
 
     def _chart_source(self, directory: Path, rel: str) -> None:
         """A chart from a repository (helm-chart.yaml): resolved, pulled (or served from the cache by
@@ -291,7 +296,7 @@ class _Walker:
             spec,
             file_rel,
             self.name(rel),
-            values,
+            (values, self._user_values(file_rel)),
             charts.access_for(spec.repo, access),
             self.opts.chart_cache,
             self.opts.helm,

@@ -165,7 +165,7 @@ def render_source(
     spec: ChartSpec,
     file_rel: str,
     where: str,
-    values: list[Path],
+    values: tuple[list[Path], list[Path]],
     access: RepositoryAccess,
     cache: Path | None,
     helm: str,
@@ -175,23 +175,26 @@ def render_source(
 ) -> tuple[str, PulledChart, str]:
     """helm's output for a helm-chart.yaml (`file_rel`, in directory `where`), the chart pulled for it and the
     label its objects carry (`where (chart NAME VERSION from REPO, sha256:…)`). `check` bounds the chart's own
-    YAML (the walker's, as for charts in Git); inline values go last. No cache: a scratch directory, nothing
+    YAML (the walker's, as for charts in Git). `values`: the spec's files, then its inline values, then the
+    user's --helm-values files (last, as for every chart). No cache: a scratch directory, nothing
     reused."""
     with tempfile.TemporaryDirectory(prefix="gitops-sync-chart-") as scratch:
         pulled = pull(spec, file_rel, access, cache or Path(scratch), helm)
         check(pulled.directory, f"{file_rel} ({pulled.chart} {pulled.version})")
+        files, users = values
         if spec.values:
             inline = Path(scratch) / "inline-values.json"
-            inline.write_text(json.dumps(spec.values))  # JSON is YAML; applied last, as Flux's `values`
-            values = [*values, inline]
+            inline.write_text(json.dumps(spec.values))  # JSON is YAML; after the files, as Flux's `values`
+            files = [*files, inline]
+        files = [*files, *users]
         label = f"{where} ({pulled.describe()})"
         output = memo_template(
             cache,
             pulled,
             spec.release,
             namespace,
-            values,
+            files,
             helm,
-            lambda: _tools.helm_template(helm, pulled.directory, spec.release, namespace, values, label, limits),
+            lambda: _tools.helm_template(helm, pulled.directory, spec.release, namespace, files, label, limits),
         )
     return output, pulled, label

@@ -255,3 +255,17 @@ def test_an_unchanged_chart_source_is_not_templated_again(
     third = render_cli(reg, repo, tmp_path, creds)
     assert third.returncode == 0 and "greeting: changed" in third.stdout.replace('"', ""), third.stderr
     assert calls.read_text().split() == ["pull", "template", "template"]
+
+
+def test_helm_values_flags_apply_last(registries: Registries, published: Published, tmp_path: Path) -> None:
+    """--helm-values (the user's, for every chart) go after the file's values files and inline values."""
+    spec = {"repo": published.https, "chartName": "hello", "chartVersion": "0.1.0", "values": {"replicas": 3}}
+    repo = _repo(tmp_path, spec, values="replicas: 2\ngreeting: from-git\n")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("replicas: 5\n")
+    creds = registries.credentials_file(tmp_path / "creds.json")
+    r = render_cli(registries, repo, tmp_path, creds, "--helm-values", str(mine))
+    assert r.returncode == 0, r.stderr
+    assert "replicas: 5" in r.stdout and "greeting: from-git" in r.stdout
+    r = render_cli(registries, repo, tmp_path, creds)
+    assert "replicas: 3" in r.stdout
