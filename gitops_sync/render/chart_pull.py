@@ -44,6 +44,8 @@ def pull(
         version, digest, size = client.resolve_oci()
     else:
         version, digest, size = client.resolve_index()
+    if spec.digest is not None and digest != spec.digest:
+        raise client.error(f"version {version} has digest {digest}, not the chartDigest {spec.digest} pinned in Git")
     if size is not None and size > limits.max_archive_bytes:
         raise client.error(f"the chart archive is {size} bytes, over the {limits.max_archive_bytes}-byte limit")
     _check_repushed(client, cache, version, digest)

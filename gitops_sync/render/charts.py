@@ -32,7 +32,7 @@ DEFAULT_VALUES_FILE = "helm-values.yaml"  # used when `valuesFiles` is not given
 CREDENTIALS_ENV = "GITOPS_SYNC_CHART_CREDENTIALS"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 _RELEASE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
-_SPEC_KEYS = {"repo", "chartName", "chartVersion", "releaseName", "namespace", "valuesFiles", "values"}
+_SPEC_KEYS = {"repo", "chartName", "chartVersion", "chartDigest", "releaseName", "namespace", "valuesFiles", "values"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class ChartSpec:
     namespace: str | None
     values_files: tuple[str, ...]
     values: dict[str, Any]
+    digest: str | None = None  # `chartDigest`: the archive's sha256 the resolved version must have
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,10 @@ def load_spec(path: Path, rel: str) -> ChartSpec:
     values = body.get("values") or {}
     if not isinstance(values, dict):
         raise RenderError("helmChart.values must be a mapping", file=rel)
-    return ChartSpec(repo.rstrip("/"), chart, version, release, namespace, tuple(files), values)
+    digest = body.get("chartDigest")
+    if digest is not None and (not isinstance(digest, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest)):
+        raise RenderError("helmChart.chartDigest must be sha256:<64 hex digits> (the chart archive's digest)", file=rel)
+    return ChartSpec(repo.rstrip("/"), chart, version, release, namespace, tuple(files), values, digest)
 
 
 def load_access(path: Path | None, *, env: bool = True) -> list[RepositoryAccess]:

@@ -173,6 +173,10 @@ def test_a_full_spec(tmp_path: Path) -> None:
         ({"helmChart": {"repo": "https://h", "chartName": "c", "chartVersion": "1", "vals": {}}}, "helmChart.vals"),
         ({"helmChart": {"repo": "https://h", "chartName": "c", "chartVersion": "1", "releaseName": "A_B"}}, "DNS"),
         ({"helmChart": {"repo": "https://h", "chartName": "c", "chartVersion": "bad"}}, "cannot read version"),
+        (
+            {"helmChart": {"repo": "https://h", "chartName": "c", "chartVersion": "1", "chartDigest": "md5:x"}},
+            "sha256:",
+        ),
     ],
 )
 def test_invalid_specs_name_the_field_never_a_secret(tmp_path: Path, body: object, message: str) -> None:

@@ -269,3 +269,18 @@ def test_helm_values_flags_apply_last(registries: Registries, published: Publish
     assert "replicas: 5" in r.stdout and "greeting: from-git" in r.stdout
     r = render_cli(registries, repo, tmp_path, creds)
     assert "replicas: 3" in r.stdout
+
+
+@pytest.mark.parametrize("kind", ["https", "oci"])
+def test_a_chart_digest_pinned_in_git(registries: Registries, published: Published, tmp_path: Path, kind: str) -> None:
+    """`chartDigest` pins the content: the resolved version must have it, else exit 2 naming both digests."""
+    url = published.https if kind == "https" else published.oci
+    right = sha256_of(published.archives["0.2.0"])
+    wrong = sha256_of(published.archives["0.1.0"])
+    creds = registries.credentials_file(tmp_path / "creds.json")
+    spec = {"repo": url, "chartName": "hello", "chartVersion": "~0.2", "chartDigest": right}
+    r = render_cli(registries, _repo(tmp_path / "a", spec), tmp_path, creds)
+    assert r.returncode == 0 and f"hello 0.2.0 from {url} ({right})" in r.stdout, r.stderr
+    r = render_cli(registries, _repo(tmp_path / "b", {**spec, "chartDigest": wrong}), tmp_path, creds)
+    assert r.returncode == 2
+    assert f"version 0.2.0 has digest {right}, not the chartDigest {wrong} pinned in Git" in r.stderr
