@@ -120,18 +120,7 @@ def load_spec(path: Path, rel: str) -> ChartSpec:
     if problems:
         raise RenderError("; ".join(problems), file=rel)
     repo, chart, version = body["repo"].strip(), body["chartName"].strip(), body["chartVersion"].strip()
-    parsed = urllib.parse.urlsplit(repo)
-    if parsed.scheme not in ("https", "http", "oci") or not parsed.hostname:
-        raise RenderError(
-            "helmChart.repo must be an https:// (or http://) chart repository or an oci:// registry", file=rel
-        )
-    if parsed.username or parsed.password:
-        raise RenderError(
-            f"helmChart.repo must not carry credentials: give them in the credentials file (${CREDENTIALS_ENV})",
-            file=rel,
-        )
-    if parsed.query or parsed.fragment:
-        raise RenderError("helmChart.repo must not have a query or fragment", file=rel)
+    _check_repo(repo, rel)
     if not _NAME.match(chart):
         raise RenderError("helmChart.chartName must be a chart name (letters, digits, `.`, `_`, `-`)", file=rel)
     try:
@@ -156,6 +145,22 @@ def load_spec(path: Path, rel: str) -> ChartSpec:
     if digest is not None and (not isinstance(digest, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest)):
         raise RenderError("helmChart.chartDigest must be sha256:<64 hex digits> (the chart archive's digest)", file=rel)
     return ChartSpec(repo.rstrip("/"), chart, version, release, namespace, tuple(files), values, digest)
+
+
+def _check_repo(repo: str, rel: str) -> None:
+    """An https://, http:// or oci:// URL with a host, and no credentials, query or fragment in it."""
+    parsed = urllib.parse.urlsplit(repo)
+    if parsed.scheme not in ("https", "http", "oci") or not parsed.hostname:
+        raise RenderError(
+            "helmChart.repo must be an https:// (or http://) chart repository or an oci:// registry", file=rel
+        )
+    if parsed.username or parsed.password:
+        raise RenderError(
+            f"helmChart.repo must not carry credentials: give them in the credentials file (${CREDENTIALS_ENV})",
+            file=rel,
+        )
+    if parsed.query or parsed.fragment:
+        raise RenderError("helmChart.repo must not have a query or fragment", file=rel)
 
 
 def load_access(path: Path | None, *, env: bool = True) -> list[RepositoryAccess]:

@@ -48,14 +48,16 @@ def test_registry_down_stops_what_registry_up_started(tmp_path: Path) -> None:
     state = tmp_path / "state"
     run = [sys.executable, str(LAUNCHER), "--dir", str(state)]
     up = subprocess.run([*run, "registry-up", "--auto-ports"], capture_output=True, text=True, check=False)
-    assert up.returncode == 0, up.stderr
-    info = json.loads(up.stdout)
-    pids = [json.loads(f.read_text())["pid"] for f in (state / "pids").glob("*.pid")]
-    assert len(pids) == 2 and all(Path(f"/proc/{p}").exists() for p in pids)
-    assert (state / "password").stat().st_mode & 0o077 == 0  # the password file is the owner's only
-    again = subprocess.run([*run, "registry-up", "--auto-ports"], capture_output=True, text=True, check=False)
-    assert again.returncode == 0 and "already up" in again.stderr and json.loads(again.stdout) == info
-    down = subprocess.run([*run, "registry-down"], capture_output=True, text=True, check=False)
+    try:
+        assert up.returncode == 0, up.stderr
+        info = json.loads(up.stdout)
+        pids = [json.loads(f.read_text())["pid"] for f in (state / "pids").glob("*.pid")]
+        assert len(pids) == 2 and all(Path(f"/proc/{p}").exists() for p in pids)
+        assert (state / "password").stat().st_mode & 0o077 == 0  # the password file is the owner's only
+        again = subprocess.run([*run, "registry-up", "--auto-ports"], capture_output=True, text=True, check=False)
+        assert again.returncode == 0 and "already up" in again.stderr and json.loads(again.stdout) == info
+    finally:
+        down = subprocess.run([*run, "registry-down"], capture_output=True, text=True, check=False)
     assert down.returncode == 0, down.stderr
     assert not state.exists()
     assert not any(os.path.exists(f"/proc/{p}") and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z" for p in pids)
