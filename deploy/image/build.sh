@@ -6,6 +6,7 @@
 #   context   stage the build context in .cache/image/context (also what `docker build` elsewhere uses)
 #   build     buildah bud of deploy/Containerfile on that context and base
 #   all       the three, then the digest and the SBOM
+#   report    the digest and the SBOM of the image built last
 # Needs root (mmdebstrap --mode=root, buildah's storage), buildah, podman and mmdebstrap (.ci/run installs them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -79,8 +80,11 @@ build() {
   log "build: $IMAGE on $BASE_IMAGE (sha256:$base_id), commit $COMMIT"
   # --isolation chroot: RUN steps need no OCI runtime (crun cannot run on this machine's hybrid cgroups);
   # the network of RUN is the host's (pip reaches the package index as pip does here).
-  buildah bud --isolation chroot --network host --layers --timestamp "$SOURCE_DATE_EPOCH" \
-    --build-arg BASE="sha256:$base_id" --build-arg GITOPS_SYNC_COMMIT="$COMMIT" \
+  # IMAGE_NO_CACHE=1: every step again (two such builds of one commit give the same image ID).
+  buildah bud --isolation chroot --network host --layers ${IMAGE_NO_CACHE:+--no-cache} \
+    --timestamp "$SOURCE_DATE_EPOCH" \
+    --build-arg BASE="sha256:$base_id" --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" \
+    --build-arg GITOPS_SYNC_COMMIT="$COMMIT" \
     --build-arg GITOPS_SYNC_VERSION="$VERSION" \
     -f deploy/Containerfile -t "$IMAGE" "$ctx" >&2
 }

@@ -60,6 +60,22 @@ def image() -> str:
     return IMAGE
 
 
+def test_two_builds_of_one_commit_give_the_same_image(image: str) -> None:
+    """Every step run again (no layer cache) gives the image ID the first build gave: layer times from the
+    commit, byte code checked by hash, the wheels and tools from the context."""
+    first = _podman("image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
+    env = {**os.environ, "IMAGE": f"{image}-again", "IMAGE_NO_CACHE": "1"}
+    done = subprocess.run(
+        ["bash", str(ROOT / "deploy" / "image" / "build.sh"), "all"],
+        capture_output=True, text=True, env=env, timeout=1200, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    try:
+        assert _podman("image", "inspect", "--format", "{{.Id}}", f"{image}-again").stdout.strip() == first
+    finally:
+        _podman("rmi", f"{image}-again")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
