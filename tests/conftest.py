@@ -195,7 +195,9 @@ def namespace(kube: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str
     name = f"t-{stem}-{uuid.uuid4().hex[:6]}"
     kube.kubectl("create", "namespace", name)
     # Pods are refused until the service-account controller has created the namespace's `default` SA.
-    kube.kubectl("wait", "--for=create", f"--namespace={name}", "serviceaccount/default", "--timeout=30s")
+    from tests.integration.daemon_support import wait_until
+
+    wait_until(f"serviceaccount/default in {name}", lambda: kube.find("serviceaccount", "default", name), 30, 0.05)
     try:
         yield name
     finally:
