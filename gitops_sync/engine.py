@@ -42,6 +42,7 @@ from gitops_sync.source import Checkout, SourceIdentity, fetch, identify, mask_u
 from gitops_sync.source.allow import LocalRepositories
 from gitops_sync.source.checkout import cache_root, is_ancestor, is_remote, knows_commit, short_revision
 from gitops_sync.source.identity import label_identities, legacy_inventory_name
+from gitops_sync.source.verify import TrustedKeys, verify_checkout
 
 log = get_logger(__name__)
 
@@ -56,6 +57,8 @@ class SourceOptions:
     timeout: float = 60.0  # seconds for each git command (fetch, checkout)
     # The fleet's rule for local paths and file:// URLs (source/allow.py); None: any path (the CLI's own).
     local_policy: LocalRepositories | None = None
+    # --verify-commits: the commit must be signed by one of these keys before it is rendered (source/verify.py).
+    verify: TrustedKeys | None = None
 
 
 @dataclass
@@ -94,6 +97,8 @@ def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Check
 
     `cache`: renders of a commit already rendered are served from it (gitops_sync.rendercache)."""
     checkout = fetch_source(source)
+    if source.verify is not None:  # before the render: an unverified commit is never rendered nor applied
+        checkout = replace(checkout, signer=verify_checkout(checkout, source.verify).describe())
     # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths; a submodule
     # whose files are not there is never rendered as an empty directory.
     opts = replace(source.render, repo_root=checkout.repo_root or checkout.root, holes=checkout.holes)
@@ -169,6 +174,7 @@ class Engine:
         name, inv_ns, identity_text = inventory_of(checkout, opts)
         cs = ChangeSet(
             revision=checkout.revision,
+            signer=checkout.signer,
             source=_source_label(checkout),
             dry_run=dry_run,
             inventory=name,

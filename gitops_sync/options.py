@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,7 +59,8 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kw: Any) -> Any:
         from gitops_sync.engine import SourceOptions  # the pipeline: only once a command runs
-        from gitops_sync.render import RenderOptions
+        from gitops_sync.render import RenderOptions, sops
+        from gitops_sync.source import verify
 
         kw["source"] = SourceOptions(
             repo=kw.pop("repo") or "",
@@ -70,8 +72,12 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
                 helm_release=kw.pop("helm_release"),
                 namespace=kw["namespace"],
                 kustomize_allow_external=kw.pop("kustomize_allow_external"),
+                decryption=sops.from_cli(kw.pop("sops_age_key_file"), kw.pop("sops_pgp_key_file"), os.environ),
             ),
         )
+        signers, pgp_keys = kw.pop("allowed_signers"), kw.pop("trusted_pgp_keys")
+        if kw.pop("verify_commits"):
+            kw["source"].verify = verify.from_cli(signers, pgp_keys)
         return fn(*args, **kw)
 
     options = [
@@ -110,6 +116,7 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
             is_flag=True,
             help="Let kustomizations use remote bases (URLs, git refs) and paths outside the repository.",
         ),
+        *secret_options,
         click.option(
             "-n",
             "--namespace",
@@ -120,6 +127,39 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
         ),
     ]
     return _apply(wrapper, options)  # type: ignore[no-any-return]
+
+
+def _files(flag: str, help: str) -> Callable[[F], F]:
+    """A repeatable flag naming files."""
+    return click.option(flag, multiple=True, type=click.Path(path_type=Path), help=help)
+
+
+# Keys for SOPS-encrypted manifests (gitops_sync/render/sops.py) and for commit signatures (source/verify.py).
+secret_options = [
+    _files(
+        "--sops-age-key-file",
+        "age identities for SOPS-encrypted manifests (repeatable; default: $SOPS_AGE_KEY_FILE; "
+        "$SOPS_AGE_KEY adds identities inline).",
+    ),
+    _files(
+        "--sops-pgp-key-file",
+        "Armored OpenPGP private key for SOPS-encrypted manifests (repeatable; imported into a private "
+        "GNUPGHOME for the run).",
+    ),
+    click.option(
+        "--verify-commits",
+        is_flag=True,
+        help="Render only a commit signed by a trusted key (--allowed-signers, --trusted-pgp-keys); exit 2 "
+        "otherwise, nothing applied or pruned.",
+    ),
+    click.option(
+        "--allowed-signers",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="SSH allowed-signers file (ssh-keygen(1) format) for --verify-commits.",
+    ),
+    _files("--trusted-pgp-keys", "Armored OpenPGP public keys for --verify-commits (repeatable)."),
+]
 
 
 def _ignore_rules(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[IgnoreRule]:

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 from gitops_sync import __version__, jsoncodec
 from gitops_sync.errors import RenderError
 from gitops_sync.log import get_logger
-from gitops_sync.render import RenderOptions, Snapshot
+from gitops_sync.render import RenderOptions, Snapshot, sops
 from gitops_sync.render.snapshot import read as read_snapshot
 from gitops_sync.resource import DesiredObject
 from gitops_sync.source import Checkout
@@ -52,6 +52,9 @@ log = get_logger(__name__)
 FORMAT = 2  # of the key and the entry; a change makes every old entry a miss
 _KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 _SYMLINK_MODE = "120000"
+# Render options the key leaves out: paths the key covers otherwise, and SOPS keys (a render that decrypted
+# anything is never stored, so they cannot decide an entry).
+_NOT_IN_KEY = ("repo_root", "helm_values", "decryption")
 
 
 class Store(Protocol):
@@ -179,7 +182,7 @@ class RenderCache:
             return cached
         self.misses += 1
         objects, storable = _render_once(checkout, opts, tree, values, render)
-        if storable:
+        if storable and not sops.any_decrypted(objects):  # decrypted Secrets never reach the disk
             self.store.put(key, objects)
         return objects
 
@@ -196,7 +199,7 @@ class RenderCache:
             "format": FORMAT,
             "gitops-sync": __version__,
             "source": source,
-            "options": {k: str(v) for k, v in sorted(asdict(opts).items()) if k not in ("repo_root", "helm_values")},
+            "options": {k: str(v) for k, v in sorted(asdict(opts).items()) if k not in _NOT_IN_KEY},
             "tools": tool_versions(opts, kustomize=uses_kustomize, helm=uses_helm),
             "values": [v.part for v in values],
         }

@@ -1288,7 +1288,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         choices=sorted(EXTRAS),
         default=[],
-        help="also build an optional tool set from its own module (registry: OCI registry for charts; sops: sops and age-keygen)",
+        help="also build an optional tool set from its own module (registry: OCI registry for charts; "
+        "sops: sops and age-keygen)",
     )
     u = sub.add_parser("up", help="start the cluster (building first when needed)")
     u.add_argument(

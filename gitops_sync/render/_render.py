@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gitops_sync.errors import RenderError
-from gitops_sync.render import _kustomize, _tools, locate
+from gitops_sync.render import _kustomize, _tools, locate, sops
 from gitops_sync.render._kustomize import KUSTOMIZATION_FILES
 from gitops_sync.render._yaml import NodeBudget, load_config, load_json, load_yaml, read_bounded
 from gitops_sync.render.snapshot import Snapshot
@@ -51,6 +51,8 @@ class RenderOptions:
     # of a fetched commit, or one not checked out in a work tree. Rendering one (walking into it, a symlink
     # or a kustomization reaching it) is an error naming it, never an empty directory.
     holes: tuple[str, ...] = ()
+    # Keys for SOPS-encrypted manifest files (render/sops.py); none: such a file is an error naming it.
+    decryption: sops.Decryption = field(default_factory=sops.Decryption)
 
 
 def render(
@@ -149,6 +151,7 @@ class _Walker:
             self.budget.used = budget.used
             sources = locate.helm_sources(output) if tool == "helm" else {}
             for number, value in docs:
+                sops.refuse_in_tool_output(value, f"{label}#{number}")
                 self._add(value, label, f"{label}#{number}", tool_dir=rel or ".", source=sources.get(number, ""))
             return
         for entry in entries:
@@ -207,13 +210,22 @@ class _Walker:
             data = self.snapshot.files[rel]
             if len(data) > limit:
                 raise RenderError(f"file is larger than the {limit}-byte limit", file=rel)
-        if rel.lower().endswith(".json"):
-            docs = load_json(data, rel, self.budget)
-        else:
-            docs = load_yaml(data, rel, self.budget)
+        docs = self._parse(data, rel)
+        secret = sops.encrypted(docs)
+        if secret:  # decrypted in memory; only Secrets, marked so that no cache stores them (render/sops.py)
+            docs = self._parse(sops.decrypt(data, rel, docs, self.opts.decryption), rel)
         for number, value in docs:
             origin = f"{rel}#{number}"
+            if secret:
+                sops.check_decrypted(value, origin)
             self._add(value, origin, origin)
+            if secret:
+                sops.mark(self.objects[-1])
+
+    def _parse(self, data: bytes, rel: str) -> list[tuple[int, Any]]:
+        if rel.lower().endswith(".json"):
+            return load_json(data, rel, self.budget)
+        return load_yaml(data, rel, self.budget)
 
     def _add(self, value: Any, origin: str, where: str, *, tool_dir: str = "", source: str = "") -> None:
         """Expand `kind: List` (and `*List` with items), validate, collect.

@@ -1,0 +1,199 @@
+"""SOPS-encrypted manifests: recognised once a file is read, decrypted in memory by the reference `sops` CLI.
+
+A manifest file (YAML or JSON) whose documents carry a `sops` block with a `mac` is sent to `sops decrypt`
+on stdin; its plaintext comes back on stdout and goes to the walker (render/_render.py) in place of the
+file's bytes, never to disk. The keys are values held in memory (`Decryption`), so a CLI run (flags and
+`SOPS_AGE_KEY_FILE` / `SOPS_AGE_KEY`, read by `from_cli`) and, later, a GitSync (a Secret's data) give
+the same input: age identities go to `sops` in its environment (`SOPS_AGE_KEY`), OpenPGP private keys are
+imported into a GNUPGHOME made for that one run (0700, removed with its gpg-agent afterwards).
+
+Decrypted objects must be Secrets (the reports mask only Secret values) and are marked
+(`extra["sops"]`), so the render cache never stores a render holding one (rendercache.py). Errors name
+the file and the reason (MAC, no fitting key, the recipients it was encrypted for), never sops' own
+stderr, which may quote what it read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitops_sync.errors import RenderError
+from gitops_sync.resource import DesiredObject
+
+# sops' exit codes (cmd/sops/codes) that have a cause we can name.
+_MAC_MISMATCH, _MAC_NOT_FOUND, _NO_KEY = 51, 52, 128
+_BAD_MAC_VALUE, _BAD_VALUE = 24, 25  # a value (or the MAC) whose authentication tag fails
+_KEY_SOURCES = "--sops-age-key-file, SOPS_AGE_KEY_FILE, SOPS_AGE_KEY or --sops-pgp-key-file"
+MARK = "sops"  # DesiredObject.extra key of an object decrypted from a SOPS file
+
+
+@dataclass(frozen=True)
+class Decryption:
+    """The keys a render may decrypt with, as values (never shown: repr counts them only)."""
+
+    age: tuple[str, ...] = field(default=(), repr=False)  # AGE-SECRET-KEY-1... identities
+    pgp: tuple[bytes, ...] = field(default=(), repr=False)  # armored OpenPGP private keys
+    sops: str = "sops"  # the binary
+    timeout: float = 60.0
+
+    def __bool__(self) -> bool:
+        return bool(self.age or self.pgp)
+
+    def __repr__(self) -> str:
+        return f"Decryption(age={len(self.age)} identities, pgp={len(self.pgp)} keys, sops={self.sops!r})"
+
+
+def from_cli(age_files: Sequence[Path], pgp_files: Sequence[Path], environ: Mapping[str, str]) -> Decryption:
+    """The CLI's keys: age identity files given by flag, else `SOPS_AGE_KEY_FILE`; plus `SOPS_AGE_KEY`
+    (identities inline); OpenPGP private key files by flag. Read now, so a missing file fails before any
+    fetch; a file's content is never quoted."""
+    files = list(age_files) or ([Path(environ["SOPS_AGE_KEY_FILE"])] if environ.get("SOPS_AGE_KEY_FILE") else [])
+    age: list[str] = []
+    for path in files:
+        age += _age_identities(_read_key(path, "age identity file").decode("utf-8", "replace"), str(path))
+    if environ.get("SOPS_AGE_KEY"):
+        age += _age_identities(environ["SOPS_AGE_KEY"], "SOPS_AGE_KEY")
+    pgp = tuple(_read_key(p, "OpenPGP private key file") for p in pgp_files)
+    return Decryption(age=tuple(age), pgp=pgp)
+
+
+def _read_key(path: Path, what: str) -> bytes:
+    try:
+        return path.expanduser().read_bytes()
+    except OSError as err:
+        raise RenderError(f"cannot read the {what} {path}: {err.strerror or type(err).__name__}") from None
+
+
+def _age_identities(text: str, where: str) -> list[str]:
+    """The `AGE-SECRET-KEY-1…` lines of an identity file (comments and public-key notes skipped)."""
+    keys = [ln.strip() for ln in text.splitlines() if ln.strip().upper().startswith("AGE-SECRET-KEY-")]
+    if not keys:
+        raise RenderError(f"{where} holds no age identity (a line starting with AGE-SECRET-KEY-)")
+    return keys
+
+
+def encrypted(docs: Iterable[tuple[int, Any]]) -> bool:
+    """Whether any document of a file is SOPS-encrypted: a top-level `sops` mapping with a `mac`."""
+    return any(_metadata(value) is not None for _, value in docs)
+
+
+def _metadata(value: Any) -> Mapping[str, Any] | None:
+    meta = value.get("sops") if isinstance(value, Mapping) else None
+    return meta if isinstance(meta, Mapping) and "mac" in meta else None
+
+
+def refuse_in_tool_output(value: Any, where: str) -> None:
+    """kustomize and helm pass a SOPS file through as it is: its ciphertext must never be applied."""
+    if _metadata(value) is not None:
+        raise RenderError(
+            "SOPS-encrypted manifest in a kustomization's or chart's output: gitops-sync decrypts plain manifest "
+            "files only (move the Secret out of the kustomization, or decrypt it before kustomize reads it)",
+            file=where,
+        )
+
+
+def decrypt(data: bytes, rel: str, docs: Sequence[tuple[int, Any]], keys: Decryption) -> bytes:
+    """The plaintext of an encrypted file, from `sops decrypt` reading stdin; raises RenderError naming
+    `rel` (the file) and why, never a value. `docs`: the file as parsed, for its recipients."""
+    fmt = "json" if rel.lower().endswith(".json") else "yaml"
+    if not keys:
+        raise RenderError(
+            f"SOPS-encrypted ({_recipients(docs)}), but no decryption key was given ({_KEY_SOURCES})", file=rel
+        )
+    home = Path(tempfile.mkdtemp(prefix="gitops-sync-sops-"))  # 0700: HOME and GNUPGHOME of this run only
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "GNUPGHOME": str(home / "gnupg")}
+    try:
+        if keys.pgp:
+            _import_pgp(keys.pgp, env, keys.timeout)
+        if keys.age:
+            env["SOPS_AGE_KEY"] = "\n".join(keys.age)
+        argv = [keys.sops, "decrypt", "--input-type", fmt, "--output-type", fmt]  # no file: stdin
+        try:
+            done = subprocess.run(
+                argv, input=data, env=env, capture_output=True, timeout=keys.timeout, check=False, cwd=home
+            )
+        except FileNotFoundError:
+            raise RenderError(
+                f"`{keys.sops}` not found, needed to decrypt this SOPS file: build it with "
+                "`deploy/local-cluster/cluster.py build --with sops` (or install sops) and put it on PATH",
+                file=rel,
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise RenderError(f"`sops decrypt` did not finish within {keys.timeout:g}s", file=rel) from None
+    finally:
+        _remove_home(home, env)
+    if done.returncode in (_MAC_MISMATCH, _MAC_NOT_FOUND):
+        raise RenderError("SOPS file's MAC does not verify: the file was changed after it was encrypted", file=rel)
+    if done.returncode in (_BAD_MAC_VALUE, _BAD_VALUE):
+        raise RenderError(
+            "SOPS file does not decrypt: an encrypted value fails its authentication (changed or damaged)", file=rel
+        )
+    if done.returncode == _NO_KEY:
+        raise RenderError(f"no given key fits this SOPS file (encrypted for {_recipients(docs)})", file=rel)
+    if done.returncode != 0:
+        raise RenderError(f"`sops decrypt` failed (exit {done.returncode}); the file is not applied", file=rel)
+    return done.stdout
+
+
+def _import_pgp(keys: Sequence[bytes], env: dict[str, str], timeout: float) -> None:
+    gnupg = Path(env["GNUPGHOME"])
+    gnupg.mkdir(mode=0o700)
+    for armored in keys:
+        done = subprocess.run(
+            ["gpg", "--batch", "--quiet", "--import"], input=armored, env=env, capture_output=True, timeout=timeout
+        )
+        if done.returncode != 0:
+            raise RenderError("cannot import an OpenPGP private key given for SOPS (gpg --import refused it)")
+
+
+def _remove_home(home: Path, env: dict[str, str]) -> None:
+    """Stop the gpg-agent this run's GNUPGHOME started (if any), then remove the directory."""
+    if (home / "gnupg").exists():
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["gpgconf", "--kill", "all"], env=env, capture_output=True, timeout=10, check=False)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _recipients(docs: Sequence[tuple[int, Any]]) -> str:
+    """Who a file was encrypted for, from its sops block: age recipients and OpenPGP fingerprints (public)."""
+    found: list[str] = []
+    for _, value in docs:
+        meta = _metadata(value) or {}
+        for entry in meta.get("age") or []:
+            if isinstance(entry, Mapping) and isinstance(entry.get("recipient"), str):
+                found.append(f"age {entry['recipient']}")
+        for entry in meta.get("pgp") or []:
+            if isinstance(entry, Mapping) and isinstance(entry.get("fp"), str):
+                found.append(f"OpenPGP {entry['fp']}")
+    unique = list(dict.fromkeys(found))
+    return ", ".join(unique) if unique else "no age or OpenPGP recipient"
+
+
+def check_decrypted(value: Any, where: str) -> None:
+    """A decrypted document must be a Secret: reports and `diff` mask Secret values only."""
+    if not (isinstance(value, Mapping) and value.get("apiVersion") == "v1" and value.get("kind") == "Secret"):
+        found = value.get("kind") if isinstance(value, Mapping) else None
+        kind = found if isinstance(found, str) else "?"
+        raise RenderError(
+            f"a SOPS-encrypted file may hold only Secrets (v1), found kind {kind[:63]}: the values of other "
+            "kinds would show in diff and render output",
+            file=where,
+        )
+
+
+def mark(obj: DesiredObject) -> DesiredObject:
+    obj.extra[MARK] = True
+    return obj
+
+
+def any_decrypted(objects: Iterable[DesiredObject]) -> bool:
+    """A render holding a decrypted Secret is never stored by the render cache (on disk or in memory)."""
+    return any(o.extra.get(MARK) for o in objects)
