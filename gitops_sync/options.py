@@ -59,8 +59,7 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kw: Any) -> Any:
         from gitops_sync.engine import SourceOptions  # the pipeline: only once a command runs
-        from gitops_sync.render import RenderOptions, sops
-        from gitops_sync.source import verify
+        from gitops_sync.render import RenderOptions
 
         kw["source"] = SourceOptions(
             repo=kw.pop("repo") or "",
@@ -72,12 +71,9 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
                 helm_release=kw.pop("helm_release"),
                 namespace=kw["namespace"],
                 kustomize_allow_external=kw.pop("kustomize_allow_external"),
-                decryption=sops.from_cli(kw.pop("sops_age_key_file"), kw.pop("sops_pgp_key_file"), os.environ),
             ),
         )
-        signers, pgp_keys = kw.pop("allowed_signers"), kw.pop("trusted_pgp_keys")
-        if kw.pop("verify_commits"):
-            kw["source"].verify = verify.from_cli(signers, pgp_keys)
+        _take_secret_options(kw)
         return fn(*args, **kw)
 
     options = [
@@ -160,6 +156,25 @@ secret_options = [
     ),
     _files("--trusted-pgp-keys", "Armored OpenPGP public keys for --verify-commits (repeatable)."),
 ]
+
+
+def _take_secret_options(kw: dict[str, Any]) -> None:
+    """The keys of `secret_options`, read now (a missing file fails before any fetch), into kw["source"]."""
+    from gitops_sync.render import sops
+    from gitops_sync.source import verify
+
+    source = kw["source"]
+    age, pgp = kw.pop("sops_age_key_file"), kw.pop("sops_pgp_key_file")
+    signers, pgp_keys, wanted = kw.pop("allowed_signers"), kw.pop("trusted_pgp_keys"), kw.pop("verify_commits")
+    if (signers or pgp_keys) and not wanted:
+        raise click.UsageError("--allowed-signers and --trusted-pgp-keys are the keys of --verify-commits: add it")
+    if not source.repo:  # the fleet: a GitSync never gets the controller's keys (its own come with its spec)
+        if age or pgp or wanted:
+            raise click.UsageError("--sops-*-key-file and --verify-commits apply to a --repo source, not to GitSyncs")
+        return
+    source.render.decryption = sops.from_cli(age, pgp, os.environ)
+    if wanted:
+        source.verify = verify.from_cli(signers, pgp_keys)
 
 
 def _ignore_rules(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[IgnoreRule]:

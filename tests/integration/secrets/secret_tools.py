@@ -59,6 +59,12 @@ class SecretTools:
         out = self.run("gpg", "--batch", "--with-colons", "--list-keys", uid, env=env).decode()
         return next(ln.split(":")[9] for ln in out.splitlines() if ln.startswith("fpr:"))
 
+    def ssh_key(self, name: str) -> tuple[Path, str]:
+        """A new ed25519 SSH key (no passphrase) and its public line."""
+        key = self.work / f"{name}.ssh"
+        self.run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key))
+        return key, (self.work / f"{name}.ssh.pub").read_text().strip()
+
     def encrypt(self, plain: Path, out: Path, *, age: str = "", pgp: PgpKey | None = None) -> None:
         """`sops encrypt` of a manifest, only its data/stringData values (as users do), to `out`."""
         args = ["sops", "encrypt", "--encrypted-regex", "^(data|stringData)$"]
