@@ -65,6 +65,13 @@ class SecretTools:
         self.run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key))
         return key, (self.work / f"{name}.ssh.pub").read_text().strip()
 
+    def signer(self, name: str) -> tuple[Path, Path]:
+        """A new SSH signing key and an allowed-signers file trusting it as `<name>@example.com`."""
+        key, public = self.ssh_key(name)
+        signers = self.work / f"{name}.allowed_signers"
+        signers.write_text(f"{name}@example.com {public}\n")
+        return key, signers
+
     def encrypt(self, plain: Path, out: Path, *, age: str = "", pgp: PgpKey | None = None) -> None:
         """`sops encrypt` of a manifest, only its data/stringData values (as users do), to `out`."""
         args = ["sops", "encrypt", "--encrypted-regex", "^(data|stringData)$"]

@@ -79,10 +79,8 @@ def data_of(kube: KubeCluster, namespace: str, name: str) -> dict[str, Any] | No
 def test_ssh_signed_commits_apply_and_unsigned_or_wrong_signer_refused(
     kube: KubeCluster, namespace: str, tmp_path: Path, secret_tools: SecretTools
 ) -> None:
-    alice, alice_pub = secret_tools.ssh_key("alice")
+    alice, signers = secret_tools.signer("alice")
     mallory, _ = secret_tools.ssh_key("mallory")
-    signers = tmp_path / "allowed_signers"
-    signers.write_text(f"alice@example.com {alice_pub}\n")
     alice_fp = secret_tools.run("ssh-keygen", "-lf", f"{alice}.pub").decode().split()[1]
     mallory_fp = secret_tools.run("ssh-keygen", "-lf", f"{mallory}.pub").decode().split()[1]
     repo = Repo(tmp_path / "repo")
@@ -140,9 +138,7 @@ def test_openpgp_signed_commit_verified_and_untrusted_key_refused(
 
 
 def test_a_work_tree_as_it_is_cannot_be_verified(kube: KubeCluster, tmp_path: Path, secret_tools: SecretTools) -> None:
-    key, pub = secret_tools.ssh_key("dev")
-    signers = tmp_path / "allowed_signers"
-    signers.write_text(f"dev@example.com {pub}\n")
+    key, signers = secret_tools.signer("dev")
     repo = Repo(tmp_path / "repo")
     repo.commit({"app.yaml": configmap("app", "v1")}, signing=ssh_signing(key))
     verify = ["--verify-commits", "--allowed-signers", str(signers)]
