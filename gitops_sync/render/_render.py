@@ -292,7 +292,7 @@ class _Walker:
         """A values file read by helm: bounded as a manifest is (its own node budget: nothing is built)."""
         nodes = self.opts.max_yaml_nodes
         data = read_bounded(path, name, self.opts.max_file_bytes)
-        load_yaml(data, name, NodeBudget(nodes, nodes, self.opts.max_depth))
+        sops.refuse_values(load_yaml(data, name, NodeBudget(nodes, nodes, self.opts.max_depth)), name)
 
     def _values_file(self, given: Path, label: str) -> Path:
         """A --helm-values file: the user's own (absolute, or relative to the current directory) is

@@ -15,6 +15,7 @@ stderr, which may quote what it read.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shutil
@@ -32,7 +33,8 @@ from gitops_sync.resource import DesiredObject
 _MAC_MISMATCH, _MAC_NOT_FOUND, _NO_KEY = 51, 52, 128
 _BAD_MAC_VALUE, _BAD_VALUE = 24, 25  # a value (or the MAC) whose authentication tag fails
 _KEY_SOURCES = "--sops-age-key-file, SOPS_AGE_KEY_FILE, SOPS_AGE_KEY or --sops-pgp-key-file"
-MARK = "sops"  # DesiredObject.extra key of an object decrypted from a SOPS file
+MARK = "sops"
+_CIPHERTEXT = "ENC[AES256_GCM,data:"  # DesiredObject.extra key of an object decrypted from a SOPS file
 
 
 @dataclass(frozen=True)
@@ -91,13 +93,36 @@ def _metadata(value: Any) -> Mapping[str, Any] | None:
 
 
 def refuse_in_tool_output(value: Any, where: str) -> None:
-    """kustomize and helm pass a SOPS file through as it is: its ciphertext must never be applied."""
-    if _metadata(value) is not None:
+    """kustomize and helm pass a SOPS file through as it is (and a secretGenerator a SOPS env file's values):
+    its ciphertext must never be applied."""
+    if _metadata(value) is not None or (isinstance(value, Mapping) and _ciphertext_in_secret(value)):
         raise RenderError(
-            "SOPS-encrypted manifest in a kustomization's or chart's output: gitops-sync decrypts plain manifest "
-            "files only (move the Secret out of the kustomization, or decrypt it before kustomize reads it)",
+            "SOPS-encrypted manifest or values in a kustomization's or chart's output: gitops-sync decrypts plain "
+            "manifest files only (move the Secret out of the kustomization, or decrypt it before kustomize reads it)",
             file=where,
         )
+
+
+def refuse_values(docs: Sequence[tuple[int, Any]], name: str) -> None:
+    """A SOPS-encrypted Helm values file is not decrypted (helm would template its ciphertext): refused."""
+    if encrypted(docs):
+        raise RenderError(
+            "SOPS-encrypted Helm values file: not supported (only manifest files are decrypted)", file=name
+        )
+
+
+def _ciphertext_in_secret(value: Mapping[str, Any]) -> bool:
+    """A Secret whose values are SOPS ciphertext (`ENC[AES256_GCM,…]`), as written or base64-encoded (folded
+    lines too), or that holds a SOPS env/ini file's `sops_mac` entry."""
+    if value.get("kind") != "Secret":
+        return False
+    plain, data = value.get("stringData"), value.get("data")
+    texts = [v for v in plain.values() if isinstance(v, str)] if isinstance(plain, Mapping) else []
+    for v in data.values() if isinstance(data, Mapping) else ():
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            texts.append(base64.b64decode("".join(v.split()), validate=True).decode("utf-8", "replace"))
+    keys = [*(plain if isinstance(plain, Mapping) else ()), *(data if isinstance(data, Mapping) else ())]
+    return "sops_mac" in keys or any(_CIPHERTEXT in t for t in texts)  # a dotenv/ini file's sops entries
 
 
 def decrypt(data: bytes, rel: str, docs: Sequence[tuple[int, Any]], keys: Decryption) -> bytes:

@@ -73,7 +73,7 @@ def test_an_encrypted_file_in_a_kustomization_is_refused(tmp_path: Path, secret_
     key, recipient = secret_tools.age_key("kustomize")
     encrypted(secret_tools, tmp_path, "app/secret.yaml", SECRET.format(name="s", value="v"), recipient)
     (tmp_path / "app" / "kustomization.yaml").write_text("resources:\n- secret.yaml\n")
-    with pytest.raises(RenderError, match=r"app \(kustomize\)#1: SOPS-encrypted manifest in a kustomization"):
+    with pytest.raises(RenderError, match=r"app \(kustomize\)#1: SOPS-encrypted manifest or values in a kustomization"):
         render(tmp_path, options(secret_tools, key))
 
 
@@ -97,3 +97,41 @@ def test_render_cache_stores_nothing_for_a_decrypted_source(tmp_path: Path, secr
     assert len(list(store.glob("*.json"))) == 1 and cache.hits == 0
     for path in store.iterdir():
         assert value.encode() not in path.read_bytes()
+
+
+def test_a_sops_env_file_in_a_secret_generator_is_refused(tmp_path: Path, secret_tools: SecretTools) -> None:
+    """kustomize puts the ciphertext values of a SOPS dotenv file into the generated Secret's data."""
+    key, recipient = secret_tools.age_key("generator")
+    plain = secret_tools.work / "db.env"
+    plain.write_text("PASSWORD=never-applied-as-ciphertext\n")
+    app = tmp_path / "app"
+    app.mkdir()
+    args = ["sops", "encrypt", "--input-type", "dotenv", "--output-type", "dotenv", "--age", recipient, str(plain)]
+    (app / "db.env").write_bytes(secret_tools.run(*args))
+    plain.unlink()
+    (app / "kustomization.yaml").write_text("secretGenerator:\n- name: db\n  envs:\n  - db.env\n")
+    with pytest.raises(RenderError, match=r"app \(kustomize\)#1: SOPS-encrypted manifest or values"):
+        render(tmp_path, options(secret_tools, key))
+
+
+def test_an_encrypted_helm_values_file_is_refused(tmp_path: Path, secret_tools: SecretTools) -> None:
+    key, recipient = secret_tools.age_key("values")
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: app\nversion: 0.1.0\n")
+    (chart / "templates" / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  v: {{ .Values.password | quote }}\n"
+    )
+    values = secret_tools.work / "values.yaml"
+    values.write_text("password: never-templated\n")
+    given = tmp_path / "secret-values.yaml"
+    secret_tools.encrypt(values, given, age=recipient)
+    opts = options(secret_tools, key)
+    opts.helm = str(secret_tools.bin_dir / "helm")
+    opts.helm_values = (given,)
+    with pytest.raises(RenderError, match=r"secret-values.yaml: SOPS-encrypted Helm values file: not supported"):
+        render(chart, opts)
+    secret_tools.encrypt(values, chart / "values.yaml", age=recipient)  # the chart's own values
+    opts.helm_values = ()
+    with pytest.raises(RenderError, match=r"values.yaml: SOPS-encrypted Helm values file"):
+        render(chart, opts)

@@ -70,3 +70,20 @@ def test_keys_come_from_flags_then_the_environment_and_are_never_shown(tmp_path:
     assert RECIPIENT not in str(err.value)
     with pytest.raises(RenderError, match="cannot read the OpenPGP private key file"):
         from_cli([], [tmp_path / "missing.asc"], {})
+
+
+def test_ciphertext_in_a_tools_secret_is_refused_and_plain_values_pass() -> None:
+    """A SOPS env file's values through a secretGenerator: base64 (folded, as kustomize writes it) of ENC[…]."""
+    import base64
+
+    from gitops_sync.render.sops import refuse_in_tool_output
+
+    enc = base64.b64encode(b"ENC[AES256_GCM,data:fUw=,iv:eD,tag:30,type:str]").decode()
+    folded = enc[:20] + "\n" + enc[20:] + "\n"
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}}
+    with pytest.raises(RenderError, match="app \\(kustomize\\)#1: SOPS-encrypted manifest or values"):
+        refuse_in_tool_output({**secret, "data": {"PASSWORD": folded}}, "app (kustomize)#1")
+    with pytest.raises(RenderError):
+        refuse_in_tool_output({**secret, "stringData": {"k": "ENC[AES256_GCM,data:x,iv:y,tag:z,type:str]"}}, "w")
+    refuse_in_tool_output({**secret, "data": {"k": base64.b64encode(b"plain").decode()}, "stringData": None}, "w")
+    refuse_in_tool_output({"kind": "ConfigMap", "data": {"k": "ENC[AES256_GCM,data:x]"}}, "w")  # only Secrets
