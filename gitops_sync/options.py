@@ -76,7 +76,12 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
         _take_secret_options(kw)
         return fn(*args, **kw)
 
-    options = [
+    return _apply(wrapper, _source_flags(repo_required))  # type: ignore[no-any-return]
+
+
+def _source_flags(repo_required: bool) -> list[Callable[[Any], Any]]:
+    """The flags that say where the source is and how it renders; `_source_options` makes a SourceOptions."""
+    return [
         click.option(
             "--repo",
             required=repo_required,
@@ -122,7 +127,6 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
             help="Namespace for namespaced objects that name none.",
         ),
     ]
-    return _apply(wrapper, options)  # type: ignore[no-any-return]
 
 
 def _files(flag: str, help: str) -> Callable[[F], F]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ FAST = ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5
 
 
 def lease(kube: KubeCluster, ns: str, name: str) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(kube.kubectl("get", "lease", name, "-n", ns, "-o", "json").stdout)
+    doc: dict[str, Any] = kube.get("lease", name, ns)
     return doc
 
 
@@ -87,7 +86,7 @@ def edit_replicas(kube: KubeCluster, ns: str, to: int) -> None:
 
 
 def replicas(kube: KubeCluster, ns: str) -> int:
-    return int(json.loads(kube.kubectl("get", "deployment", "web", "-n", ns, "-o", "json").stdout)["spec"]["replicas"])
+    return int(kube.get("deployment", "web", ns)["spec"]["replicas"])
 
 
 def test_two_daemons_only_the_leader_writes_and_the_follower_takes_over(

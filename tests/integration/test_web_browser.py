@@ -8,8 +8,6 @@ explicitly, so its own driver download manager never runs, and chromium resolves
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -21,7 +19,7 @@ from typing import Any
 import pytest
 from conftest import KubeCluster
 
-from tests.integration.daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, deployment, wait_until
+from tests.integration.daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, deployment, sync_once, wait_until
 from tests.integration.test_fleet import crd, fleet_args, gitsync
 
 __all__ = ["crd"]  # the module-scoped fixture, shared
@@ -101,15 +99,7 @@ def _synced_daemon(kube: KubeCluster, namespace: str, tmp_path: Path, *args: str
             "page.yaml": configmap("page", {"index.html": EVIL, "color": "blue"}),
         },
     )
-    sync = subprocess.run(
-        [sys.executable, "-m", "gitops_sync", "sync", "--repo", str(repo.path), "-n", namespace],
-        env=kube.env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=90,
-    )
-    assert sync.returncode == 0, sync.stdout + sync.stderr
+    sync_once(kube.env, repo.path, namespace)
     d = Daemon(["--repo", str(repo.path), "-n", namespace, *args], kube.env, tmp_path / "daemon.log")
     d.wait_ready()
     return d, repo

@@ -667,7 +667,6 @@ class SourceReconciler:
             errors.insert(0, f"cluster: {cluster.error}")
         cs = ChangeSet(
             revision=src.checkout.revision if src else "",
-            signer=src.checkout.signer if src else "",  # --verify-commits (source/verify.py)
             source=self.applied[1] if self.applied else "",
             entries=entries,
             errors=errors,

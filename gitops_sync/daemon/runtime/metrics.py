@@ -8,10 +8,11 @@ from collections import Counter as _Tally
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.plan.changeset import LIVE_CHANGED, Action, Entry
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-OBJECT_STATES = ("synced", "drifted", "missing", "terminating", "conflict", "error")
+# `planned`: Git changed it and the daemon does not apply (detect-only); `drifted`: the cluster changed it.
+OBJECT_STATES = ("synced", "drifted", "planned", "missing", "terminating", "conflict", "error")
 
 
 class Metrics:
@@ -100,7 +101,7 @@ class Metrics:
         )
         # The fleet: one series set per GitSync (`source` = namespace/name), exported by the replica that
         # holds its shard, removed when the GitSync is deleted or the shard lost (bounded cardinality:
-        # 8 series per source).
+        # 10 series per source: 7 states, revision, healthy, ready).
         self.source_objects = Gauge(
             "gitops_sync_gitsync_objects",
             "Desired objects of a GitSync by state after its last pass.",
@@ -187,10 +188,14 @@ class Metrics:
 
 
 def object_state(entry: Entry, *, applied: bool, forcing: bool) -> str:
-    """synced | drifted | missing | terminating | conflict | error, as the objects gauge and /status count them.
+    """synced | drifted | planned | missing | terminating | conflict | error, as the objects gauge and /status
+    count them.
 
     A field another manager took over is a conflict for a plan; when the policy is to force (what
     self-heal does), a plan that shows one is drift self-heal would correct, so it counts as drifted.
+    Not applied (detect-only), an update is `drifted` when another manager changed a field (live-changed)
+    and `planned` when every field it would change is Git's (git-changed, server-changed): the words of the
+    report and the page (`plan.changeset.change_of`). An update that names no field stays `drifted`.
     `terminating`: being deleted (finalizers hold it): it will vanish, whatever a pass applies.
     """
     if entry.action is Action.ERROR:
@@ -201,4 +206,8 @@ def object_state(entry: Entry, *, applied: bool, forcing: bool) -> str:
         return "drifted" if forcing and not applied else "conflict"
     if applied or entry.action is Action.UNCHANGED:
         return "synced"
-    return "missing" if entry.action is Action.CREATE else "drifted"
+    if entry.action is Action.CREATE:
+        return "missing"
+    if entry.action is Action.UPDATE and entry.drift and all(c.reason != LIVE_CHANGED for c in entry.drift):
+        return "planned"
+    return "drifted"

@@ -300,6 +300,8 @@ class Daemon(Controller[QueueKey]):
         `history` lists the fields that changed at least once; `full_history` (GET /status?history=all)
         every field Git sets."""
         doc = self.source.changeset_doc(self.cluster_condition, full_history=full_history)
+        if (held := self.source.desired.state) is not None and held.checkout.signer:  # --verify-commits
+            doc["signedBy"] = held.checkout.signer
         with self.source.state:
             last_pass = dict(self.source.last_pass)
         applied = self.source.applied
