@@ -1,6 +1,9 @@
 """The real tools behind encrypted secrets and signed commits, for tests: `sops` and `age-keygen` built by
 `cluster.py build --with sops` (on demand, cached like the control plane), gpg with a private GNUPGHOME,
-ssh-keygen for SSH signing keys, and git. Nothing is mocked; every helper runs the real binary."""
+ssh-keygen for SSH signing keys, and git. Nothing is mocked; every helper runs the real binary.
+
+Test modules import `secret_tools_fixture` (the fixture `secret_tools`) rather than a conftest.py here: a
+second module named `conftest` outside a package would shadow tests/conftest.py for modules collected later."""
 
 from __future__ import annotations
 
@@ -16,6 +19,9 @@ from pathlib import Path
 import pytest
 
 LAUNCHER = Path(__file__).resolve().parents[3] / "deploy" / "local-cluster" / "cluster.py"
+# For every test using `secret_tools`: whichever runs first may build sops from a clean cache inside its setup
+# (353 s measured on 2 busy cores), past pytest's default 300 s per test.
+MARKS = [pytest.mark.cluster, pytest.mark.timeout(1200)]
 
 
 @dataclass(frozen=True)
@@ -97,8 +103,8 @@ class PgpKey:
     public: Path  # armored public key
 
 
-@pytest.fixture(scope="session")
-def secret_tools() -> Iterator[SecretTools]:
+@pytest.fixture(scope="session", name="secret_tools")
+def secret_tools_fixture() -> Iterator[SecretTools]:
     """`cluster.py build --with sops` (a no-op once built; LOCAL_CLUSTER_CACHE picks the cache)."""
     done = subprocess.run(
         [sys.executable, str(LAUNCHER), "build", "--with", "sops"], stdout=subprocess.PIPE, text=True, check=False

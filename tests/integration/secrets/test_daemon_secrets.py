@@ -10,14 +10,13 @@ import os
 import uuid
 from pathlib import Path
 
-import pytest
-from secret_tools import SecretTools
+from secret_tools import MARKS, SecretTools, secret_tools_fixture  # noqa: F401  (the fixture `secret_tools`)
 from test_signed_commits import Repo, configmap, ssh_signing
 
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = MARKS
 
 
 def test_daemon_applies_a_signed_encrypted_secret_and_keeps_it_through_an_unsigned_commit(

@@ -13,12 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from secret_tools import SecretTools
+from secret_tools import MARKS, SecretTools, secret_tools_fixture  # noqa: F401  (the fixture `secret_tools`)
 
 from tests.conftest import KubeCluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = MARKS
 DOC = Path(__file__).resolve().parents[3] / "docs" / "secrets.md"
 PASSWORD = "correct-horse-battery-staple"
 

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from secret_tools import SecretTools
+from secret_tools import MARKS, SecretTools, secret_tools_fixture  # noqa: F401  (the fixture `secret_tools`)
 
 from gitops_sync.errors import RenderError
 from gitops_sync.render import RenderOptions, render
@@ -17,7 +17,7 @@ from gitops_sync.render.sops import Decryption
 from gitops_sync.rendercache import DiskStore, RenderCache
 from gitops_sync.source import Checkout
 
-pytestmark = pytest.mark.cluster  # needs the built binaries (sops, kubectl), as tests/integration/test_render_tools
+pytestmark = MARKS  # needs the built binaries (sops, kubectl), as tests/integration/test_render_tools
 
 
 def options(tools: SecretTools, key: Path) -> RenderOptions:

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import git
-import pytest
-from secret_tools import PgpKey, SecretTools
+from secret_tools import MARKS, PgpKey, SecretTools, secret_tools_fixture  # noqa: F401  (the fixture `secret_tools`)
 
 from tests.conftest import KubeCluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = MARKS
 
 
 def secret_yaml(name: str, value: str) -> str:
