@@ -61,5 +61,6 @@ def test_daemon_applies_a_signed_encrypted_secret_and_keeps_it_through_an_unsign
         texts = [json.dumps(doc), page, d.log_path.read_text()]
         assert d.stop() == 0
     encoded = base64.b64encode(value.encode()).decode()
+    identity = next(ln for ln in age_key.read_text().splitlines() if ln.startswith("AGE-SECRET-KEY-"))
     for text in texts:
-        assert value not in text and encoded not in text
+        assert value not in text and encoded not in text and identity not in text
