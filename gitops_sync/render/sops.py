@@ -21,7 +21,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ _MAC_MISMATCH, _MAC_NOT_FOUND, _NO_KEY = 51, 52, 128
 _BAD_MAC_VALUE, _BAD_VALUE = 24, 25  # a value (or the MAC) whose authentication tag fails
 _KEY_SOURCES = "--sops-age-key-file, SOPS_AGE_KEY_FILE, SOPS_AGE_KEY or --sops-pgp-key-file"
 MARK = "sops"
+_SUPPORTED = ("age", "pgp")
 _CIPHERTEXT = "ENC[AES256_GCM,data:"  # DesiredObject.extra key of an object decrypted from a SOPS file
 
 
@@ -129,6 +130,7 @@ def decrypt(data: bytes, rel: str, docs: Sequence[tuple[int, Any]], keys: Decryp
     """The plaintext of an encrypted file, from `sops decrypt` reading stdin; raises RenderError naming
     `rel` (the file) and why, never a value. `docs`: the file as parsed, for its recipients."""
     fmt = "json" if rel.lower().endswith(".json") else "yaml"
+    _refuse_unsupported_only(docs, rel)
     if not keys:
         raise RenderError(
             f"SOPS-encrypted ({_recipients(docs)}), but no decryption key was given ({_KEY_SOURCES})", file=rel
@@ -187,19 +189,39 @@ def _remove_home(home: Path, env: dict[str, str]) -> None:
     shutil.rmtree(home, ignore_errors=True)
 
 
-def _recipients(docs: Sequence[tuple[int, Any]]) -> str:
-    """Who a file was encrypted for, from its sops block: age recipients and OpenPGP fingerprints (public)."""
-    found: list[str] = []
+def _key_entries(docs: Sequence[tuple[int, Any]]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(key type, entry) of every master key a file's sops blocks list, `key_groups` included."""
     for _, value in docs:
         meta = _metadata(value) or {}
-        for entry in meta.get("age") or []:
-            if isinstance(entry, Mapping) and isinstance(entry.get("recipient"), str):
-                found.append(f"age {entry['recipient']}")
-        for entry in meta.get("pgp") or []:
-            if isinstance(entry, Mapping) and isinstance(entry.get("fp"), str):
-                found.append(f"OpenPGP {entry['fp']}")
+        groups = [meta, *(g for g in meta.get("key_groups") or [] if isinstance(g, Mapping))]
+        for group in groups:  # every list of keys: age, pgp, and kms, gcp_kms, hckms, azure_kv, hc_vault, …
+            for kind, entries in group.items():
+                for entry in entries if isinstance(entries, list) and kind != "key_groups" else []:
+                    if isinstance(entry, Mapping):
+                        yield str(kind), entry
+
+
+def _recipients(docs: Sequence[tuple[int, Any]]) -> str:
+    """Who a file was encrypted for, from its sops block: age recipients and OpenPGP fingerprints (public)."""
+    found = [
+        f"age {entry['recipient']}" if kind == "age" else f"OpenPGP {entry['fp']}"
+        for kind, entry in _key_entries(docs)
+        if isinstance(entry.get({"age": "recipient", "pgp": "fp"}.get(kind, "")), str)
+    ]
     unique = list(dict.fromkeys(found))
     return ", ".join(unique) if unique else "no age or OpenPGP recipient"
+
+
+def _refuse_unsupported_only(docs: Sequence[tuple[int, Any]], rel: str) -> None:
+    """A file encrypted only for cloud KMS or Vault keys: sops would reach for them (a KMS service, a Vault
+    address written in the file) with whatever credentials it finds; refused before it runs."""
+    kinds = {kind for kind, _ in _key_entries(docs)}
+    if kinds and not kinds & set(_SUPPORTED):
+        raise RenderError(
+            f"SOPS file encrypted only for {', '.join(sorted(kinds))} keys: gitops-sync decrypts with age and "
+            "OpenPGP keys only (add an age or OpenPGP recipient with `sops updatekeys`)",
+            file=rel,
+        )
 
 
 def check_decrypted(value: Any, where: str) -> None:

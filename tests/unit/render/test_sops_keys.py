@@ -87,3 +87,23 @@ def test_ciphertext_in_a_tools_secret_is_refused_and_plain_values_pass() -> None
         refuse_in_tool_output({**secret, "stringData": {"k": "ENC[AES256_GCM,data:x,iv:y,tag:z,type:str]"}}, "w")
     refuse_in_tool_output({**secret, "data": {"k": base64.b64encode(b"plain").decode()}, "stringData": None}, "w")
     refuse_in_tool_output({"kind": "ConfigMap", "data": {"k": "ENC[AES256_GCM,data:x]"}}, "w")  # only Secrets
+
+
+def test_a_file_for_cloud_kms_or_vault_keys_only_is_refused_before_sops_runs(tmp_path: Path) -> None:
+    """sops would contact the Vault address written in the file (or a cloud KMS); `sops` is not even run
+    (the binary given does not exist)."""
+    vault = ENCRYPTED.split("sops:\n")[0] + (
+        "sops:\n  hc_vault:\n  - vault_address: https://vault.attacker.example\n    engine_path: t\n"
+        "    key_name: k\n    enc: x\n  key_groups:\n  - kms:\n    - arn: arn:aws:kms:eu-west-1:1:key/x\n      enc: y\n"
+        "  mac: ENC[AES256_GCM,data:iZ,iv:rj,tag:Kq,type:str]\n  version: 3.13.3\n"
+    )
+    (tmp_path / "secret.yaml").write_text(vault)
+    opts = RenderOptions(decryption=Decryption(age=(IDENTITY,), sops=str(tmp_path / "no-sops")))
+    with pytest.raises(RenderError, match=r"secret.yaml: SOPS file encrypted only for hc_vault, kms keys"):
+        render(tmp_path, opts)
+    # With an age recipient too, sops runs (here: the missing binary is what fails).
+    (tmp_path / "secret.yaml").write_text(
+        vault.replace("  hc_vault:", f"  age:\n  - recipient: {RECIPIENT}\n    enc: z\n  hc_vault:")
+    )
+    with pytest.raises(RenderError, match="not found"):
+        render(tmp_path, opts)
