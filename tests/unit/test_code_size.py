@@ -34,8 +34,6 @@ FUNCTIONS_OVER: dict[str, int] = {
     "daemon/reconcile/reconciler.py:SourceReconciler.__init__": 62,
     "daemon/reconcile/reconciler.py:SourceReconciler.refresh": 77,
     "daemon/reconcile/reconciler.py:SourceReconciler.run_pass": 91,
-    "daemon/reconcile/reporter.py:Reporter.report": 105,
-    "daemon/runtime/metrics.py:Metrics.__init__": 113,
 }
 
 

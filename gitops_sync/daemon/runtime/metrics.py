@@ -16,9 +16,22 @@ OBJECT_STATES = ("synced", "drifted", "planned", "missing", "terminating", "conf
 
 
 class Metrics:
+    """Every figure the daemon exports, by who sets it: passes and objects, the process, the fleet's sources."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
+        self._pass_metrics(self.registry)
+        self._process_metrics(self.registry)
+        self._fleet_metrics(self.registry)
+        for state in OBJECT_STATES:
+            self.objects.labels(state).set(0)
+        self._revision_labels: tuple[str, str] | None = None
+        self._source_revisions: dict[str, str] = {}
+        self._exported: set[str] = set()
+        self._source_lock = threading.Lock()
+
+    def _pass_metrics(self, r: CollectorRegistry) -> None:
+        """What passes did and found: their count and duration, objects by state, drift, conflicts, fights."""
         self.passes = Counter(
             "gitops_sync_passes", "Reconcile passes by kind (full|partial) and result.", ["kind", "result"], registry=r
         )
@@ -51,6 +64,9 @@ class Metrics:
             registry=r,
         )
         self.errors = Counter("gitops_sync_object_errors", "Objects a pass failed to plan or apply.", registry=r)
+
+    def _process_metrics(self, r: CollectorRegistry) -> None:
+        """The process: source and cluster health, threads, the revision applied, watches, queue, leadership."""
         self.source_errors = Counter(
             "gitops_sync_source_errors", "Failed fetches or renders of the source.", registry=r
         )
@@ -99,9 +115,11 @@ class Metrics:
         self.events_dropped = Counter(
             "gitops_sync_events_dropped", "Kubernetes Events not recorded (queue full or API refused).", registry=r
         )
-        # The fleet: one series set per GitSync (`source` = namespace/name), exported by the replica that
-        # holds its shard, removed when the GitSync is deleted or the shard lost (bounded cardinality:
-        # 10 series per source: 7 states, revision, healthy, ready).
+
+    def _fleet_metrics(self, r: CollectorRegistry) -> None:
+        """The fleet: one series set per GitSync (`source` = namespace/name), exported by the replica that
+        holds its shard, removed when the GitSync is deleted or the shard lost (bounded cardinality: 10 series
+        per source: 7 states, revision, healthy, ready)."""
         self.source_objects = Gauge(
             "gitops_sync_gitsync_objects",
             "Desired objects of a GitSync by state after its last pass.",
@@ -123,12 +141,6 @@ class Metrics:
         self.source_ready = Gauge(
             "gitops_sync_gitsync_ready", "1 while a GitSync's Ready condition is True.", ["source"], registry=r
         )
-        for state in OBJECT_STATES:
-            self.objects.labels(state).set(0)
-        self._revision_labels: tuple[str, str] | None = None
-        self._source_revisions: dict[str, str] = {}
-        self._exported: set[str] = set()
-        self._source_lock = threading.Lock()
 
     def set_revision(self, revision: str, source: str) -> None:
         if self._revision_labels is not None:

@@ -120,6 +120,19 @@ def test_lists_then_watches_from_the_list_version_and_bookmarks_advance_it() -> 
     assert lw.resource_version == "20"
 
 
+def test_a_watch_cut_after_events_resumes_from_the_last_event_seen_without_a_list() -> None:
+    clock = FakeClock()
+    script = Script(
+        clock,
+        [Listing([], "10")],
+        [[line("ADDED", cm("a", 11)), line("MODIFIED", cm("a", 12)), LONG], [line("DELETED", cm("a", 13)), LONG]],
+    )
+    seen = Seen()
+    loop(script, seen, clock).run()
+    assert script.calls == [("LIST", ""), ("WATCH", "10"), ("WATCH", "12")]
+    assert seen.changes == [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")], "nothing missed, nothing twice"
+
+
 def test_410_gone_relists_at_once_and_watches_from_the_new_list() -> None:
     clock = FakeClock()
     script = Script(
