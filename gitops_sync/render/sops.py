@@ -174,9 +174,17 @@ def _import_pgp(keys: Sequence[bytes], env: dict[str, str], timeout: float) -> N
     gnupg = Path(env["GNUPGHOME"])
     gnupg.mkdir(mode=0o700)
     for armored in keys:
-        done = subprocess.run(
-            ["gpg", "--batch", "--quiet", "--import"], input=armored, env=env, capture_output=True, timeout=timeout
-        )
+        try:
+            done = subprocess.run(
+                ["gpg", "--batch", "--quiet", "--import"],
+                input=armored,
+                env=env,
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise RenderError(f"cannot run gpg for --sops-pgp-key-file (install gnupg): {type(err).__name__}") from None
         if done.returncode != 0:
             raise RenderError("cannot import an OpenPGP private key given for SOPS (gpg --import refused it)")
 

@@ -144,14 +144,17 @@ def verify_commit(git_dir: Path, commit: str, keys: TrustedKeys) -> Signature:
 
 def _import_pgp(armored: bytes, env: dict[str, str], timeout: float) -> None:
     """Import public keys and trust them fully (they are the ones the user listed)."""
-    done = subprocess.run(
-        ["gpg", "--batch", "--quiet", "--import", "--import-options", "import-show", "--with-colons"],
-        input=armored,
-        env=env,
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            ["gpg", "--batch", "--quiet", "--import", "--import-options", "import-show", "--with-colons"],
+            input=armored,
+            env=env,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise SourceError(f"cannot run gpg for --trusted-pgp-keys (install gnupg): {type(err).__name__}") from None
     if done.returncode != 0:
         raise SourceError("cannot import an OpenPGP public key given for --verify-commits (gpg --import refused it)")
     listing = done.stdout.decode(errors="replace").splitlines()
