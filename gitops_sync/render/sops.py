@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gitops_sync.errors import RenderError
+from gitops_sync.gnupg import private_home
 from gitops_sync.resource import DesiredObject
 
 # sops' exit codes (cmd/sops/codes) that have a cause we can name.
@@ -135,17 +133,14 @@ def decrypt(data: bytes, rel: str, docs: Sequence[tuple[int, Any]], keys: Decryp
         raise RenderError(
             f"SOPS-encrypted ({_recipients(docs)}), but no decryption key was given ({_KEY_SOURCES})", file=rel
         )
-    home = Path(tempfile.mkdtemp(prefix="gitops-sync-sops-"))  # 0700: HOME and GNUPGHOME of this run only
-    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "GNUPGHOME": str(home / "gnupg")}
-    try:
-        if keys.pgp:
-            _import_pgp(keys.pgp, env, keys.timeout)
-        if keys.age:
-            env["SOPS_AGE_KEY"] = "\n".join(keys.age)
+    with private_home("gitops-sync-sops-") as home:  # HOME and GNUPGHOME of this run only
+        for armored in keys.pgp:
+            home.import_keys(armored, "--sops-pgp-key-file", RenderError, keys.timeout)
+        env = {**home.env, "SOPS_AGE_KEY": "\n".join(keys.age)} if keys.age else home.env
         argv = [keys.sops, "decrypt", "--input-type", fmt, "--output-type", fmt]  # no file: stdin
         try:
             done = subprocess.run(
-                argv, input=data, env=env, capture_output=True, timeout=keys.timeout, check=False, cwd=home
+                argv, input=data, env=env, capture_output=True, timeout=keys.timeout, check=False, cwd=home.path
             )
         except FileNotFoundError:
             raise RenderError(
@@ -155,8 +150,6 @@ def decrypt(data: bytes, rel: str, docs: Sequence[tuple[int, Any]], keys: Decryp
             ) from None
         except subprocess.TimeoutExpired:
             raise RenderError(f"`sops decrypt` did not finish within {keys.timeout:g}s", file=rel) from None
-    finally:
-        _remove_home(home, env)
     if done.returncode in (_MAC_MISMATCH, _MAC_NOT_FOUND):
         raise RenderError("SOPS file's MAC does not verify: the file was changed after it was encrypted", file=rel)
     if done.returncode in (_BAD_MAC_VALUE, _BAD_VALUE):
@@ -168,33 +161,6 @@ def decrypt(data: bytes, rel: str, docs: Sequence[tuple[int, Any]], keys: Decryp
     if done.returncode != 0:
         raise RenderError(f"`sops decrypt` failed (exit {done.returncode}); the file is not applied", file=rel)
     return done.stdout
-
-
-def _import_pgp(keys: Sequence[bytes], env: dict[str, str], timeout: float) -> None:
-    gnupg = Path(env["GNUPGHOME"])
-    gnupg.mkdir(mode=0o700)
-    for armored in keys:
-        try:
-            done = subprocess.run(
-                ["gpg", "--batch", "--quiet", "--import"],
-                input=armored,
-                env=env,
-                capture_output=True,
-                timeout=timeout,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise RenderError(f"cannot run gpg for --sops-pgp-key-file (install gnupg): {type(err).__name__}") from None
-        if done.returncode != 0:
-            raise RenderError("cannot import an OpenPGP private key given for SOPS (gpg --import refused it)")
-
-
-def _remove_home(home: Path, env: dict[str, str]) -> None:
-    """Stop the gpg-agent this run's GNUPGHOME started (if any), then remove the directory."""
-    if (home / "gnupg").exists():
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(["gpgconf", "--kill", "all"], env=env, capture_output=True, timeout=10, check=False)
-    shutil.rmtree(home, ignore_errors=True)
 
 
 def _key_entries(docs: Sequence[tuple[int, Any]]) -> Iterator[tuple[str, Mapping[str, Any]]]:

@@ -15,15 +15,13 @@ signer it returns goes into the pass's report (ChangeSet.signer).
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitops_sync.errors import SourceError
+from gitops_sync.gnupg import private_home
 from gitops_sync.source.checkout import Checkout, short_revision
 
 
@@ -105,29 +103,18 @@ def verify_checkout(checkout: Checkout, keys: TrustedKeys) -> Signature:
 
 def verify_commit(git_dir: Path, commit: str, keys: TrustedKeys) -> Signature:
     """`git verify-commit` of `commit` against `keys`, in a directory (0700) made for this check."""
-    home = Path(tempfile.mkdtemp(prefix="gitops-sync-verify-"))
-    gnupg = home / "gnupg"
-    gnupg.mkdir(mode=0o700)
-    signers = home / "allowed_signers"
-    signers.write_bytes(keys.allowed_signers)
-    env = {
-        "PATH": os.environ.get("PATH", os.defpath),
-        "HOME": str(home),
-        "GNUPGHOME": str(gnupg),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": "/dev/null",  # no user setting changes what is trusted
-    }
-    config = ["-c", f"gpg.ssh.allowedSignersFile={signers}", "-c", "gpg.minTrustLevel=fully"]
-    git = ["git", f"--git-dir={git_dir}", *config]
-    try:
+    with private_home("gitops-sync-verify-") as home:
+        signers = home.path / "allowed_signers"
+        signers.write_bytes(keys.allowed_signers)
+        # No user or system setting changes what is trusted.
+        env = {**home.env, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
         for armored in keys.pgp_public_keys:
-            _import_pgp(armored, env, keys.timeout)
+            fingerprints = home.import_keys(armored, "--trusted-pgp-keys", SourceError, keys.timeout)
+            _trust(fingerprints, env, keys.timeout)
+        config = ["-c", f"gpg.ssh.allowedSignersFile={signers}", "-c", "gpg.minTrustLevel=fully"]
+        git = ["git", f"--git-dir={git_dir}", *config]
         shown = _run([*git, "show", "-s", "--format=%G?%x00%GS%x00%GK%x00%GF", commit, "--"], env, keys.timeout)
         verified = _run([*git, "verify-commit", commit], env, keys.timeout)
-    finally:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(["gpgconf", "--kill", "all"], env=env, capture_output=True, timeout=10, check=False)
-        shutil.rmtree(home, ignore_errors=True)
     if shown.returncode != 0:
         raise SourceError(f"cannot read commit {commit} to verify its signature: git show failed")
     status, signer, key, fingerprint = [*shown.stdout.rstrip("\n").split("\x00"), "", "", ""][:4]
@@ -142,32 +129,18 @@ def verify_commit(git_dir: Path, commit: str, keys: TrustedKeys) -> Signature:
     )
 
 
-def _import_pgp(armored: bytes, env: dict[str, str], timeout: float) -> None:
-    """Import public keys and trust them fully (they are the ones the user listed)."""
-    try:
-        done = subprocess.run(
-            ["gpg", "--batch", "--quiet", "--import", "--import-options", "import-show", "--with-colons"],
-            input=armored,
+def _trust(fingerprints: list[str], env: dict[str, str], timeout: float) -> None:
+    """The keys the user listed are trusted (ultimately: a key valid by itself), in this GNUPGHOME only."""
+    trust = "".join(f"{fp}:6:\n" for fp in fingerprints).encode()
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(
+            ["gpg", "--batch", "--import-ownertrust"],
+            input=trust,
             env=env,
             capture_output=True,
             timeout=timeout,
             check=False,
         )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise SourceError(f"cannot run gpg for --trusted-pgp-keys (install gnupg): {type(err).__name__}") from None
-    if done.returncode != 0:
-        raise SourceError("cannot import an OpenPGP public key given for --verify-commits (gpg --import refused it)")
-    listing = done.stdout.decode(errors="replace").splitlines()
-    fingerprints = [ln.split(":")[9] for ln in listing if ln.startswith("fpr:")]
-    trust = "".join(f"{fp}:6:\n" for fp in fingerprints).encode()  # 6: ultimate (a key valid by itself)
-    subprocess.run(
-        ["gpg", "--batch", "--import-ownertrust"],
-        input=trust,
-        env=env,
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def _run(argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
