@@ -43,9 +43,21 @@ class PrivateHome:
         return [ln.split(":")[9] for ln in listing if ln.startswith("fpr:")]
 
 
+# gpg-agent's sockets live in GNUPGHOME, and a Unix socket path holds at most 107 bytes: past this length of
+# the temporary directory (a long $TMPDIR), /tmp is used instead, or gpg cannot import a private key.
+_MAX_BASE = 48
+
+
+def _short_base() -> str | None:
+    base = tempfile.gettempdir()
+    if len(base) <= _MAX_BASE or not os.access("/tmp", os.W_OK | os.X_OK):
+        return None
+    return "/tmp"
+
+
 @contextlib.contextmanager
 def private_home(prefix: str) -> Iterator[PrivateHome]:
-    home = Path(tempfile.mkdtemp(prefix=prefix))  # mode 0700
+    home = Path(tempfile.mkdtemp(prefix=prefix, dir=_short_base()))  # mode 0700
     gnupg = home / "gnupg"
     gnupg.mkdir(mode=0o700)
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "GNUPGHOME": str(gnupg)}

@@ -11,8 +11,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -150,11 +152,25 @@ def test_pgp_secret_applied(kube: KubeCluster, namespace: str, tmp_path: Path, s
     repo.put_encrypted("secret.yaml", secret_yaml("api-token", value), pgp=pgp)
     repo.commit("pgp secret")
     src = ["--repo", str(repo.root), "--revision", "main", "-n", namespace, "--cache-dir", str(tmp_path / "cache")]
-    synced = gs(kube, secret_tools, "sync", *src, "--sops-pgp-key-file", str(pgp.private), "-o", "json")
+    # A long TMPDIR: gpg-agent's socket path in the run's GNUPGHOME must still fit (107 bytes).
+    long_tmp = tmp_path / ("t" * 40)
+    long_tmp.mkdir()
+    pgp_flag = ["--sops-pgp-key-file", str(pgp.private)]
+    synced = gs(kube, secret_tools, "sync", *src, *pgp_flag, "-o", "json", env={"TMPDIR": str(long_tmp)})
     assert synced.returncode == 0, synced.stderr
     assert live_password(kube, namespace, "api-token") == value
     assert_never_shown(forms(value), synced.stdout, synced.stderr)
     assert_not_in_dir(forms(value), tmp_path / "cache")
+    # The private GNUPGHOME (with the imported private key) is gone, and so is the gpg-agent it started.
+    short_tmp = Path(tempfile.mkdtemp(prefix="gs-", dir="/tmp"))
+    try:
+        rendered = gs(kube, secret_tools, "render", *src, *pgp_flag, env={"TMPDIR": str(short_tmp)})
+        assert rendered.returncode == 0 and "api-token" in rendered.stdout, rendered.stderr
+        assert list(short_tmp.iterdir()) == []
+        agents = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+        assert str(short_tmp) not in agents
+    finally:
+        shutil.rmtree(short_tmp, ignore_errors=True)
 
 
 def test_wrong_key_tampered_mac_and_no_key_apply_and_prune_nothing(
