@@ -182,7 +182,8 @@ class RenderCache:
             return cached
         self.misses += 1
         objects, storable = _render_once(checkout, opts, tree, values, render)
-        if storable and not sops.any_decrypted(objects):  # decrypted Secrets never reach the disk
+        # Decrypted Secrets never reach the disk; the daemon's memory holds them anyway (its desired state).
+        if storable and (isinstance(self.store, MemoryStore) or not sops.any_decrypted(objects)):
             self.store.put(key, objects)
         return objects
 

@@ -8,7 +8,8 @@ the same input: age identities go to `sops` in its environment (`SOPS_AGE_KEY`),
 imported into a GNUPGHOME made for that one run (0700, removed with its gpg-agent afterwards).
 
 Decrypted objects must be Secrets (the reports mask only Secret values) and are marked
-(`extra["sops"]`), so the render cache never stores a render holding one (rendercache.py). Errors name
+(`extra["sops"]`), so the render cache never writes a render holding one to disk (rendercache.py; the
+daemon's store in memory keeps it, as the daemon keeps its desired state). Errors name
 the file and the reason (MAC, no fitting key, the recipients it was encrypted for), never sops' own
 stderr, which may quote what it read.
 """

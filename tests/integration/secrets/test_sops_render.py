@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from secret_tools import MARKS, SecretTools, secret_tools_fixture  # noqa: F401 
 from gitops_sync.errors import RenderError
 from gitops_sync.render import RenderOptions, render
 from gitops_sync.render.sops import Decryption
-from gitops_sync.rendercache import DiskStore, RenderCache
+from gitops_sync.rendercache import DiskStore, MemoryStore, RenderCache
 from gitops_sync.source import Checkout
 
 pytestmark = MARKS  # needs the built binaries (sops, kubectl), as tests/integration/test_render_tools
@@ -135,3 +136,14 @@ def test_an_encrypted_helm_values_file_is_refused(tmp_path: Path, secret_tools: 
     opts.helm_values = ()
     with pytest.raises(RenderError, match=r"values.yaml: SOPS-encrypted Helm values file"):
         render(chart, opts)
+
+
+def test_the_daemons_memory_store_keeps_a_decrypted_render(tmp_path: Path, secret_tools: SecretTools) -> None:
+    """Memory only: a re-poll of the same files is served without running sops again."""
+    key, recipient = secret_tools.age_key("memory")
+    encrypted(secret_tools, tmp_path, "s.yaml", SECRET.format(name="s", value="v"), recipient)
+    cache = RenderCache(MemoryStore())
+    first = cache.render(Checkout(tmp_path, "", str(tmp_path), ""), options(secret_tools, key), render)
+    gone = replace(options(secret_tools, key), decryption=Decryption(sops=str(tmp_path / "no-sops")))
+    again = cache.render(Checkout(tmp_path, "", str(tmp_path), ""), gone, render)
+    assert cache.hits == 1 and again[0].manifest == first[0].manifest
