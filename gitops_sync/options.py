@@ -153,12 +153,18 @@ secret_options = [
         "otherwise, nothing applied or pruned.",
     ),
     click.option(
+        "--verify-tag",
+        is_flag=True,
+        help="--revision must be an annotated tag signed by a trusted key (with --verify-commits: its commit too); "
+        "exit 2 otherwise.",
+    ),
+    click.option(
         "--allowed-signers",
         type=click.Path(path_type=Path),
         default=None,
-        help="SSH allowed-signers file (ssh-keygen(1) format) for --verify-commits.",
+        help="SSH allowed-signers file (ssh-keygen(1) format) for --verify-commits and --verify-tag.",
     ),
-    _files("--trusted-pgp-keys", "Armored OpenPGP public keys for --verify-commits (repeatable)."),
+    _files("--trusted-pgp-keys", "Armored OpenPGP public keys for --verify-commits and --verify-tag (repeatable)."),
 ]
 
 
@@ -169,16 +175,21 @@ def _take_secret_options(kw: dict[str, Any]) -> None:
 
     source = kw["source"]
     age, pgp = kw.pop("sops_age_key_file"), kw.pop("sops_pgp_key_file")
-    signers, pgp_keys, wanted = kw.pop("allowed_signers"), kw.pop("trusted_pgp_keys"), kw.pop("verify_commits")
-    if (signers or pgp_keys) and not wanted:
-        raise click.UsageError("--allowed-signers and --trusted-pgp-keys are the keys of --verify-commits: add it")
+    signers, pgp_keys = kw.pop("allowed_signers"), kw.pop("trusted_pgp_keys")
+    commits, tags = kw.pop("verify_commits"), kw.pop("verify_tag")
+    if (signers or pgp_keys) and not (commits or tags):
+        raise click.UsageError(
+            "--allowed-signers and --trusted-pgp-keys are the keys of --verify-commits / --verify-tag: add one"
+        )
     if not source.repo:  # the fleet: a GitSync never gets the controller's keys (its own come with its spec)
-        if age or pgp or wanted:
-            raise click.UsageError("--sops-*-key-file and --verify-commits apply to a --repo source, not to GitSyncs")
+        if age or pgp or commits or tags:
+            raise click.UsageError(
+                "--sops-*-key-file, --verify-commits and --verify-tag apply to a --repo source, not to GitSyncs"
+            )
         return
     source.render.decryption = sops.from_cli(age, pgp, os.environ)
-    if wanted:
-        source.verify = verify.from_cli(signers, pgp_keys)
+    if commits or tags:
+        source.verify = verify.from_cli(signers, pgp_keys, commits=commits, tags=tags)
 
 
 def _ignore_rules(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[IgnoreRule]:

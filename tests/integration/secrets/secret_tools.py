@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,7 @@ class SecretTools:
 
     def age_key(self, name: str) -> tuple[Path, str]:
         """A new age identity file and its recipient (public key)."""
-        key = self.work / f"{name}.agekey"
+        key = self.work / f"{name}-{uuid.uuid4().hex[:8]}.agekey"  # a name may come back in the session
         self.run("age-keygen", "-o", str(key))
         recipient = next(ln.split(": ", 1)[1] for ln in key.read_text().splitlines() if "public key:" in ln)
         return key, recipient.strip()
@@ -55,9 +56,9 @@ class SecretTools:
         self.run("gpg", "--batch", "--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "never", env=env)
         fpr = self._fingerprint(uid, env)
         self.run("gpg", "--batch", "--passphrase", "", "--quick-add-key", fpr, "cv25519", "encr", "never", env=env)
-        private = self.work / f"{name}.pgp.key"
+        private = home / "private.asc"
         private.write_bytes(self.run("gpg", "--batch", "--armor", "--export-secret-keys", fpr, env=env))
-        public = self.work / f"{name}.pgp.pub"
+        public = home / "public.asc"
         public.write_bytes(self.run("gpg", "--batch", "--armor", "--export", fpr, env=env))
         return PgpKey(home, fpr, uid, private, public)
 
@@ -67,14 +68,14 @@ class SecretTools:
 
     def ssh_key(self, name: str) -> tuple[Path, str]:
         """A new ed25519 SSH key (no passphrase) and its public line."""
-        key = self.work / f"{name}.ssh"
+        key = self.work / f"{name}-{uuid.uuid4().hex[:8]}.ssh"
         self.run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key))
-        return key, (self.work / f"{name}.ssh.pub").read_text().strip()
+        return key, Path(f"{key}.pub").read_text().strip()
 
     def signer(self, name: str) -> tuple[Path, Path]:
         """A new SSH signing key and an allowed-signers file trusting it as `<name>@example.com`."""
         key, public = self.ssh_key(name)
-        signers = self.work / f"{name}.allowed_signers"
+        signers = Path(f"{key}.allowed_signers")
         signers.write_text(f"{name}@example.com {public}\n")
         return key, signers
 

@@ -145,4 +145,57 @@ def test_a_work_tree_as_it_is_cannot_be_verified(kube: KubeCluster, tmp_path: Pa
     assert r.returncode == 2 and "pass --revision" in r.stderr, r.stderr
     assert gs(kube, "render", "--repo", str(repo.root), "--revision", "main", *verify).returncode == 0
     r = gs(kube, "render", "--repo", str(repo.root), "--verify-commits")
-    assert r.returncode == 2 and "--verify-commits needs trusted keys" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--verify-commits and --verify-tag need trusted keys" in r.stderr, r.stderr
+
+
+def test_signed_tags_ssh_and_openpgp(
+    kube: KubeCluster, namespace: str, tmp_path: Path, secret_tools: SecretTools
+) -> None:
+    """--verify-tag: the annotated tag --revision names must be signed by a trusted key (Flux's Tag mode);
+    with --verify-commits too, its commit as well (TagAndHEAD)."""
+    alice, signers = secret_tools.signer("alice")
+    mallory, _ = secret_tools.ssh_key("mallory")
+    release = secret_tools.pgp_key("release")
+    repo = Repo(tmp_path / "repo")
+    commit = repo.commit({"app.yaml": configmap("app", "v1")})  # the commit itself is not signed
+
+    def tag(name: str, *config: str, kind: str = "-s", env: dict[str, str] | None = None) -> None:
+        """`git tag`: signed (-s, with `config` naming the key), annotated (-a) or lightweight ("")."""
+        argv = ["git", *config, "tag", kind, name, "-m", name] if kind else ["git", "tag", name]
+        subprocess.run(argv, cwd=repo.root, env={**os.environ, **(env or {})}, check=True, capture_output=True)
+
+    tag("v1", "-c", "gpg.format=ssh", "-c", f"user.signingkey={alice}")
+    tag("v2", "-c", "gpg.format=ssh", "-c", f"user.signingkey={mallory}")
+    tag("v3", kind="")
+    tag("v4", kind="-a")
+    tag("v5", "-c", f"user.signingkey={release.fingerprint}", env={"GNUPGHOME": str(release.home)})
+    keys = ["--allowed-signers", str(signers), "--trusted-pgp-keys", str(release.public)]
+
+    def run(revision: str, *flags: str) -> subprocess.CompletedProcess[str]:
+        src = ["--repo", f"file://{repo.root}", "--revision", revision, "-n", namespace]
+        return gs(kube, "diff", *src, "--cache-dir", str(tmp_path / "cache"), *flags, *keys, "-o", "json")
+
+    ok = run("v1", "--verify-tag")
+    assert ok.returncode == 1, ok.stderr  # 1: the ConfigMap would be created
+    alice_fp = secret_tools.run("ssh-keygen", "-lf", f"{alice}.pub").decode().split()[1]
+    assert json.loads(ok.stdout)["signedBy"] == f"tag v1: alice@example.com (SSH key {alice_fp})"
+    pgp = run("v5", "--verify-tag")
+    assert pgp.returncode == 1, pgp.stderr
+    assert json.loads(pgp.stdout)["signedBy"] == f"tag v5: {release.uid} (OpenPGP key {release.fingerprint})"
+    refused = {
+        (
+            "v1",
+            "--verify-commits",
+        ): f"commit {commit[:12]} ({commit}) is not signed by a trusted key: git found no signature",
+        (
+            "v2",
+        ): f"tag v2 (commit {commit}) is not signed by a trusted key: git found a good signature by a key that is "
+        "not trusted by unknown signer (SSH key SHA256:",
+        ("v3",): f"tag v3 (commit {commit}) is a lightweight tag: it cannot be signed",
+        ("v4",): f"tag v4 (commit {commit}) is not signed by a trusted key: git found no signature",
+        ("main",): "--verify-tag: --revision main is not a tag",
+    }
+    for (revision, *more), message in refused.items():
+        r = run(revision, "--verify-tag", *more)
+        assert r.returncode == 2 and message in r.stderr, (revision, r.stderr)
+    assert data_of(kube, namespace, "app") is None  # diff applies nothing, and nothing got further than that
