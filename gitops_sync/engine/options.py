@@ -24,7 +24,7 @@ class SourceOptions:
     timeout: float = 60.0  # seconds for each git command (fetch, checkout)
     # The fleet's rule for local paths and file:// URLs (source/allow.py); None: any path (the CLI's own).
     local_policy: LocalRepositories | None = None
-    # --verify-commits: the commit must be signed by one of these keys before it is rendered (source/verify.py).
+    # --verify-commits / --verify-tag: signed by one of these keys before it is rendered (source/verify.py).
     verify: TrustedKeys | None = None
 
 

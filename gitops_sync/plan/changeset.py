@@ -363,7 +363,7 @@ class Consequence(str):
 @dataclass
 class ChangeSet:
     revision: str = ""
-    signer: str = ""  # who signed the revision, when --verify-commits checked it
+    signer: str = ""  # who signed the revision (and its tag), when --verify-commits / --verify-tag checked
     source: str = ""
     entries: list[Entry] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # pass-level errors (render, source, wait)

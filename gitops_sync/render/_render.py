@@ -212,7 +212,7 @@ class _Walker:
                 raise RenderError(f"file is larger than the {limit}-byte limit", file=rel)
         docs = self._parse(data, rel)
         secret = sops.encrypted(docs)
-        if secret:  # decrypted in memory; only Secrets, marked so that no cache stores them (render/sops.py)
+        if secret:  # decrypted in memory; only Secrets, marked so that no cache writes them (render/sops.py)
             docs = self._parse(sops.decrypt(data, rel, docs, self.opts.decryption), rel)
         for number, value in docs:
             origin = f"{rel}#{number}"
