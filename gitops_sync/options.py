@@ -61,8 +61,9 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
         from gitops_sync.engine import SourceOptions  # the pipeline: only once a command runs
         from gitops_sync.render import RenderOptions
 
+        repo = kw.pop("repo") or ""
         kw["source"] = SourceOptions(
-            repo=kw.pop("repo") or "",
+            repo=repo,
             revision=kw.pop("revision"),
             path=kw.pop("subpath"),
             cache_dir=kw.pop("cache_dir"),
@@ -71,6 +72,8 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
                 helm_release=kw.pop("helm_release"),
                 namespace=kw["namespace"],
                 kustomize_allow_external=kw.pop("kustomize_allow_external"),
+                # `run` without --repo serves GitSyncs of many tenants: none may use the operator's chart credentials
+                chart_credentials_env=bool(repo),
             ),
         )
         _take_secret_options(kw)
@@ -169,14 +172,15 @@ secret_options = [
 
 
 def _take_secret_options(kw: dict[str, Any]) -> None:
-    """The keys of `secret_options`, read now (a missing file fails before any fetch), into kw["source"]."""
+    """The keys of `secret_options`, read now (a missing file fails before any fetch), into kw["source"]; a
+    caller passing the source flags by hand may leave them out."""
     from gitops_sync.render import sops
     from gitops_sync.source import verify
 
     source = kw["source"]
-    age, pgp = kw.pop("sops_age_key_file"), kw.pop("sops_pgp_key_file")
-    signers, pgp_keys = kw.pop("allowed_signers"), kw.pop("trusted_pgp_keys")
-    commits, tags = kw.pop("verify_commits"), kw.pop("verify_tag")
+    age, pgp = kw.pop("sops_age_key_file", ()), kw.pop("sops_pgp_key_file", ())
+    signers, pgp_keys = kw.pop("allowed_signers", None), kw.pop("trusted_pgp_keys", ())
+    commits, tags = kw.pop("verify_commits", False), kw.pop("verify_tag", False)
     if (signers or pgp_keys) and not (commits or tags):
         raise click.UsageError(
             "--allowed-signers and --trusted-pgp-keys are the keys of --verify-commits / --verify-tag: add one"

@@ -1071,9 +1071,12 @@ def registry_up(cfg: Config) -> None:
     """Start the OCI registry and the chart repository; write <state>/registry.json (what clients need)."""
     lock = lock_state(cfg)
     try:
-        if (cfg.state_dir / "registry.json").is_file() and registry_healthy(cfg):
-            log(f"the registries from {cfg.state_dir} are already up: starting nothing")
-            return
+        saved = cfg.state_dir / "registry.json"
+        with contextlib.suppress(ValueError, OSError, KeyError):
+            running = Config(cfg.state_dir, cfg.cache_dir, json.loads(saved.read_text())["ports"], cfg.timeout)
+            if registry_healthy(running):  # whatever ports were asked now: never restart them under their users
+                log(f"the registries from {cfg.state_dir} are already up: starting nothing")
+                return
         if cfg.state_dir.exists():
             registry_down(cfg, locked=True)
         for comp, port in cfg.ports.items():

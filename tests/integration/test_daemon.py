@@ -68,7 +68,8 @@ def test_self_heal_corrects_a_kubectl_edit_within_2s_and_reports_it(
         edit(kube, namespace, "deployment/web", "s/replicas: 2$/replicas: 7/")
         took = wait_until("replicas corrected back to 2", lambda: replicas(kube, namespace, "web") == 2, 2.0)
         print(f"kubectl edit corrected {took:.3f} s after kubectl returned")
-
+        # the line is logged once the write has answered: a poll a few ms a look can see the write first
+        wait_until("the correction logged", lambda: d.logged("drift corrected"), 1.0)
         corrected = d.logged("drift corrected")
         assert corrected, d.log_tail()
         field = corrected[-1]["fields"][0]
@@ -237,6 +238,8 @@ def test_a_broken_commit_keeps_the_last_good_state_and_is_never_a_reason_to_prun
             lambda: kube.find("configmap", "b", namespace) is None,
             3.0,
         )
+        # the pass records its revision after its last write (the prune just seen)
+        wait_until("the pass that pruned b to end", lambda: d.status()["daemon"]["appliedRevision"] == fixed, 1.0)
         assert d.status()["daemon"]["appliedRevision"] == fixed
         assert d.status()["daemon"]["source"]["error"] == ""
         assert d.stop() == 0
@@ -313,6 +316,7 @@ def test_remote_repository_is_polled_and_an_unreachable_remote_keeps_the_last_go
             2.2 + 1.0,
         )
         print(f"push to applied by polling: {time.monotonic() - t0:.2f} s")
+        wait_until("the pass that applied it to end", lambda: d.status()["daemon"]["appliedRevision"] == sha, 1.0)
         assert d.status()["daemon"]["appliedRevision"] == sha != good
 
         remote.rename(tmp_path / "gone.git")  # the Git server is unreachable

@@ -123,6 +123,8 @@ def test_two_daemons_only_the_leader_writes_and_the_follower_takes_over(
         wait_until("the new leader's first sync", lambda: follower.get("/readyz")[1] == b"ok\n", 5.0)
         edit_replicas(kube, namespace, 9)
         wait_until("the new leader to correct the edit", lambda: replicas(kube, namespace) == 2, 2.0)
+        # the line is logged once the write has answered: a poll a few ms a look can see the write first
+        wait_until("the correction logged", lambda: follower.logged("drift corrected"), 1.0)
         assert follower.logged("drift corrected")
 
         # SIGTERM releases the Lease: holder emptied, exit 0
