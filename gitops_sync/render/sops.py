@@ -1,7 +1,7 @@
 """SOPS-encrypted manifests: recognised once a file is read, decrypted in memory by the reference `sops` CLI.
 
-A manifest file (YAML or JSON) whose documents carry a `sops` block with a `mac` is sent to `sops decrypt`
-on stdin; its plaintext comes back on stdout and goes to the walker (render/_render.py) in place of the
+A manifest file (YAML or JSON) whose documents carry a `sops` block with a `mac` is sent to `sops --decrypt`
+on stdin (`/dev/stdin`); its plaintext comes back on stdout and goes to the walker (render/_render.py) in place of the
 file's bytes, never to disk. The keys are values held in memory (`Decryption`), so a CLI run (flags and
 `SOPS_AGE_KEY_FILE` / `SOPS_AGE_KEY`, read by `from_cli`) and, later, a GitSync (a Secret's data) give
 the same input: age identities go to `sops` in its environment (`SOPS_AGE_KEY`), OpenPGP private keys are
@@ -126,7 +126,7 @@ def _ciphertext_in_secret(value: Mapping[str, Any]) -> bool:
 
 
 def decrypt(data: bytes, rel: str, docs: Sequence[tuple[int, Any]], keys: Decryption) -> bytes:
-    """The plaintext of an encrypted file, from `sops decrypt` reading stdin; raises RenderError naming
+    """The plaintext of an encrypted file, from `sops --decrypt` reading stdin; raises RenderError naming
     `rel` (the file) and why, never a value. `docs`: the file as parsed, for its recipients."""
     fmt = "json" if rel.lower().endswith(".json") else "yaml"
     _refuse_unsupported_only(docs, rel)
@@ -138,7 +138,8 @@ def decrypt(data: bytes, rel: str, docs: Sequence[tuple[int, Any]], keys: Decryp
         for armored in keys.pgp:
             home.import_keys(armored, "--sops-pgp-key-file", RenderError, keys.timeout)
         env = {**home.env, "SOPS_AGE_KEY": "\n".join(keys.age)} if keys.age else home.env
-        argv = [keys.sops, "decrypt", "--input-type", fmt, "--output-type", fmt]  # no file: stdin
+        # --decrypt and /dev/stdin, not `decrypt` reading stdin: sops before 3.9 knows only these.
+        argv = [keys.sops, "--decrypt", "--input-type", fmt, "--output-type", fmt, "/dev/stdin"]
         try:
             done = subprocess.run(
                 argv, input=data, env=env, capture_output=True, timeout=keys.timeout, check=False, cwd=home.path
@@ -150,7 +151,7 @@ def decrypt(data: bytes, rel: str, docs: Sequence[tuple[int, Any]], keys: Decryp
                 file=rel,
             ) from None
         except subprocess.TimeoutExpired:
-            raise RenderError(f"`sops decrypt` did not finish within {keys.timeout:g}s", file=rel) from None
+            raise RenderError(f"`sops --decrypt` did not finish within {keys.timeout:g}s", file=rel) from None
     if done.returncode in (_MAC_MISMATCH, _MAC_NOT_FOUND):
         raise RenderError("SOPS file's MAC does not verify: the file was changed after it was encrypted", file=rel)
     if done.returncode in (_BAD_MAC_VALUE, _BAD_VALUE):
@@ -160,7 +161,7 @@ def decrypt(data: bytes, rel: str, docs: Sequence[tuple[int, Any]], keys: Decryp
     if done.returncode == _NO_KEY:
         raise RenderError(f"no given key fits this SOPS file (encrypted for {_recipients(docs)})", file=rel)
     if done.returncode != 0:
-        raise RenderError(f"`sops decrypt` failed (exit {done.returncode}); the file is not applied", file=rel)
+        raise RenderError(f"`sops --decrypt` failed (exit {done.returncode}); the file is not applied", file=rel)
     return done.stdout
 
 
