@@ -67,6 +67,19 @@ def from_cli(age_files: Sequence[Path], pgp_files: Sequence[Path], environ: Mapp
     return Decryption(age=tuple(age), pgp=pgp)
 
 
+def from_secret(data: Mapping[str, bytes], where: str) -> Decryption:
+    """The keys of a Kubernetes Secret's (decoded) data, in Flux's layout (kustomize-controller
+    `spec.decryption`): entries named `*.agekey` hold age identities, `*.asc` armored OpenPGP private keys;
+    others are ignored. For a GitSync's `spec.decryption.secretRef` (read as its ServiceAccount) once the
+    fleet passes it; `where` (namespace/name) names the Secret in errors, never a value."""
+    age: list[str] = []
+    for name in sorted(data):
+        if name.endswith(".agekey"):
+            age += _age_identities(data[name].decode("utf-8", "replace"), f"Secret {where}, key {name}")
+    pgp = tuple(data[name] for name in sorted(data) if name.endswith(".asc"))
+    return Decryption(age=tuple(age), pgp=pgp)
+
+
 def _read_key(path: Path, what: str) -> bytes:
     try:
         return path.expanduser().read_bytes()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import re
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -59,6 +59,14 @@ def from_cli(
             "--trusted-pgp-keys FILE"
         )
     return keys
+
+
+def from_secret(data: Mapping[str, bytes], *, commits: bool = True, tags: bool = False) -> TrustedKeys:
+    """Trusted keys from a Kubernetes Secret's (decoded) data, for a GitSync's `spec.verify.secretRef` once
+    the fleet passes it: `allowed_signers` (SSH, ssh-keygen(1) format) and every `*.asc` (armored OpenPGP
+    public keys, Flux's layout)."""
+    pgp = tuple(data[name] for name in sorted(data) if name.endswith(".asc"))
+    return TrustedKeys(data.get("allowed_signers", b""), pgp, commits=commits, tags=tags)
 
 
 def _read(path: Path, what: str) -> bytes:
