@@ -92,6 +92,8 @@ def render(
         raise RenderError(f"cannot read: {err.strerror or type(err).__name__}", file=where) from None
     except Exception as err:  # a bug or an input nobody foresaw: name the file, never echo the value
         raise RenderError(f"cannot render ({type(err).__name__})", file=walker.current or walker.name("")) from None
+    finally:
+        walker.decryptor.close()  # the render's private GNUPGHOME, if a SOPS file needed one
     return _unique(walker.objects)
 
 
@@ -108,8 +110,10 @@ class _Walker:
     current: str = ""  # the file or directory being rendered, for errors nobody foresaw
     pulled_dependencies: list[dict[str, str]] = field(default_factory=list)  # of the chart _helm rendered last
     top: str = field(init=False)  # the rendered directory as the repository names it (`--path`), or ""
+    decryptor: sops.Session = field(init=False)  # SOPS files' decryption (render/sops.py); `render` closes it
 
     def __post_init__(self) -> None:
+        self.decryptor = sops.Session(self.opts.decryption)
         self.budget = NodeBudget(self.opts.max_yaml_nodes, self.opts.max_render_nodes, self.opts.max_depth)
         self.boundary = (self.opts.repo_root or self.root).resolve()
         self.real_root = self.root.resolve()
@@ -225,7 +229,7 @@ class _Walker:
         docs = self._parse(data, rel)
         secret = sops.encrypted(docs)
         if secret:  # decrypted in memory; only Secrets, marked so that no cache writes them (render/sops.py)
-            docs = self._parse(sops.decrypt(data, rel, docs, self.opts.decryption), rel)
+            docs = self._parse(self.decryptor.decrypt(data, rel, docs), rel)
         for number, value in docs:
             origin = f"{rel}#{number}"
             if secret:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gitops_sync.errors import RenderError
-from gitops_sync.gnupg import private_home
+from gitops_sync.gnupg import PrivateHome, private_home
 from gitops_sync.resource import DesiredObject
 
 # sops' exit codes (cmd/sops/codes) that have a cause we can name.
@@ -138,19 +138,39 @@ def _ciphertext_in_secret(value: Mapping[str, Any]) -> bool:
     return "sops_mac" in keys or any(_CIPHERTEXT in t for t in texts)  # a dotenv/ini file's sops entries
 
 
-def decrypt(data: bytes, rel: str, docs: Sequence[tuple[int, Any]], keys: Decryption) -> bytes:
-    """The plaintext of an encrypted file, from `sops --decrypt` reading stdin; raises RenderError naming
-    `rel` (the file) and why, never a value. `docs`: the file as parsed, for its recipients."""
-    fmt = "json" if rel.lower().endswith(".json") else "yaml"
-    _refuse_unsupported_only(docs, rel)
-    if not keys:
-        raise RenderError(
-            f"SOPS-encrypted ({_recipients(docs)}), but no decryption key was given ({_KEY_SOURCES})", file=rel
-        )
-    with private_home("gitops-sync-sops-") as home:  # HOME and GNUPGHOME of this run only
-        for armored in keys.pgp:
-            home.import_keys(armored, "--sops-pgp-key-file", RenderError, keys.timeout)
+class Session:
+    """The decryptions of one render: its private HOME/GNUPGHOME is made at the first encrypted file (OpenPGP
+    keys imported once, not per file) and removed by `close` when the render ends."""
+
+    def __init__(self, keys: Decryption) -> None:
+        self.keys = keys
+        self._stack = contextlib.ExitStack()
+        self._home: PrivateHome | None = None
+
+    def close(self) -> None:
+        self._home = None
+        self._stack.close()
+
+    def _private_home(self) -> PrivateHome:
+        if self._home is None:
+            home = self._stack.enter_context(private_home("gitops-sync-sops-"))  # HOME and GNUPGHOME of the render
+            for armored in self.keys.pgp:
+                home.import_keys(armored, "--sops-pgp-key-file", RenderError, self.keys.timeout)
+            self._home = home
+        return self._home
+
+    def decrypt(self, data: bytes, rel: str, docs: Sequence[tuple[int, Any]]) -> bytes:
+        """The plaintext of an encrypted file, from `sops --decrypt` reading stdin; raises RenderError naming
+        `rel` (the file) and why, never a value. `docs`: the file as parsed, for its recipients."""
+        keys = self.keys
+        _refuse_unsupported_only(docs, rel)
+        if not keys:
+            raise RenderError(
+                f"SOPS-encrypted ({_recipients(docs)}), but no decryption key was given ({_KEY_SOURCES})", file=rel
+            )
+        home = self._private_home()
         env = {**home.env, "SOPS_AGE_KEY": "\n".join(keys.age)} if keys.age else home.env
+        fmt = "json" if rel.lower().endswith(".json") else "yaml"
         # --decrypt and /dev/stdin, not `decrypt` reading stdin: sops before 3.9 knows only these.
         argv = [keys.sops, "--decrypt", "--input-type", fmt, "--output-type", fmt, "/dev/stdin"]
         try:
@@ -165,6 +185,11 @@ def decrypt(data: bytes, rel: str, docs: Sequence[tuple[int, Any]], keys: Decryp
             ) from None
         except subprocess.TimeoutExpired:
             raise RenderError(f"`sops --decrypt` did not finish within {keys.timeout:g}s", file=rel) from None
+        return _outcome(done, rel, docs)
+
+
+def _outcome(done: subprocess.CompletedProcess[bytes], rel: str, docs: Sequence[tuple[int, Any]]) -> bytes:
+    """sops' stdout, or the RenderError its exit code names (its stderr is never quoted)."""
     if done.returncode in (_MAC_MISMATCH, _MAC_NOT_FOUND):
         raise RenderError("SOPS file's MAC does not verify: the file was changed after it was encrypted", file=rel)
     if done.returncode in (_BAD_MAC_VALUE, _BAD_VALUE):
