@@ -1,17 +1,17 @@
 """SOPS-encrypted manifests: recognised once a file is read, decrypted in memory by the reference `sops` CLI.
 
 A manifest file (YAML or JSON) whose documents carry a `sops` block with a `mac` is sent to `sops --decrypt`
-on stdin (`/dev/stdin`); its plaintext comes back on stdout and goes to the walker (render/_render.py) in place of the
-file's bytes, never to disk. The keys are values held in memory (`Decryption`), so a CLI run (flags and
-`SOPS_AGE_KEY_FILE` / `SOPS_AGE_KEY`, read by `from_cli`) and, later, a GitSync (a Secret's data) give
-the same input: age identities go to `sops` in its environment (`SOPS_AGE_KEY`), OpenPGP private keys are
-imported into a GNUPGHOME made for that one run (0700, removed with its gpg-agent afterwards).
+on stdin (`/dev/stdin`); its plaintext comes back on stdout and goes to the walker (render/_render.py) in
+place of the file's bytes, never to disk. The keys are values held in memory (`Decryption`), so a CLI run
+(flags and `SOPS_AGE_KEY_FILE` / `SOPS_AGE_KEY`, read by `from_cli`) and, later, a GitSync (a Secret's data,
+`from_secret`) give the same input: age identities go to `sops` in its environment (`SOPS_AGE_KEY`), OpenPGP
+private keys are imported into a GNUPGHOME made for the render (`Session`: 0700, removed with its gpg-agent
+when the render ends).
 
-Decrypted objects must be Secrets (the reports mask only Secret values) and are marked
-(`extra["sops"]`), so the render cache never writes a render holding one to disk (rendercache.py; the
-daemon's store in memory keeps it, as the daemon keeps its desired state). Errors name
-the file and the reason (MAC, no fitting key, the recipients it was encrypted for), never sops' own
-stderr, which may quote what it read.
+Decrypted objects must be Secrets (the reports mask only Secret values) and are marked (`extra["sops"]`),
+so the render cache never writes a render holding one to disk (rendercache.py; the daemon's store in memory
+keeps it, as the daemon keeps its desired state). Errors name the file and the reason (MAC, no fitting key,
+the recipients it was encrypted for), never sops' own stderr, which may quote what it read.
 """
 
 from __future__ import annotations
