@@ -31,7 +31,10 @@ from gitops_sync.resource import DesiredObject
 # sops' exit codes (cmd/sops/codes) that have a cause we can name.
 _MAC_MISMATCH, _MAC_NOT_FOUND, _NO_KEY = 51, 52, 128
 _BAD_MAC_VALUE, _BAD_VALUE = 24, 25  # a value (or the MAC) whose authentication tag fails
-_KEY_SOURCES = "--sops-age-key-file, SOPS_AGE_KEY_FILE, SOPS_AGE_KEY or --sops-pgp-key-file"
+_KEY_SOURCES = (
+    "for the CLI: --sops-age-key-file, SOPS_AGE_KEY_FILE, SOPS_AGE_KEY or --sops-pgp-key-file; a GitSync cannot "
+    "decrypt yet"
+)
 MARK = "sops"
 _SUPPORTED = ("age", "pgp")
 _CIPHERTEXT = "ENC[AES256_GCM,data:"  # DesiredObject.extra key of an object decrypted from a SOPS file
