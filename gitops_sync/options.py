@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,6 +76,7 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
                 chart_credentials_env=bool(repo),
             ),
         )
+        _take_secret_options(kw)
         return fn(*args, **kw)
 
     return _apply(wrapper, _source_flags(repo_required))  # type: ignore[no-any-return]
@@ -118,6 +120,7 @@ def _source_flags(repo_required: bool) -> list[Callable[[Any], Any]]:
             is_flag=True,
             help="Let kustomizations use remote bases (URLs, git refs) and paths outside the repository.",
         ),
+        *secret_options,
         click.option(
             "-n",
             "--namespace",
@@ -127,6 +130,70 @@ def _source_flags(repo_required: bool) -> list[Callable[[Any], Any]]:
             help="Namespace for namespaced objects that name none.",
         ),
     ]
+
+
+def _files(flag: str, help: str) -> Callable[[F], F]:
+    """A repeatable flag naming files."""
+    return click.option(flag, multiple=True, type=click.Path(path_type=Path), help=help)
+
+
+# Keys for SOPS-encrypted manifests (gitops_sync/render/sops.py) and for commit signatures (source/verify.py).
+secret_options = [
+    _files(
+        "--sops-age-key-file",
+        "age identities for SOPS-encrypted manifests (repeatable; default: $SOPS_AGE_KEY_FILE; "
+        "$SOPS_AGE_KEY adds identities inline).",
+    ),
+    _files(
+        "--sops-pgp-key-file",
+        "Armored OpenPGP private key for SOPS-encrypted manifests (repeatable; imported into a private "
+        "GNUPGHOME for the run).",
+    ),
+    click.option(
+        "--verify-commits",
+        is_flag=True,
+        help="Render only a commit signed by a trusted key (--allowed-signers, --trusted-pgp-keys); exit 2 "
+        "otherwise, nothing applied or pruned.",
+    ),
+    click.option(
+        "--verify-tag",
+        is_flag=True,
+        help="--revision must be an annotated tag signed by a trusted key (with --verify-commits: its commit too); "
+        "exit 2 otherwise.",
+    ),
+    click.option(
+        "--allowed-signers",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="SSH allowed-signers file (ssh-keygen(1) format) for --verify-commits and --verify-tag.",
+    ),
+    _files("--trusted-pgp-keys", "Armored OpenPGP public keys for --verify-commits and --verify-tag (repeatable)."),
+]
+
+
+def _take_secret_options(kw: dict[str, Any]) -> None:
+    """The keys of `secret_options`, read now (a missing file fails before any fetch), into kw["source"]; a
+    caller passing the source flags by hand may leave them out."""
+    from gitops_sync.render import sops
+    from gitops_sync.source import verify
+
+    source = kw["source"]
+    age, pgp = kw.pop("sops_age_key_file", ()), kw.pop("sops_pgp_key_file", ())
+    signers, pgp_keys = kw.pop("allowed_signers", None), kw.pop("trusted_pgp_keys", ())
+    commits, tags = kw.pop("verify_commits", False), kw.pop("verify_tag", False)
+    if (signers or pgp_keys) and not (commits or tags):
+        raise click.UsageError(
+            "--allowed-signers and --trusted-pgp-keys are the keys of --verify-commits / --verify-tag: add one"
+        )
+    if not source.repo:  # the fleet: a GitSync never gets the controller's keys (its own come with its spec)
+        if age or pgp or commits or tags:
+            raise click.UsageError(
+                "--sops-*-key-file, --verify-commits and --verify-tag apply to a --repo source, not to GitSyncs"
+            )
+        return
+    source.render.decryption = sops.from_cli(age, pgp, os.environ)
+    if commits or tags:
+        source.verify = verify.from_cli(signers, pgp_keys, commits=commits, tags=tags)
 
 
 def _ignore_rules(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[IgnoreRule]:

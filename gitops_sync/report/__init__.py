@@ -123,6 +123,7 @@ def _headline(cs: ChangeSet) -> str:
     s = cs.summary()
     parts = [f"{s[a.value]} {a.value}" for a in Action if s[a.value]]
     rev = short_revision(cs.revision) if cs.revision else "(no revision)"
+    rev += f" (signed by {cs.signer})" if cs.signer else ""
     mode = " (dry run)" if cs.dry_run else ""
     return f"{cs.source} at {rev}{mode}: " + (", ".join(parts) or "nothing to do")
 
