@@ -106,12 +106,16 @@ def test_a_hung_or_down_cluster_does_not_slow_requests_to_another(
     # plus 50 ms (this 2-core machine is shared), far under the faulted cluster's 3 s timeout
     assert hurt < 2 * normal + 0.05, (normal, hurt)
     assert later < 2 * normal + 0.05, (normal, later)
+    figures = (
+        f"p95 before {normal * 1000:.1f} ms, during {hurt * 1000:.1f} ms, after trip {later * 1000:.1f} ms; "
+        f"faulted requests: {len(outcomes)} ({outcomes.count('ApiUnavailableError')} failed fast)"
+    )
+    print(f"{fault}: {figures}")  # with -s: the figures of this run
     reliability.record(
         area="many clusters",
         fault=f"second cluster's kube-apiserver {fault} while a connection to the first one is used",
         outcome="requests to the first cluster answered as before; the second's breaker opened and closed "
         "again by itself once the server was back",
         checked="p95 of the healthy cluster's GETs under 2x its normal p95 + 50 ms; its breaker never opened",
-        figures=f"p95 before {normal * 1000:.1f} ms, during {hurt * 1000:.1f} ms, after trip {later * 1000:.1f} ms; "
-        f"faulted requests: {len(outcomes)} ({outcomes.count('ApiUnavailableError')} failed fast)",
+        figures=figures,
     )
