@@ -153,6 +153,13 @@ def test_an_unreachable_cluster_does_not_stop_the_others(
     assert "unreachable" in json.dumps(by["down"]["report"]["errors"])
     assert kube.find("configmap", "a", ns) is None  # `down` is the first cluster's credentials elsewhere
     assert took < 60, took
+    assert "error: context down: " in r.stderr
+
+    # a context the kubeconfig does not have: that group's error, the other cluster's pass as ever
+    r = gs(config, "diff", "--repo", str(repo), "-n", ns, "--context", "nope", "--context", "two", "-o", "json")
+    by = clusters(r)
+    assert r.returncode == 2 and by["two"]["exitCode"] == 0 and by["nope"]["exitCode"] == 2
+    assert "nope" in json.dumps(by["nope"]["report"]["errors"])
 
 
 def test_a_parent_recording_another_cluster_refuses_to_prune_and_an_old_parent_records_this_one(
