@@ -6,14 +6,18 @@ makes one per context; the fleet will make one per target cluster). Nothing in i
 connection, so a cluster that is down or hung (SIGSTOP) trips only its own breaker and holds only its own
 pool's sockets. A kubeconfig may come as a file or as data (a Secret's bytes); one that is not `trusted`
 (a tenant's) is refused when it would make this process run a command or read a local file
-(`check_untrusted`). The identity goes to the inventory parent (apply/inventory.py), which refuses to prune
-through a connection that reaches another cluster than the one it recorded.
+(`check_untrusted`). `Connections` shares one connection among the users of one kubeconfig and closes it
+when none is left (the fleet's per-cluster pool). The identity goes to the inventory parent
+(apply/inventory.py), which refuses to prune through a connection that reaches another cluster than the one
+it recorded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,4 +194,47 @@ def _parse(data: bytes) -> Any:
         raise ClusterError(f"kubeconfig given as data is not YAML{at}") from None
 
 
-__all__ = ["ClusterConnection", "ClusterIdentity", "UntrustedKubeconfigError", "check_untrusted"]
+class Connections:
+    """The open connections of a process that targets many clusters (the fleet): one per kubeconfig (its
+    bytes, context and trust), shared by every user of that kubeconfig, closed when the last one lets go.
+
+    A rotated Secret (other bytes) opens a new connection; the old one closes once nobody holds it. `open`
+    is how a connection is made (tests pass their own)."""
+
+    def __init__(self, open: Callable[..., ClusterConnection] = ClusterConnection.open) -> None:
+        self._open = open
+        self._lock = threading.Lock()
+        self._held: dict[tuple[str, str, bool], tuple[ClusterConnection, int]] = {}
+
+    def acquire(self, kubeconfig: bytes, context: str | None = None, *, trusted: bool = False) -> ClusterConnection:
+        """The connection of this kubeconfig, opened on first use (refusals as `ClusterConnection.open`)."""
+        key = (hashlib.sha256(kubeconfig).hexdigest(), context or "", trusted)
+        with self._lock:
+            found = self._held.get(key)
+            if found is None:
+                conn = self._open(kubeconfig, context, trusted=trusted)
+                self._held[key] = (conn, 1)
+                return conn
+            self._held[key] = (found[0], found[1] + 1)
+            return found[0]
+
+    def release(self, conn: ClusterConnection) -> None:
+        """One user fewer; the last one closes it (its pool's sockets, its watches' connections)."""
+        with self._lock:
+            for key, (held, users) in self._held.items():
+                if held is conn:
+                    if users > 1:
+                        self._held[key] = (held, users - 1)
+                        return
+                    del self._held[key]
+                    break
+            else:
+                return
+        conn.close()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+
+__all__ = ["ClusterConnection", "ClusterIdentity", "Connections", "UntrustedKubeconfigError", "check_untrusted"]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gitops_sync.cluster.connection import ClusterConnection, UntrustedKubeconfigError, check_untrusted
+from gitops_sync.cluster.connection import ClusterConnection, Connections, UntrustedKubeconfigError, check_untrusted
 from gitops_sync.cluster.throttle import RateLimit
 from gitops_sync.errors import ApiUnavailableError, ClusterError
 from tests.unit.fakes import FakeClock
@@ -191,3 +191,29 @@ def test_each_connection_has_its_own_client_breaker_discovery_and_rate_limit() -
         assert a.rate_limit is not None and b.rate_limit is not None and a.rate_limit is not b.rate_limit
         assert a.rate_limit.burst == 10
     assert os.environ.get("GITOPS_SYNC_NEVER_SET") is None
+
+
+def test_connections_share_one_per_kubeconfig_and_close_it_with_its_last_user() -> None:
+    opened: list[ClusterConnection] = []
+
+    def open_counted(data: bytes, context: str | None, *, trusted: bool) -> ClusterConnection:
+        conn = ClusterConnection.open(data, context, trusted=trusted)
+        opened.append(conn)
+        return conn
+
+    pool = Connections(open_counted)
+    old, rotated = as_bytes(kubeconfig({}, {})), as_bytes(kubeconfig({}, {"token": "rotated"}))
+    a = pool.acquire(old)
+    assert pool.acquire(old) is a and len(opened) == 1  # two GitSyncs naming one Secret: one connection
+    b = pool.acquire(rotated)  # the Secret rotated: a connection of its own
+    assert b is not a and len(pool) == 2
+    with pytest.raises(UntrustedKubeconfigError):  # refused as by ClusterConnection.open, nothing kept
+        pool.acquire(as_bytes(kubeconfig({}, {"tokenFile": "/etc/token"})))
+    assert len(pool) == 2
+    pool.release(a)
+    assert len(pool) == 2  # one user left: still open
+    closed: list[ClusterConnection] = []
+    a.close = lambda: closed.append(a)  # type: ignore[method-assign]
+    pool.release(a)
+    pool.release(a)  # released once too often: nothing happens
+    assert closed == [a] and len(pool) == 1
