@@ -62,8 +62,9 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
         from gitops_sync.engine import SourceOptions  # the pipeline: only once a command runs
         from gitops_sync.render import RenderOptions
 
+        repo = kw.pop("repo") or ""
         kw["source"] = SourceOptions(
-            repo=kw.pop("repo") or "",
+            repo=repo,
             revision=kw.pop("revision"),
             path=kw.pop("subpath"),
             cache_dir=kw.pop("cache_dir"),
@@ -72,6 +73,8 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
                 helm_release=kw.pop("helm_release"),
                 namespace=kw["namespace"],
                 kustomize_allow_external=kw.pop("kustomize_allow_external"),
+                # `run` without --repo serves GitSyncs of many tenants: none may use the operator's chart credentials
+                chart_credentials_env=bool(repo),
             ),
         )
         return fn(*args, **kw)

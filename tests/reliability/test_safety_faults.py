@@ -21,7 +21,7 @@ import pytest
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.cluster.client import Client
 from gitops_sync.conventions import ConflictPolicy
-from gitops_sync.daemon.single.controller import Daemon as Daemon_
+from gitops_sync.daemon.reconcile.live import LiveReads
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
 from gitops_sync.plan.changeset import Action
 from gitops_sync.plan.planner import Target
@@ -115,8 +115,8 @@ class _LaggingCache:
 class _DaemonReads:
     """What the daemon's `_live_of` uses: its watch cache (here a lagging one) and its API reads."""
 
-    _read_live = Daemon_._read_live
-    _live_of = Daemon_._live_of
+    _read_live = LiveReads._read_live
+    _live_of = LiveReads._live_of
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

@@ -19,22 +19,10 @@ MODULE_LIMIT = 500
 FUNCTION_LIMIT = 60
 
 # Modules over the limit today (path under gitops_sync/: lines). Only ever lower a number or drop a row.
-MODULES_OVER: dict[str, int] = {
-    "daemon/fleet/controller.py": 1188,
-    "daemon/reconcile/reconciler.py": 707,
-}
+MODULES_OVER: dict[str, int] = {}
 
 # Functions over the limit today (path:qualified name: lines).
-FUNCTIONS_OVER: dict[str, int] = {
-    "daemon/command.py:run": 113,
-    "daemon/fleet/controller.py:Fleet._finalize": 90,
-    "daemon/fleet/controller.py:Fleet._handle_gitsync": 71,
-    "daemon/fleet/gitsync.py:parse": 62,
-    "daemon/fleet/gitsync.py:status_of": 101,
-    "daemon/reconcile/reconciler.py:SourceReconciler.__init__": 62,
-    "daemon/reconcile/reconciler.py:SourceReconciler.refresh": 77,
-    "daemon/reconcile/reconciler.py:SourceReconciler.run_pass": 91,
-}
+FUNCTIONS_OVER: dict[str, int] = {}
 
 
 def module_sizes(package: Path) -> dict[str, int]:

@@ -149,3 +149,29 @@ def test_one_shot_commands_collect_the_young_generation_rarely(tmp_path: Path, r
     doc = _run(tmp_path, "render", "--repo", str(repo))
     assert doc["code"] == 0
     assert doc["gc"][0] >= 100_000
+
+
+SERVER = (
+    "waitress",
+    "prometheus_client",
+    "watchdog",
+    "git",
+    "gitops_sync.daemon.reconcile.reconciler",
+    "gitops_sync.daemon.runtime",
+    "gitops_sync.daemon.serving",
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("get",), ("get", "app"), ("reconcile", "app"), ("suspend", "app"), ("resume", "app")],
+    ids=lambda a: " ".join(a),
+)
+def test_the_fleet_client_commands_import_no_server_library(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """`get`/`reconcile`/`suspend`/`resume` read or patch GitSync objects: the GitSync model only, none of
+    the daemon's server, metrics, file watch, Git or reconciler (daemon/fleet/gitsync.py vs status.py)."""
+    kubeconfig = _refusing_kubeconfig(tmp_path)
+    code, names = _imported(tmp_path, *args, "--kubeconfig", str(kubeconfig))
+    assert code == 2  # connection refused: the command did reach the cluster client
+    assert "gitops_sync.daemon.fleet.gitsync" in names
+    assert _loaded(names, SERVER) == []
