@@ -24,24 +24,10 @@ import yaml
 
 from gitops_sync.conventions import CLUSTER_ID
 from tests.conftest import KubeCluster
+from tests.integration.clusters_support import merged_kubeconfig
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _merged(kube: KubeCluster, second: KubeCluster, down_port: int) -> dict[str, Any]:
-    """Both admin kubeconfigs under new names (`one`, `two`), and `down` (one's, at a closed port)."""
-    out: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "clusters": [], "users": [], "contexts": []}
-    for name, cluster in (("one", kube), ("two", second), ("down", kube)):
-        doc = yaml.safe_load(cluster.kubeconfig.read_text())
-        c, u = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
-        if name == "down":
-            c = {**c, "server": f"https://127.0.0.1:{down_port}"}
-        out["clusters"].append({"name": name, "cluster": c})
-        out["users"].append({"name": name, "user": u})
-        out["contexts"].append({"name": name, "context": {"cluster": name, "user": name}})
-    out["current-context"] = "one"
-    return out
 
 
 @pytest.fixture
@@ -51,7 +37,7 @@ def setup(kube: KubeCluster, second_kube: KubeCluster, tmp_path: Path) -> Iterat
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     config = tmp_path / "kubeconfig"
-    config.write_text(yaml.safe_dump(_merged(kube, second_kube, port)))
+    config.write_text(yaml.safe_dump(merged_kubeconfig(kube, second_kube, port)))
     ns = f"t-many-{uuid.uuid4().hex[:6]}"
     for k in (kube, second_kube):
         k.kubectl("create", "namespace", ns)
