@@ -35,6 +35,8 @@ class ClusterArgs:
     name: str | None  # ApplySet (inventory) name
     inventory_namespace: str | None
     ignore: tuple[IgnoreRule, ...] = ()  # --ignore rules (the repository's .gitops-sync.yaml adds its own)
+    # `sync`/`diff`: every --context given, in order (several: one pass per cluster); `context` is the first
+    contexts: tuple[str, ...] = ()
 
 
 def _apply(fn: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
@@ -207,12 +209,22 @@ def _ignore_rules(_ctx: click.Context, _param: click.Parameter, values: tuple[st
 
 def cluster_options(fn: F) -> F:
     """--kubeconfig --context --field-manager --concurrency --name --inventory-namespace -> `cluster=`."""
+    return _cluster_options(fn, many=False)
 
+
+def multi_cluster_options(fn: F) -> F:
+    """`cluster_options` with --context repeatable (`sync`, `diff`: one pass per cluster)."""
+    return _cluster_options(fn, many=True)
+
+
+def _cluster_options(fn: F, *, many: bool) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kw: Any) -> Any:
+        contexts = _contexts(kw.pop("context"))
         kw["cluster"] = ClusterArgs(
             kubeconfig=kw.pop("kubeconfig"),
-            context=kw.pop("context"),
+            context=contexts[0] if contexts else None,
+            contexts=contexts,
             field_manager=kw.pop("field_manager"),
             concurrency=kw.pop("concurrency"),
             name=kw.pop("inv_name"),
@@ -229,7 +241,7 @@ def cluster_options(fn: F) -> F:
             envvar="KUBECONFIG",
             help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster).",
         ),
-        click.option("--context", envvar="GITOPS_SYNC_CONTEXT", default=None, help="kubeconfig context."),
+        _context_option(many=many),
         click.option(
             "--field-manager",
             envvar="GITOPS_SYNC_FIELD_MANAGER",
@@ -265,6 +277,26 @@ def cluster_options(fn: F) -> F:
         ),
     ]
     return _apply(wrapper, options)  # type: ignore[no-any-return]
+
+
+def _contexts(given: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """Every --context given, each once, in order: a repeatable option's tuple or one option's value."""
+    if isinstance(given, tuple):
+        return tuple(dict.fromkeys(given))
+    return (given,) if given else ()
+
+
+def _context_option(*, many: bool) -> Callable[[F], F]:
+    """--context: one (`run`), or repeatable (`sync`, `diff`)."""
+    if not many:
+        return click.option("--context", envvar="GITOPS_SYNC_CONTEXT", default=None, help="kubeconfig context.")
+    return click.option(
+        "--context",
+        envvar="GITOPS_SYNC_CONTEXT",
+        multiple=True,
+        help="kubeconfig context; repeat it (or list them in GITOPS_SYNC_CONTEXT, space-separated) for one pass "
+        "per cluster, one report grouped by cluster, the exit code the worst of them.",
+    )
 
 
 def safety_options(adopt_shared_help: str) -> Callable[[F], F]:
