@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import KubeCluster
 
 from gitops_sync import __version__
+from tests.conftest import KubeCluster
 
 pytestmark = pytest.mark.cluster
 

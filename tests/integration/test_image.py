@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import KubeCluster
-from daemon_support import GitRepo, configmap, wait_until
 
 from gitops_sync import __version__
+from tests.conftest import KubeCluster
+from tests.integration.daemon_support import GitRepo, configmap, wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -11,9 +11,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import KubeCluster
 
 from gitops_sync import __version__
+from tests.conftest import KubeCluster
 
 pytestmark = pytest.mark.cluster
 
