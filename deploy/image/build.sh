@@ -80,11 +80,13 @@ build() {
   log "build: $IMAGE on $BASE_IMAGE (sha256:$base_id), commit $COMMIT"
   # --isolation chroot: RUN steps need no OCI runtime (crun cannot run on this machine's hybrid cgroups);
   # the network of RUN is the host's (pip reaches the package index as pip does here).
-  # IMAGE_NO_CACHE=1: every step again (two such builds of one commit give the same image ID).
-  buildah bud --isolation chroot --network host --layers ${IMAGE_NO_CACHE:+--no-cache} \
-    --timestamp "$SOURCE_DATE_EPOCH" \
-    --build-arg BASE="sha256:$base_id" --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" \
-    --build-arg GITOPS_SYNC_COMMIT="$COMMIT" \
+  # Every step runs again (two such builds of one commit give the same image ID): buildah's layer cache
+  # ignores --timestamp, so a cached step would carry the creation time of the commit that first built it.
+  # IMAGE_CACHE=1 reuses layers (quicker while iterating; the ID may then differ from a fresh build's).
+  local cache=(--no-cache)
+  [ -n "${IMAGE_CACHE:-}" ] && cache=(--layers)
+  buildah bud --isolation chroot --network host "${cache[@]}" --timestamp "$SOURCE_DATE_EPOCH" \
+    --build-arg BASE="sha256:$base_id" --build-arg GITOPS_SYNC_COMMIT="$COMMIT" \
     --build-arg GITOPS_SYNC_VERSION="$VERSION" \
     -f deploy/Containerfile -t "$IMAGE" "$ctx" >&2
 }
