@@ -37,6 +37,13 @@ class RenderError(GitOpsError):
         self.obj = obj
 
 
+class ChartRepositoryNotAllowed(RenderError):
+    """A helm-chart.yaml or Chart.yaml dependency names a chart repository the operator does not allow
+    (--allow-chart-repository, or an entry of the chart credentials file): nothing is fetched from it."""
+
+    reason = "ChartRepositoryNotAllowed"  # of the GitSync's Ready condition and Event: what a script matches
+
+
 class ClusterError(GitOpsError):
     """The API server cannot be reached or answered with an unexpected error."""
 

@@ -43,8 +43,8 @@ def _apply(fn: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
 
 
 def source_options(fn: F) -> F:
-    """--repo --revision --path --cache-dir --helm-values --helm-release --kustomize-allow-external -n
-    -> `source=`, `namespace=`."""
+    """--repo --revision --path --cache-dir --helm-values --helm-release --kustomize-allow-external
+    --allow-chart-repository -n -> `source=`, `namespace=`."""
     return _source_options(fn, repo_required=True)
 
 
@@ -73,6 +73,7 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
                 kustomize_allow_external=kw.pop("kustomize_allow_external"),
                 # `run` without --repo serves GitSyncs of many tenants: none may use the operator's chart credentials
                 chart_credentials_env=bool(repo),
+                chart_repositories=tuple(kw.pop("allow_chart_repository", ())),
             ),
         )
         return fn(*args, **kw)
@@ -117,6 +118,15 @@ def _source_flags(repo_required: bool) -> list[Callable[[Any], Any]]:
             "--kustomize-allow-external",
             is_flag=True,
             help="Let kustomizations use remote bases (URLs, git refs) and paths outside the repository.",
+        ),
+        click.option(
+            "--allow-chart-repository",
+            multiple=True,
+            envvar="GITOPS_SYNC_ALLOW_CHART_REPOSITORY",
+            metavar="PREFIX",
+            help="Chart repository (https://… or oci://…) that helm-chart.yaml files and Chart.yaml dependencies may "
+            "fetch from, by URL prefix on a path boundary (repeatable; env: space-separated). Entries of the chart "
+            "credentials file are allowed too; any other repository is refused (ChartRepositoryNotAllowed).",
         ),
         click.option(
             "-n",

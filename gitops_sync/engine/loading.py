@@ -38,9 +38,19 @@ def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Check
     opts = replace(source.render, repo_root=checkout.repo_root or checkout.root, holes=checkout.holes)
     if opts.chart_cache is None:  # charts from repositories (helm-chart.yaml) are kept by digest beside the clones
         opts = replace(opts, chart_cache=cache_root(source.cache_dir))
-    if cache is None:
-        return checkout, render(checkout.root, opts)
-    return checkout, cache.render(checkout, opts, render)
+    objects = render(checkout.root, opts) if cache is None else cache.render(checkout, opts, render)
+    return replace(checkout, charts=pulled_charts(objects)), objects
+
+
+def pulled_charts(objects: list[DesiredObject]) -> tuple[dict[str, str], ...]:
+    """The charts pulled for these objects (helm-chart.yaml sources, then Chart.yaml dependencies), once each,
+    sorted: what reports and /status name (repository, chart, resolved version, archive digest)."""
+    found: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+    for obj in objects:
+        for chart in [obj.extra.get("chart"), *(obj.extra.get("chart_dependencies") or [])]:
+            if isinstance(chart, dict):
+                found.setdefault(tuple(sorted((str(k), str(v)) for k, v in chart.items())), dict(chart))
+    return tuple(found[k] for k in sorted(found))
 
 
 def disk_render_cache(source: SourceOptions) -> RenderCache:

@@ -77,6 +77,7 @@ class PassState:
             inventory=name,
             inventory_namespace=namespace,
             source_identity=identity_text,
+            charts=list(checkout.charts),
         )
         wanted = list(all_targets) if only is None else [t for t in all_targets if t.key in only]
         refused = refused or {}

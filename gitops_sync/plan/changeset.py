@@ -374,6 +374,8 @@ class ChangeSet:
     # are errors; the report says it up top too (`report_errors`), but it is no pass error: the daemon does
     # not back off for what waits on someone else.
     prune_left: list[ObjectKey] = field(default_factory=list)
+    # Charts the source pulled from repositories ({repository, chart, version, digest} each; Checkout.charts).
+    charts: list[dict[str, str]] = field(default_factory=list)
 
     def summary(self) -> dict[str, int]:
         counts = Counter(e.action for e in self.entries)
@@ -422,6 +424,7 @@ class ChangeSet:
                 "sourceIdentity": self.source_identity,
             },
             "dryRun": self.dry_run,
+            "charts": list(self.charts),
             "summary": self.summary(),
             "objects": [e.to_dict() for e in self.sorted_entries()],
             "errors": self.report_errors(),

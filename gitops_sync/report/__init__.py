@@ -134,6 +134,11 @@ def _inventory(cs: ChangeSet) -> str:
     return f"inventory {cs.inventory_namespace}/{cs.inventory} (source {cs.source_identity or cs.source})"
 
 
+def chart_lines(charts: list[dict[str, str]]) -> list[str]:
+    """`chart hello 1.2.0 from https://… (sha256:…)`: each chart pulled from a repository, digest in full."""
+    return [f"chart {c['chart']} {c['version']} from {c['repository']} ({c['digest']})" for c in charts]
+
+
 def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int | None = None) -> None:
     """Every cell is a `Text`, never markup; columns fold rather than cut what does not fit."""
     from rich.text import Text
@@ -141,6 +146,8 @@ def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int 
     console.print(Text(_headline(cs), style="bold"))
     if cs.inventory:
         console.print(Text(_inventory(cs), style="dim"))
+    for line in chart_lines(cs.charts):
+        console.print(Text(line, style="dim"))
     shown = [e for e in cs.sorted_entries() if verbose or e.action is not Action.UNCHANGED]
     if shown:
         t = _table(None, "action", "object", "message")
@@ -192,6 +199,8 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
     lines = [f"### gitops-sync: {_md(_headline(cs))}", ""]
     if cs.inventory:
         lines += [_md(_inventory(cs)), ""]
+    if cs.charts:
+        lines += [f"- {_md(line)}" for line in chart_lines(cs.charts)] + [""]
     shown = [e for e in cs.sorted_entries() if verbose or e.action is not Action.UNCHANGED]
     if shown:  # what Git changes is `planned`; `drift` only what the cluster changed (a pull request's reader)
         lines += ["| change | object | message |", "|---|---|---|"]

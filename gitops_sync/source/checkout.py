@@ -75,6 +75,9 @@ class Checkout:
     # of a materialised commit (its gitlink is an empty directory: submodules are never fetched), one not
     # checked out in a work tree. The render refuses to read one (RenderOptions.holes).
     holes: tuple[str, ...] = field(default=(), compare=False)
+    # Charts the render pulled from repositories (helm-chart.yaml, Chart.yaml dependencies): one
+    # {repository, chart, version, digest} each, set by engine.load after the render, for every report and /status.
+    charts: tuple[dict[str, str], ...] = field(default=(), compare=False)
 
 
 def fetch(

@@ -84,6 +84,7 @@ class SourceSnapshot:
     identity: str = ""  # the source identity the inventory records
     last_pass: Mapping[str, Any] = field(default_factory=dict)
     settling: bool = False  # a new render waits for its second look: what is held is not Git's yet
+    charts: tuple[dict[str, str], ...] = ()  # pulled from repositories for the state held (Checkout.charts)
 
     @property
     def mode(self) -> str:
