@@ -79,6 +79,8 @@ class Engine:
             on_ready=on_ready,
         )
         for phase in PHASES:
+            if state.stopped:
+                break
             if phase.when(state):
                 phase.run(self, state)
         return state.cs

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gitops_sync.engine.hooks import split as split_hooks
 from gitops_sync.engine.options import SourceOptions
 from gitops_sync.render import render
 from gitops_sync.rendercache import DiskStore, RenderCache
@@ -39,7 +40,8 @@ def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Check
     if opts.chart_cache is None:  # charts from repositories (helm-chart.yaml) are kept by digest beside the clones
         opts = replace(opts, chart_cache=cache_root(source.cache_dir))
     objects = render(checkout.root, opts) if cache is None else cache.render(checkout, opts, render)
-    return replace(checkout, charts=pulled_charts(objects)), objects
+    plain, hooks = split_hooks(objects)  # helm.sh/hook objects run as phases of a pass, never applied as objects
+    return replace(checkout, charts=pulled_charts(objects), hooks=tuple(hooks)), plain
 
 
 def pulled_charts(objects: list[DesiredObject]) -> tuple[dict[str, str], ...]:

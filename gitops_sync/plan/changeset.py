@@ -376,6 +376,8 @@ class ChangeSet:
     prune_left: list[ObjectKey] = field(default_factory=list)
     # Charts the source pulled from repositories ({repository, chart, version, digest} each; Checkout.charts).
     charts: list[dict[str, str]] = field(default_factory=list)
+    # Helm hooks this pass ran ({event, object, weight, result, ok} each, in order; engine/hooks.py).
+    hooks: list[dict[str, str]] = field(default_factory=list)
 
     def summary(self) -> dict[str, int]:
         counts = Counter(e.action for e in self.entries)
@@ -425,6 +427,7 @@ class ChangeSet:
             },
             "dryRun": self.dry_run,
             "charts": list(self.charts),
+            "hooks": list(self.hooks),
             "summary": self.summary(),
             "objects": [e.to_dict() for e in self.sorted_entries()],
             "errors": self.report_errors(),

@@ -78,6 +78,9 @@ class Checkout:
     # Charts the render pulled from repositories (helm-chart.yaml, Chart.yaml dependencies): one
     # {repository, chart, version, digest} each, set by engine.load after the render, for every report and /status.
     charts: tuple[dict[str, str], ...] = field(default=(), compare=False)
+    # Helm hooks of the render (objects annotated helm.sh/hook, DesiredObjects): run by a pass as phases around
+    # the apply (engine/hooks.py), never applied as objects; set by engine.load.
+    hooks: tuple[object, ...] = field(default=(), compare=False)
 
 
 def fetch(
