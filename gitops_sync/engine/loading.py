@@ -10,15 +10,19 @@ from dataclasses import replace
 
 from gitops_sync.engine.hooks import split as split_hooks
 from gitops_sync.engine.options import SourceOptions
-from gitops_sync.render import render
+from gitops_sync.errors import RenderError, SourceError
+from gitops_sync.render import artifact, charts, render
 from gitops_sync.rendercache import DiskStore, RenderCache
 from gitops_sync.resource import DesiredObject
-from gitops_sync.source import Checkout, fetch
+from gitops_sync.source import Checkout, fetch, identify
 from gitops_sync.source.checkout import cache_root
 
 
 def fetch_source(source: SourceOptions) -> Checkout:
-    """The source's directory and commit (raises SourceError, RepositoryNotAllowed under its local policy)."""
+    """The source's directory and commit (raises SourceError, RepositoryNotAllowed under its local policy);
+    an `oci://` source is an OCI artifact, its manifest digest the revision (render/artifact.py)."""
+    if source.repo.startswith("oci://"):
+        return _fetch_artifact(source)
     return fetch(
         source.repo,
         source.revision,
@@ -27,6 +31,26 @@ def fetch_source(source: SourceOptions) -> Checkout:
         timeout=source.timeout,
         local_policy=source.local_policy,
     )
+
+
+def _fetch_artifact(source: SourceOptions) -> Checkout:
+    """The artifact's manifests as a Checkout at revision `sha256:<manifest digest>`. Who named it decides
+    whether it may be fetched: `--repo` on the command line (CLI, `run --repo`) is the operator's choice; a
+    GitSync's is the tenant's, held to --allow-chart-repository (render.chart_repositories)."""
+    opts = source.render
+    ref = artifact.parse(source.repo)
+    entries = charts.load_access(opts.chart_credentials, env=opts.chart_credentials_env)
+    own = (ref.repository,) if opts.chart_credentials_env else ()
+    access = charts.access_for(ref.repository, entries, (*opts.chart_repositories, *own))
+    try:
+        tree, digest = artifact.pull(source.repo, access, cache_root(source.cache_dir))
+    except RenderError as err:
+        raise SourceError(str(err)) from None
+    root = tree / source.path if source.path else tree
+    if not root.resolve().is_relative_to(tree.resolve()) or not root.is_dir():
+        raise SourceError(f"{source.repo}: --path {source.path} is not a directory of the artifact")
+    identity = identify(ref.repository, source.path)
+    return Checkout(root=root, revision=digest, repo=source.repo, ref=ref.reference, repo_root=tree, identity=identity)
 
 
 def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Checkout, list[DesiredObject]]:
