@@ -42,7 +42,7 @@ from typing import Any, Protocol
 from gitops_sync import __version__, jsoncodec
 from gitops_sync.errors import RenderError
 from gitops_sync.log import get_logger
-from gitops_sync.render import RenderOptions, Snapshot, resolve_chart_sources
+from gitops_sync.render import RenderOptions, Snapshot, resolve_chart_sources, sops
 from gitops_sync.render.charts import CHART_SOURCE_FILE
 from gitops_sync.render.snapshot import read as read_snapshot
 from gitops_sync.resource import DesiredObject
@@ -53,6 +53,9 @@ log = get_logger(__name__)
 FORMAT = 2  # of the key and the entry; a change makes every old entry a miss
 _KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 _SYMLINK_MODE = "120000"
+# Render options the key leaves out: paths the key covers otherwise, and SOPS keys (a render that decrypted
+# anything is never written to disk, and a process's keys never change while it keeps one in memory).
+_NOT_IN_KEY = ("repo_root", "helm_values", "decryption")
 
 
 class Store(Protocol):
@@ -189,7 +192,8 @@ class RenderCache:
         # Chart.yaml dependencies, and helm-chart.yaml charts of a directory (not a commit): a version range or a
         # tag resolves anew on each pass and the key does not hold it: never stored (issue 24).
         pulled = any("chart_dependencies" in o.extra or ("chart" in o.extra and not resolved) for o in objects)
-        if storable and not pulled:
+        # Decrypted Secrets never reach the disk; the daemon's memory holds them anyway (its desired state).
+        if storable and not pulled and (isinstance(self.store, MemoryStore) or not sops.any_decrypted(objects)):
             self.store.put(key, objects)
         return objects
 
@@ -207,7 +211,7 @@ class RenderCache:
             "format": FORMAT,
             "gitops-sync": __version__,
             "source": source,
-            "options": {k: str(v) for k, v in sorted(asdict(opts).items()) if k not in ("repo_root", "helm_values")},
+            "options": {k: str(v) for k, v in sorted(asdict(opts).items()) if k not in _NOT_IN_KEY},
             "tools": tool_versions(opts, kustomize=uses_kustomize, helm=uses_helm),
             "values": [v.part for v in values],
         }

@@ -160,6 +160,8 @@ EXTRAS: dict[str, dict[str, str]] = {
         "registry": "github.com/distribution/distribution/v3/cmd/registry",
         "registry-htpasswd": "./htpasswd",
     },
+    # the reference SOPS CLI (encrypted Secrets in Git, issue 25) and age-keygen for its keys
+    "sops": {"sops": "github.com/getsops/sops/v3/cmd/sops", "age-keygen": "filippo.io/age/cmd/age-keygen"},
 }
 EXTRA_OUTPUT_NAME = {"registry-htpasswd": "htpasswd"}
 
@@ -1292,7 +1294,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         choices=sorted(EXTRAS),
         default=[],
-        help="also build an optional tool set from its own module (registry: OCI registry for charts)",
+        help="also build an optional tool set from its own module (registry: OCI registry for charts; "
+        "sops: sops and age-keygen)",
     )
     u = sub.add_parser("up", help="start the cluster (building first when needed)")
     u.add_argument(

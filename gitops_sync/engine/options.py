@@ -11,6 +11,7 @@ from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.plan import ignore
 from gitops_sync.render import RenderOptions
 from gitops_sync.source.allow import LocalRepositories
+from gitops_sync.source.verify import TrustedKeys
 
 
 @dataclass
@@ -23,6 +24,8 @@ class SourceOptions:
     timeout: float = 60.0  # seconds for each git command (fetch, checkout)
     # The fleet's rule for local paths and file:// URLs (source/allow.py); None: any path (the CLI's own).
     local_policy: LocalRepositories | None = None
+    # --verify-commits / --verify-tag: signed by one of these keys before it is rendered (source/verify.py).
+    verify: TrustedKeys | None = None
 
 
 @dataclass

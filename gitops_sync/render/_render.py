@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gitops_sync.errors import RenderError
-from gitops_sync.render import _kustomize, _tools, chart_deps, chart_pull, charts, locate
+from gitops_sync.render import _kustomize, _tools, chart_deps, chart_pull, charts, locate, sops
 from gitops_sync.render._kustomize import KUSTOMIZATION_FILES
 from gitops_sync.render._objects import is_list as _is_list
 from gitops_sync.render._objects import object_label as _label
@@ -68,6 +68,8 @@ class RenderOptions:
     # credentials file are allowed too. Any other repository a helm-chart.yaml or a Chart.yaml dependency
     # names is refused before a request is sent (ChartRepositoryNotAllowed): the repository is untrusted input.
     chart_repositories: tuple[str, ...] = ()
+    # Keys for SOPS-encrypted manifest files (render/sops.py); none: such a file is an error naming it.
+    decryption: sops.Decryption = field(default_factory=sops.Decryption)
 
 
 def resolve_chart_sources(root: Path, opts: RenderOptions) -> list[str]:
@@ -127,6 +129,8 @@ def render(
         raise RenderError(f"cannot read: {err.strerror or type(err).__name__}", file=where) from None
     except Exception as err:  # a bug or an input nobody foresaw: name the file, never echo the value
         raise RenderError(f"cannot render ({type(err).__name__})", file=walker.current or walker.name("")) from None
+    finally:
+        walker.decryptor.close()  # the render's private GNUPGHOME, if a SOPS file needed one
     return _unique(walker.objects)
 
 
@@ -143,8 +147,10 @@ class _Walker:
     current: str = ""  # the file or directory being rendered, for errors nobody foresaw
     pulled_dependencies: list[dict[str, str]] = field(default_factory=list)  # of the chart _helm rendered last
     top: str = field(init=False)  # the rendered directory as the repository names it (`--path`), or ""
+    decryptor: sops.Session = field(init=False)  # SOPS files' decryption (render/sops.py); `render` closes it
 
     def __post_init__(self) -> None:
+        self.decryptor = sops.Session(self.opts.decryption)
         self.budget = NodeBudget(self.opts.max_yaml_nodes, self.opts.max_render_nodes, self.opts.max_depth)
         self.boundary = (self.opts.repo_root or self.root).resolve()
         self.real_root = self.root.resolve()
@@ -257,13 +263,22 @@ class _Walker:
             data = self.snapshot.files[rel]
             if len(data) > limit:
                 raise RenderError(f"file is larger than the {limit}-byte limit", file=rel)
-        if rel.lower().endswith(".json"):
-            docs = load_json(data, rel, self.budget)
-        else:
-            docs = load_yaml(data, rel, self.budget)
+        docs = self._parse(data, rel)
+        secret = sops.encrypted(docs)
+        if secret:  # decrypted in memory; only Secrets, marked so that no cache writes them (render/sops.py)
+            docs = self._parse(self.decryptor.decrypt(data, rel, docs), rel)
         for number, value in docs:
             origin = f"{rel}#{number}"
+            if secret:
+                sops.check_decrypted(value, origin)
             self._add(value, origin, origin)
+            if secret:
+                sops.mark(self.objects[-1])
+
+    def _parse(self, data: bytes, rel: str) -> list[tuple[int, Any]]:
+        if rel.lower().endswith(".json"):
+            return load_json(data, rel, self.budget)
+        return load_yaml(data, rel, self.budget)
 
     def _add(self, value: Any, origin: str, where: str, *, tool_dir: str = "", source: str = "") -> None:
         """Expand `kind: List` (and `*List` with items), validate, collect.
@@ -356,6 +371,7 @@ class _Walker:
         self.budget.used = budget.used
         before = len(self.objects)
         for number, value in docs:
+            sops.refuse_in_tool_output(value, f"{label}#{number}")
             self._add(value, label, f"{label}#{number}", tool_dir=tool_dir, source=sources.get(number, ""))
         for obj in self.objects[before:]:
             obj.extra.update(extra)
@@ -386,7 +402,7 @@ class _Walker:
         """A values file read by helm: bounded as a manifest is (its own node budget: nothing is built)."""
         nodes = self.opts.max_yaml_nodes
         data = read_bounded(path, name, self.opts.max_file_bytes)
-        load_yaml(data, name, NodeBudget(nodes, nodes, self.opts.max_depth))
+        sops.refuse_values(load_yaml(data, name, NodeBudget(nodes, nodes, self.opts.max_depth)), name)
 
     def _values_file(self, given: Path, label: str) -> Path:
         """A --helm-values file: the user's own (absolute, or relative to the current directory) is

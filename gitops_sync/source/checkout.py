@@ -81,6 +81,8 @@ class Checkout:
     # Helm hooks of the render (objects annotated helm.sh/hook, DesiredObjects): run by a pass as phases around
     # the apply (engine/hooks.py), never applied as objects; set by engine.load.
     hooks: tuple[object, ...] = field(default=(), compare=False)
+    # Who signed the commit (or tag), when --verify-commits / --verify-tag checked (source/verify.py); reported.
+    signer: str = field(default="", compare=False)
 
 
 def fetch(
