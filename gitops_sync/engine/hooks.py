@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gitops_sync.cluster.client import APPLY_PATCH
@@ -27,7 +27,7 @@ from gitops_sync.errors import ClusterError
 from gitops_sync.log import get_logger
 from gitops_sync.plan import planner
 from gitops_sync.plan.planner import Target
-from gitops_sync.resource import DesiredObject
+from gitops_sync.resource import DesiredObject, ObjectKey
 
 if TYPE_CHECKING:
     from gitops_sync.engine.core import Engine
@@ -81,16 +81,20 @@ def _hook(t: Target) -> Hook:
 def due(engine: Engine, s: PassState, event: str) -> list[Hook]:
     """The hooks of `event` (`pre-install`, …), resolved against the cluster, in weight, kind, name order."""
     objects = [o for o in s.checkout.hooks if isinstance(o, DesiredObject)]
-    targets = planner.resolve(objects, engine.discovery, s.opts.namespace) if objects else []
+    # One at a time: hooks named by generateName share the key of an empty name (each run creates a new one).
+    targets = [t for o in objects for t in planner.resolve([o], engine.discovery, s.opts.namespace)]
     hooks = [h for h in map(_hook, targets) if event in h.events]
-    return sorted(hooks, key=lambda h: (h.weight, h.target.key.kind, h.target.key.name))
+    return sorted(hooks, key=lambda h: (h.weight, h.target.key.kind, h.target.key.name or _generate_name(h.target)))
+
+
+def _generate_name(t: Target) -> str:
+    return str((t.manifest.get("metadata") or {}).get("generateName") or "")
 
 
 def run_event(engine: Engine, s: PassState, event: str) -> bool:
     """Run the hooks of `event` one by one; False (and an error in the change set) when one failed."""
     for hook in due(engine, s, event):
-        ok, message = _run(engine, s, hook)
-        key = hook.target.key
+        ok, message, key = _run(engine, s, hook)
         s.cs.hooks.append(
             {"event": event, "object": str(key), "weight": str(hook.weight), "result": message, "ok": str(ok).lower()}
         )
@@ -101,26 +105,36 @@ def run_event(engine: Engine, s: PassState, event: str) -> bool:
     return True
 
 
-def _run(engine: Engine, s: PassState, hook: Hook) -> tuple[bool, str]:
+def _run(engine: Engine, s: PassState, hook: Hook) -> tuple[bool, str, ObjectKey]:
+    """(succeeded, what happened, the object): created (a generateName hook: a new object, by POST) or
+    applied (server-side, after deleting the previous one under before-hook-creation), waited for, deleted
+    as its policy says."""
     t, client = hook.target, engine.client
     timeout = s.opts.timeout
     try:
-        if BEFORE_CREATION in hook.policies and client.get_or_none(t.path) is not None:
-            _delete(engine, hook, timeout)
-        client.request(
-            "PATCH",
-            t.path,
-            query={"fieldManager": engine.field_manager, "force": True},
-            body=t.manifest,
-            content_type=APPLY_PATCH,
-        )
+        if not t.key.name:
+            created = client.request(
+                "POST", t.collection, query={"fieldManager": engine.field_manager}, body=t.manifest
+            )
+            name = str(((created or {}).get("metadata") or {}).get("name") or "")
+            hook = replace(hook, target=replace(t, key=replace(t.key, name=name)))
+        else:
+            if BEFORE_CREATION in hook.policies and client.get_or_none(t.path) is not None:
+                _delete(engine, hook, timeout)
+            client.request(
+                "PATCH",
+                t.path,
+                query={"fieldManager": engine.field_manager, "force": True},
+                body=t.manifest,
+                content_type=APPLY_PATCH,
+            )
         ok, message = _wait(engine, hook, timeout) if hook.waits else (True, "created")
         if (ok and SUCCEEDED in hook.policies) or (not ok and FAILED in hook.policies):
             _delete(engine, hook, timeout)
             message += "; deleted (hook-delete-policy)"
-        return ok, message
+        return ok, message, hook.target.key
     except ClusterError as exc:
-        return False, str(exc)
+        return False, str(exc), hook.target.key
 
 
 def _delete(engine: Engine, hook: Hook, timeout: float) -> None:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from gitops_sync.errors import RenderError
 from gitops_sync.render import _kustomize, _tools, chart_deps, chart_pull, charts, locate, sops
 from gitops_sync.render._kustomize import KUSTOMIZATION_FILES
+from gitops_sync.render._objects import generated_hook as _generated_hook
 from gitops_sync.render._objects import is_list as _is_list
 from gitops_sync.render._objects import object_label as _label
 from gitops_sync.render._objects import validate as _validate
@@ -473,6 +474,8 @@ def _unique(objects: list[DesiredObject]) -> list[DesiredObject]:
     """Two manifests for one object would fight each other on every sync: refuse, naming both places."""
     seen: dict[ObjectKey, DesiredObject] = {}
     for obj in objects:
+        if _generated_hook(obj.manifest):
+            continue  # a Helm hook named by generateName: a new object each time it runs, never one of these
         first = seen.setdefault(obj.key, obj)
         if first is not obj:
             raise RenderError(

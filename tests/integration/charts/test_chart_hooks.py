@@ -24,12 +24,13 @@ CHART = "apiVersion: v2\nname: hooked\nversion: 0.1.0\n"
 
 
 def _job(name: str, event: str, weight: int, policy: str = "", fail: str = "false") -> str:
-    """A hook Job; `fail` (a template expression): its Pod asks for a node that does not exist and the Job
-    fails after 2 s (activeDeadlineSeconds), as a failing migration would."""
+    """A hook Job (named by generateName when `name` ends in `-`); `fail` (a template expression): its Pod
+    asks for a node that does not exist and the Job fails after 2 s (activeDeadlineSeconds), as a failing
+    migration would."""
     policy_line = f'    "helm.sh/hook-delete-policy": {policy}\n' if policy else ""
     return (
         "apiVersion: batch/v1\nkind: Job\nmetadata:\n"
-        f"  name: {name}\n  annotations:\n"
+        f"  {'generateName' if name.endswith('-') else 'name'}: {name}\n  annotations:\n"
         f'    "helm.sh/hook": {event}\n    "helm.sh/hook-weight": "{weight}"\n{policy_line}'
         "spec:\n  backoffLimit: 0\n"
         f"  {{{{- if {fail} }}}}\n  activeDeadlineSeconds: 2\n  {{{{- end }}}}\n"
@@ -58,6 +59,7 @@ def _files(version: str, *, extra: bool = True, fail: bool = False) -> dict[str,
         ),
         f"{t}/pre-install.yaml": _job("pre-install-job", "pre-install", -5),
         f"{t}/post-install.yaml": _job("post-install-job", "post-install", 0, "hook-failed"),
+        f"{t}/post-install-gen.yaml": _job("post-install-gen-", "post-install", 5, "hook-succeeded"),
         f"{t}/pre-upgrade.yaml": _job("pre-upgrade-job", "pre-upgrade", 1, "hook-succeeded", ".Values.failUpgrade"),
         f"{t}/test.yaml": _job("chart-test", "test", 0),
     }
@@ -87,11 +89,15 @@ def test_hooks_install_then_upgrade_weights_delete_policies_and_a_failing_pre_up
     # post-install; no upgrade hook, never the test hook.
     code, doc = _sync(kube, repo, namespace, tmp_path)
     assert code == 0, doc["errors"]
-    assert _ran(doc) == [
+    assert _ran(doc)[:3] == [
         ("pre-install", "pre-install-marker", "true"),
         ("pre-install", "pre-install-job", "true"),
         ("post-install", "post-install-job", "true"),
     ]
+    # A generateName hook: created (a new name each run), waited for, deleted once it succeeded.
+    event, generated, ok = _ran(doc)[3]
+    assert event == "post-install" and generated.startswith("post-install-gen-") and ok == "true", doc["hooks"]
+    assert generated != "post-install-gen-" and not _exists(kube, "job", generated, namespace)
     assert kube.get("configmap", "app", namespace)["data"] == {"version": "1"}
     objects = {o["kind"] + "/" + o["name"] for o in doc["objects"]}
     assert objects == {"ConfigMap/app", "ConfigMap/extra"}  # hooks are no objects of the source
@@ -143,7 +149,7 @@ def test_the_daemon_runs_install_hooks_once_and_upgrade_hooks_per_new_commit(
         def ran() -> list[tuple[str, str]]:
             return [(h["hook_event"], h["object"].split("/")[-1]) for h in d.logged("hook ran")]
 
-        wait_until("install hooks", lambda: ("post-install", "post-install-job") in ran(), 60)
+        wait_until("install hooks", lambda: len(ran()) >= 4, 60)
         wait_until(
             "app applied", lambda: (kube.find("configmap", "app", namespace) or {}).get("data") == {"version": "1"}, 30
         )
@@ -151,15 +157,16 @@ def test_the_daemon_runs_install_hooks_once_and_upgrade_hooks_per_new_commit(
         wait_until(
             "re-syncs", lambda: len(d.logged("render cache: served")) + len(d.logged("source loaded")) >= loaded + 3, 30
         )
-        assert ran() == [
+        assert ran()[:3] == [
             ("pre-install", "pre-install-marker"),
             ("pre-install", "pre-install-job"),
             ("post-install", "post-install-job"),
         ]
+        assert len(ran()) == 4 and ran()[3][1].startswith("post-install-gen-")
         assert d.entry("Job", "pre-install-job") is None  # not an object of the source: not in /status
         repo.commit(_files("2"), "v2")
         wait_until(
             "upgraded", lambda: (kube.find("configmap", "app", namespace) or {}).get("data") == {"version": "2"}, 60
         )
         wait_until("pre-upgrade ran", lambda: ("pre-upgrade", "pre-upgrade-job") in ran(), 30)
-        assert ran()[3:] == [("pre-upgrade", "pre-upgrade-job")]
+        assert ran()[4:] == [("pre-upgrade", "pre-upgrade-job")]

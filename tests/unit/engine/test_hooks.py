@@ -96,3 +96,14 @@ def test_dry_runs_and_partial_passes_run_no_hook(tmp_path: Path) -> None:
         s = PassState.begin(checkout, targets, PassOptions(namespace="team"), live_of=lambda _t: {}, **kw)  # type: ignore[arg-type]
         assert not runs_hooks(s)
         assert "run pre-install/pre-upgrade hooks" not in due(s)
+
+
+def test_generate_name_is_accepted_on_hooks_only() -> None:
+    from gitops_sync.errors import RenderError
+    from gitops_sync.render._objects import validate
+
+    generated = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "migrate-"}}
+    with pytest.raises(RenderError, match="generateName is not supported"):
+        validate(generated, "x.yaml")
+    generated["metadata"]["annotations"] = {hooks.HOOK: "pre-upgrade"}
+    assert validate(generated, "x.yaml") is generated
