@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from gitops_sync.engine.hooks import split as split_hooks
 from gitops_sync.engine.options import SourceOptions
-from gitops_sync.errors import RenderError, SourceError
+from gitops_sync.errors import ChartRepositoryNotAllowed, RenderError, SourceError
 from gitops_sync.render import artifact, charts, render
 from gitops_sync.rendercache import DiskStore, RenderCache
 from gitops_sync.resource import DesiredObject
@@ -45,6 +45,8 @@ def _fetch_artifact(source: SourceOptions) -> Checkout:
     access = charts.access_for(ref.repository, entries, (*opts.chart_repositories, *own))
     try:
         tree, digest = artifact.pull(source.repo, access, cache_root(source.cache_dir))
+    except ChartRepositoryNotAllowed:
+        raise  # its reason is what a GitSync's Ready condition names
     except RenderError as err:
         raise SourceError(str(err)) from None
     root = tree / source.path if source.path else tree

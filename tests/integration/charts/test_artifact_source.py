@@ -136,3 +136,37 @@ def test_the_daemon_polls_the_tag_and_reports_the_digest(
         assert kube.get("configmap", "settings", namespace)["data"] == {"v": "2"}
         assert registries.password not in (tmp_path / "daemon.log").read_text()
     assert os.path.isdir(tmp_path / "cache" / "artifacts")
+
+
+def test_a_gitsync_artifact_is_fetched_only_when_the_controller_allows_it(
+    registries: Registries, kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """A tenant's spec.repository oci://… is held to the controller's --allow-chart-repository: refused with
+    reason ChartRepositoryNotAllowed before any request; allowed, the registry is asked (and, GitSyncs having no
+    credentials yet, answers that it requires them)."""
+    from tests.integration.test_fleet import CRD, condition, fleet_args, gitsync
+
+    allowed = f"artifacts/{namespace}-ok"
+    refused = f"artifacts/{namespace}-no"
+    for name in (allowed, refused):
+        push_artifact(registries, name, "live", {"cm.yaml": configmap("settings", {"v": "1"})})
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
+    docs = [
+        gitsync("ok", namespace, tmp_path, repository=f"oci://{registries.oci}/{allowed}:live"),
+        gitsync("no", namespace, tmp_path, repository=f"oci://{registries.oci}/{refused}:live"),
+    ]
+    kube.kubectl("apply", "-f", "-", input="---\n".join(docs))
+    env = {k: v for k, v in kube.env.items() if not k.startswith("GITOPS_SYNC_")}
+    env["SSL_CERT_FILE"] = str(registries.ca_file)
+    args = fleet_args(namespace, tmp_path, "--allow-chart-repository", f"oci://{registries.oci}/{allowed}")
+    with Daemon([*args, "--cache-dir", str(tmp_path / "cache")], env, tmp_path / "fleet.log") as d:
+        d.wait_ready(60)
+
+        def ready(name: str) -> dict[str, Any]:
+            return condition(kube, namespace, name, "Ready")
+
+        wait_until("no refused", lambda: ready("no").get("reason") == "ChartRepositoryNotAllowed", 60)
+        assert f"oci://{registries.oci}/{refused}" in ready("no")["message"]
+        wait_until("ok tried", lambda: "requires credentials" in str(ready("ok").get("message")), 60)
+        assert ready("ok")["reason"] == "SourceFailed"
