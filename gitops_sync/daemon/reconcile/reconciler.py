@@ -162,6 +162,7 @@ class SourceReconciler(PassRunner):
         src = self.desired.state
         with self.state:
             entries, errors, last_pass = tuple(self.entries.values()), tuple(self.pass_errors), dict(self.last_pass)
+            last_hooks = dict(self.last_hooks)
         return SourceSnapshot(
             entries=entries,
             pass_errors=errors,
@@ -182,6 +183,7 @@ class SourceReconciler(PassRunner):
             checked=self.desired.checked,
             identity=self.desired.identity.text,
             last_pass=last_pass,
+            last_hooks=last_hooks,
             settling=self.desired.settling,
             charts=src.checkout.charts if src else (),
         )

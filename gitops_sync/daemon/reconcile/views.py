@@ -96,6 +96,7 @@ def daemon_doc(
         "source": source_doc(snap),
         "conditions": {"source": dict(snap.condition), "cluster": cluster.to_dict(with_revision=False)},
         "lastPass": dict(snap.last_pass),
+        "lastHooks": dict(snap.last_hooks),  # {revision, finished, hooks: [{event, object, weight, result, ok}]}
     }
 
 

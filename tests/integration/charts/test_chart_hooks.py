@@ -163,6 +163,9 @@ def test_the_daemon_runs_install_hooks_once_and_upgrade_hooks_per_new_commit(
             ("post-install", "post-install-job"),
         ]
         assert len(ran()) == 4 and ran()[3][1].startswith("post-install-gen-")
+        last = d.status()["daemon"]["lastHooks"]  # /status: what the last pass that ran hooks ran
+        assert last["revision"] == repo.repo.head.commit.hexsha
+        assert [h["object"].split("/")[-1] for h in last["hooks"]][:3] == [n for _, n in ran()[:3]]
         assert d.entry("Job", "pre-install-job") is None  # not an object of the source: not in /status
         repo.commit(_files("2"), "v2")
         wait_until(
@@ -170,3 +173,5 @@ def test_the_daemon_runs_install_hooks_once_and_upgrade_hooks_per_new_commit(
         )
         wait_until("pre-upgrade ran", lambda: ("pre-upgrade", "pre-upgrade-job") in ran(), 30)
         assert ran()[4:] == [("pre-upgrade", "pre-upgrade-job")]
+        wait_until("/status names the upgrade", lambda: len(d.status()["daemon"]["lastHooks"]["hooks"]) == 1, 10)
+        assert d.status()["daemon"]["lastHooks"]["hooks"][0]["event"] == "pre-upgrade"
