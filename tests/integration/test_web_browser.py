@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
+from conftest import BROWSER, KubeCluster
 
 from tests.integration.daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, deployment, wait_until
 from tests.integration.test_fleet import crd, fleet_args, gitsync
 
 __all__ = ["crd"]  # the module-scoped fixture, shared
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, BROWSER]
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from tests.unit.daemon.reconcile.test_daemon_history import KEY, PATHS, REPLICAS, Clock, deployment, mf
-
 from gitops_sync.daemon.reconcile.history import FieldRecord, OwnershipHistory
+from tests.unit.daemon.reconcile.test_daemon_history import KEY, PATHS, REPLICAS, Clock, deployment, mf
 
 
 def test_records_are_capped_at_max_records_keeping_the_newest() -> None:
