@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["ELLIPSIS", "last_lines", "rfc3339", "truncate"]
+__all__ = ["ELLIPSIS", "brief", "last_lines", "rfc3339", "truncate"]
 
 ELLIPSIS = "…"
 
@@ -17,6 +17,12 @@ ELLIPSIS = "…"
 def truncate(text: str, limit: int | None) -> str:
     """`text` cut to at most `limit` characters, the last one `…` when cut (None: never cut)."""
     return text if limit is None or len(text) <= limit else text[: limit - 1] + ELLIPSIS
+
+
+def brief(value: object, limit: int = 40) -> str:
+    """A field's value inside a sentence (a fight, a yield): a string as it is, anything else as Python
+    writes it (`3`, `None`, `{'a': 1}`), cut to `limit` characters."""
+    return truncate(value if isinstance(value, str) else repr(value), limit)
 
 
 def last_lines(text: str, count: int, *, keep: Callable[[str], bool] | None = None, keep_most: int = 0) -> list[str]:

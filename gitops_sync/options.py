@@ -60,8 +60,9 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
         from gitops_sync.engine import SourceOptions  # the pipeline: only once a command runs
         from gitops_sync.render import RenderOptions
 
+        repo = kw.pop("repo") or ""
         kw["source"] = SourceOptions(
-            repo=kw.pop("repo") or "",
+            repo=repo,
             revision=kw.pop("revision"),
             path=kw.pop("subpath"),
             cache_dir=kw.pop("cache_dir"),
@@ -70,11 +71,18 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
                 helm_release=kw.pop("helm_release"),
                 namespace=kw["namespace"],
                 kustomize_allow_external=kw.pop("kustomize_allow_external"),
+                # `run` without --repo serves GitSyncs of many tenants: none may use the operator's chart credentials
+                chart_credentials_env=bool(repo),
             ),
         )
         return fn(*args, **kw)
 
-    options = [
+    return _apply(wrapper, _source_flags(repo_required))  # type: ignore[no-any-return]
+
+
+def _source_flags(repo_required: bool) -> list[Callable[[Any], Any]]:
+    """The flags that say where the source is and how it renders; `_source_options` makes a SourceOptions."""
+    return [
         click.option(
             "--repo",
             required=repo_required,
@@ -119,7 +127,6 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
             help="Namespace for namespaced objects that name none.",
         ),
     ]
-    return _apply(wrapper, options)  # type: ignore[no-any-return]
 
 
 def _ignore_rules(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[IgnoreRule]:

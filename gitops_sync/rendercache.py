@@ -43,6 +43,7 @@ from gitops_sync import __version__, jsoncodec
 from gitops_sync.errors import RenderError
 from gitops_sync.log import get_logger
 from gitops_sync.render import RenderOptions, Snapshot
+from gitops_sync.render.charts import CHART_SOURCE_FILE
 from gitops_sync.render.snapshot import read as read_snapshot
 from gitops_sync.resource import DesiredObject
 from gitops_sync.source import Checkout
@@ -179,7 +180,9 @@ class RenderCache:
             return cached
         self.misses += 1
         objects, storable = _render_once(checkout, opts, tree, values, render)
-        if storable:
+        # Charts pulled from repositories (helm-chart.yaml, Chart.yaml dependencies): a version range or a tag
+        # resolves anew on each pass, so the files do not decide the render: never stored (issue 24).
+        if storable and not any("chart" in o.extra or "chart_dependencies" in o.extra for o in objects):
             self.store.put(key, objects)
         return objects
 
@@ -191,7 +194,8 @@ class RenderCache:
         if uses_kustomize and opts.kustomize_allow_external:
             return None  # remote bases and outside paths change without a commit: the files do not decide
         uses_helm = "Chart.yaml" in names
-        values = _read_values(opts.helm_values) if uses_helm else []
+        # --helm-values apply to charts from repositories too (whose renders are never stored: no helm version)
+        values = _read_values(opts.helm_values) if uses_helm or CHART_SOURCE_FILE in names else []
         parts = {
             "format": FORMAT,
             "gitops-sync": __version__,

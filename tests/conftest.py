@@ -1,13 +1,16 @@
 """Shared pytest fixtures.
 
 Cluster fixtures (deploy/local-cluster): `kube` (session) gives a real control plane, `namespace` (function) a
-fresh namespace in it. Tests using them are marked `@pytest.mark.cluster`.
+fresh namespace in it. Tests using them are marked `@pytest.mark.cluster`. A test reads the cluster's state
+with `kube.get` / `kube.find` / `kube.list` (gitops-sync's own Client, a few milliseconds a look), and runs
+`kube.kubectl` where kubectl itself is what it tests, or is the actor (an edit, a scale, a README command).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import shutil
@@ -18,8 +21,13 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from gitops_sync.cluster.client import Client
+    from gitops_sync.cluster.discovery import Discovery, ResourceInfo
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO / "deploy" / "local-cluster" / "cluster.py"
@@ -51,6 +59,82 @@ class KubeCluster:
 
     def helm(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return _run([str(self.bin_dir / "helm"), *args], self.env, None, check, timeout)
+
+    # -- reading state: the project's own client, not a kubectl process per look -------------------------
+
+    def get(self, kind: str, name: str = "", namespace: str | None = None) -> dict[str, Any]:
+        """The object (managedFields included), as `kubectl get -o json`; NotFoundError when it does not exist.
+
+        `kind` as kubectl takes it (`configmap`, `configmaps`, `ConfigMap`, `cm`, `deployments.apps`,
+        `gitsync`), or `kind/name` with no `name`."""
+        if not name:
+            kind, _, name = kind.partition("/")
+        info = self.resource(kind)
+        doc: dict[str, Any] = self.api.request("GET", info.path(namespace, name))
+        return doc
+
+    def find(self, kind: str, name: str = "", namespace: str | None = None) -> dict[str, Any] | None:
+        """`get`, None when the object does not exist, nor its kind (a poll for its creation or deletion)."""
+        from gitops_sync.errors import NotFoundError
+
+        try:
+            return self.get(kind, name, namespace)
+        except (NotFoundError, LookupError):
+            return None
+
+    def list(
+        self, kind: str, namespace: str | None = None, *, labels: str | None = None, fields: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The items of a collection (all namespaces when `namespace` is None), each with apiVersion and kind."""
+        info = self.resource(kind)
+        query = {"labelSelector": labels, "fieldSelector": fields}
+        items: list[dict[str, Any]] = self.api.request("GET", info.path(namespace), query=query)["items"]
+        for item in items:
+            item.setdefault("apiVersion", info.api_version)
+            item.setdefault("kind", info.kind)
+        return items
+
+    @functools.cached_property
+    def api(self) -> Client:
+        """gitops-sync's Client on the admin kubeconfig, one per session; no circuit breaker (a test polling
+        through an API server restart asks again at its own pace)."""
+        from gitops_sync.cluster.client import Breaker, Client
+
+        return Client(self.kubeconfig, timeout=15, breaker=Breaker(lambda: None))
+
+    @functools.cached_property
+    def _discovery(self) -> Discovery:
+        from gitops_sync.cluster.discovery import Discovery
+
+        return Discovery(self.api)
+
+    def resource(self, kind: str) -> ResourceInfo:
+        """Where `kind` is served (its preferred version); a kind not found asks the server again once, for
+        a CRD installed since."""
+        name, _, group = kind.lower().partition(".")
+        name = _SHORT_NAMES.get(name, name)
+        for attempt in range(2):
+            if attempt:
+                self._discovery.refresh()
+            self._discovery.ensure_loaded()
+            found = [
+                info
+                for info in list(self._discovery._preferred.values())  # every kind, one version each
+                if name in (info.kind.lower(), info.plural) and (not group or info.group == group)
+            ]
+            if found:  # a built-in kind before an aggregated or custom one of the same name
+                return min(found, key=lambda i: (i.group not in ("", "apps", "batch"), i.group))
+        raise LookupError(f"the cluster serves no kind {kind!r}")
+
+
+# kubectl's short names of the kinds tests name (discovery's ResourceInfo keeps no short names)
+_SHORT_NAMES = {
+    "cm": "configmaps",
+    "crd": "customresourcedefinitions",
+    "deploy": "deployments",
+    "ns": "namespaces",
+    "sa": "serviceaccounts",
+}
 
 
 def _run(

@@ -21,22 +21,18 @@ from gitops_sync.conventions import ADOPTED, FIELD_MANAGER, PART_OF, ConflictPol
 from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError, ClusterError, ConflictError
 from gitops_sync.log import get_logger
 from gitops_sync.plan import ownership
-from gitops_sync.plan.changeset import NOT_SENT, Action, Entry
-from gitops_sync.plan.planner import (
+from gitops_sync.plan.bookkeeping import (
     CREATE_ONLY_RV,
-    Target,
-    create_only_entry,
-    explain,
     foreign_applyset,
-    has_client_side_apply,
     is_bookkeeping_conflict,
-    is_create_only,
-    is_unchanged,
     mark_adopted,
-    object_policy,
     with_resource_version,
     without_conflicts,
 )
+from gitops_sync.plan.changeset import NOT_SENT, Action, Entry
+from gitops_sync.plan.client_side import has_client_side_apply
+from gitops_sync.plan.planner import Target, create_only_entry, explain, is_unchanged
+from gitops_sync.plan.policy import is_create_only, object_policy
 from gitops_sync.resource import Manifest
 
 log = get_logger(__name__)

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 
 from gitops_sync.apply.inventory import METADATA_ONLY
 from gitops_sync.cluster.client import Client
-from gitops_sync.cluster.discovery import Discovery, ResourceInfo
+from gitops_sync.cluster.discovery import Discovery, ResourceInfo, served_by_crd
 from gitops_sync.conventions import PRUNE, PRUNE_DISABLED
 from gitops_sync.errors import ClusterError, ForbiddenError, NotFoundError
 from gitops_sync.log import get_logger
 from gitops_sync.plan.changeset import PRUNE_REFUSED, Action, Entry
-from gitops_sync.plan.planner import is_adopted
+from gitops_sync.plan.policy import is_adopted
 from gitops_sync.plan.terminating import terminating
 from gitops_sync.resource import Manifest, ObjectKey
 
@@ -178,18 +178,8 @@ def _holdings(
 
 def _served_version(spec: Manifest) -> ResourceInfo | None:
     """The CRD's own first served version, when discovery does not (yet) list the kind."""
-    names = spec.get("names") or {}
-    for v in spec.get("versions") or []:
-        if v.get("served", True):
-            return ResourceInfo(
-                group=str(spec.get("group", "")),
-                version=str(v.get("name", "")),
-                kind=str(names.get("kind", "")),
-                plural=str(names.get("plural", "")),
-                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
-                verbs=frozenset({"list"}),
-            )
-    return None
+    served = served_by_crd(spec, frozenset({"list"}))
+    return served[0][0] if served else None
 
 
 def _message(what: str, held: Holdings, advice: str = CASCADE_ADVICE) -> str:

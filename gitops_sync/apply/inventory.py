@@ -36,8 +36,8 @@ from gitops_sync.errors import (
     NotFoundError,
     SourceMismatchError,
 )
+from gitops_sync.plan.bookkeeping import CREATE_ONLY_RV
 from gitops_sync.plan.changeset import SharedWith
-from gitops_sync.plan.planner import CREATE_ONLY_RV
 from gitops_sync.resource import Manifest, ObjectKey
 
 # Lists answer with metadata only: finding a parent or a namespace's contents never reads Secret data.

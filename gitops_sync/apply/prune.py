@@ -22,7 +22,7 @@ from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import ADOPTED, INTENT_HASH, PART_OF
 from gitops_sync.errors import ApiUnavailableError, ClusterError, NotFoundError
 from gitops_sync.plan.changeset import NOT_SENT, Action, Entry, Terminating, finalizers_text
-from gitops_sync.plan.planner import is_adopted
+from gitops_sync.plan.policy import is_adopted
 from gitops_sync.plan.terminating import holders, terminating
 from gitops_sync.resource import Manifest, ObjectKey
 

@@ -5,7 +5,7 @@ An object created with client-side `kubectl apply` has its fields owned by `kube
 later removed from Git would stay forever. `sync` therefore first hands those entries to our Apply
 manager (`upgrade`, a JSON patch of managedFields guarded by resourceVersion); `diff`, which cannot
 perform that step, computes its result (`preview`) so it reports the deletions `sync` will make. Both are
-called by `apply.Applier`; the pure parts (which fields move) are `plan.planner.after_takeover` and
+called by `apply.Applier`; the pure parts (which fields move) are `plan.client_side.after_takeover` and
 `has_client_side_apply`.
 """
 
@@ -15,13 +15,13 @@ from gitops_sync.cluster.client import JSON_PATCH, Client
 from gitops_sync.errors import ApiError
 from gitops_sync.log import get_logger
 from gitops_sync.plan import ownership
-from gitops_sync.plan.planner import (
-    Target,
+from gitops_sync.plan.client_side import (
     after_takeover,
     has_client_side_apply,
     is_client_side_apply,
     is_client_side_apply_entry,
 )
+from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest
 
 log = get_logger(__name__)

@@ -4,31 +4,28 @@ The official client is used only for what it does well — reading kubeconfig (c
 exec plugins) and owning the urllib3 pool. Requests and responses stay bytes/dicts: decoding into
 typed models costs ~10x more and the dynamic client's watch cannot resume (see the facts file).
 
-A `Breaker` per client turns "the API server is down or hung" into an answer in microseconds: after the
-first request that times out or cannot connect, one short `/readyz` probe decides; while it fails, every
-request raises ApiUnavailableError without being sent (the engine reports those objects "not attempted"),
-and a re-probe every few seconds closes the breaker again when the server is back (the daemon recovers).
-
-A 429 with `Retry-After` (API Priority and Fairness, or --max-requests-inflight) is the server answering,
-not an outage: the request is sent again after the time asked, as client-go does (`rest.checkWait`:
-429 with an integer Retry-After; at most 10 retries), within the request's own timeout and the
-command's deadline; the breaker never hears of it. Once the retries or the time are used up the 429
-is raised as it came (TooManyRequestsError), the retries named in its message.
+A `Breaker` per client (breaker.py) turns "the API server is down or hung" into an answer in
+microseconds. A 429 with `Retry-After` is sent again after the time asked (throttle.py), within the
+request's own timeout and the command's deadline; once the retries or the time are used up the 429 is
+raised as it came (TooManyRequestsError), the retries named in its message. Every request is counted
+(stats.py). Answers go up as dicts, failures as typed errors (gitops_sync.errors: one class per status).
 """
 
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from gitops_sync import __version__, jsoncodec
 from gitops_sync.cluster import wire
+from gitops_sync.cluster.breaker import Breaker
+from gitops_sync.cluster.stats import Query, RequestStats, is_dry_run, is_write
+from gitops_sync.cluster.throttle import MAX_RETRIES, throttle_wait
 from gitops_sync.errors import (
     ApiError,
     ApiTimeoutError,
@@ -46,44 +43,25 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
+# What other modules import from here (the breaker, the throttle and the counts live next door).
+__all__ = [
+    "APPLY_PATCH",
+    "JSON_PATCH",
+    "MAX_RETRIES",
+    "MERGE_PATCH",
+    "Breaker",
+    "Client",
+    "Listing",
+    "RequestStats",
+    "is_dry_run",
+    "is_write",
+    "object_path",
+    "throttle_wait",
+]
+
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-
-_Query = Mapping[str, str | int | bool | None]
-MAX_RETRIES = 10  # of a throttled request: client-go's default (rest.NewRESTClient: maxRetries 10)
-_READS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-@dataclass
-class RequestStats:
-    """Counts what this process asked of the API server, so a no-op pass can prove it wrote nothing.
-
-    A request retried after a 429 counts once in reads/writes/dry_runs; `throttled` counts the retries.
-    """
-
-    reads: int = 0
-    writes: int = 0
-    dry_runs: int = 0
-    throttled: int = 0
-
-    def count(self, method: str, query: _Query | None, body: Any = None) -> None:
-        if method in _READS:
-            self.reads += 1
-        elif is_dry_run(query, body):
-            self.dry_runs += 1
-        else:
-            self.writes += 1
-
-
-def is_dry_run(query: _Query | None, body: Any = None) -> bool:
-    """Whether a request only simulates: `?dryRun=All`, or a DeleteOptions body with `dryRun`."""
-    return bool((query and query.get("dryRun")) or (isinstance(body, dict) and body.get("dryRun")))
-
-
-def is_write(method: str, query: _Query | None, body: Any = None) -> bool:
-    """Whether a request may change something: any method but GET and HEAD, unless it is a dry run."""
-    return method not in _READS and not is_dry_run(query, body)
 
 
 @dataclass(frozen=True)
@@ -98,78 +76,18 @@ class Listing:
     more: bool = False
 
 
-class Breaker:
-    """Remembers that the API server is down, so queued requests fail at once instead of 30 s each.
+@dataclass(frozen=True)
+class _Outgoing:
+    """One request as it leaves (and leaves again after a 429): what is sent and what it counts as."""
 
-    Closed: requests go out. A request that times out or cannot connect calls `failed`, which runs one
-    probe (concurrent failures share it); a failed probe opens the breaker. Open: `check` raises
-    ApiUnavailableError, except for one caller every `retry_after` seconds, which probes again
-    (half-open) and closes the breaker when the server answers.
-    """
-
-    def __init__(
-        self, probe: Callable[[], str | None], *, retry_after: float = 2.0, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._probe = probe  # None when healthy, else why not
-        self.retry_after = retry_after
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._done = threading.Condition(self._lock)  # signalled when a probe ends
-        self._probing = False
-        self._last_probe = float("-inf")
-        self.down_since: float | None = None
-        self.reason = ""
-        self.trips = 0  # times the breaker opened (for metrics and tests)
-
-    @property
-    def is_down(self) -> bool:
-        return self.down_since is not None
-
-    def check(self) -> None:
-        """Before a request: raise while the server is known down; the caller due for a re-probe runs it.
-
-        While the first probe after a failure runs, callers wait for its verdict rather than send a request
-        that would hang as long as the one that triggered it.
-        """
-        with self._done:
-            waited = self._clock()
-            while self._probing and self.down_since is None and self._clock() - waited < 30:
-                self._done.wait(1.0)
-            if self.down_since is None:
-                return
-            if self._probing or self._clock() - self._last_probe < self.retry_after:
-                raise ApiUnavailableError(self.reason)
-            self._probing = True
-        self._run_probe(self.reason)
-        if self.down_since is not None:
-            raise ApiUnavailableError(self.reason)
-
-    def failed(self, trigger: str) -> None:
-        """After a transport failure: probe once (unless a probe runs or the breaker is already open)."""
-        with self._lock:
-            if self.down_since is not None or self._probing:
-                return
-            self._probing = True
-        self._run_probe(trigger)
-
-    def _run_probe(self, trigger: str) -> None:
-        try:
-            problem = self._probe()
-        except Exception as exc:  # a probe that cannot run says the server is not usable
-            problem = str(exc)
-        with self._done:
-            self._done.notify_all()
-            self._probing = False
-            self._last_probe = self._clock()
-            if problem is None:
-                if self.down_since is not None:
-                    log.warning("API server reachable again", down_for=round(self._clock() - self.down_since, 1))
-                self.down_since, self.reason = None, ""
-            elif self.down_since is None:
-                self.down_since = self._last_probe
-                self.trips += 1
-                self.reason = f"{trigger}; health probe: {problem}"
-                log.warning("API server down: failing requests fast until it answers", reason=self.reason)
+    method: str
+    path: str
+    query: Query | None
+    body: Any  # as given, for the counts (a DeleteOptions body may say dryRun)
+    url: str
+    headers: dict[str, str]
+    data: bytes | None  # the body as sent
+    gate: wire.Fence | None  # a write's fence, asked again at the socket
 
 
 class Client:
@@ -260,7 +178,7 @@ class Client:
     # -- requests ---------------------------------------------------------------------------
 
     def _prepare(
-        self, method: str, path: str, query: _Query | None, content_type: str | None, accept: str | None
+        self, method: str, path: str, query: Query | None, content_type: str | None, accept: str | None
     ) -> tuple[str, dict[str, str]]:
         headers = self._conn.headers()
         headers["User-Agent"] = self.user_agent
@@ -279,7 +197,7 @@ class Client:
         method: str,
         path: str,
         *,
-        query: _Query | None = None,
+        query: Query | None = None,
         body: Any = None,
         content_type: str | None = None,
         accept: str | None = None,
@@ -303,7 +221,7 @@ class Client:
         method: str,
         path: str,
         *,
-        query: _Query | None = None,
+        query: Query | None = None,
         body: Any = None,
         content_type: str | None = None,
         accept: str | None = None,
@@ -319,8 +237,6 @@ class Client:
         the fence was closed). ApiTimeoutError: sent, but no complete answer in time, so a write may or may
         not have happened.
         """
-        import urllib3
-
         write = is_write(method, query, body)
         gate = wire.Fence(fence, f"{method} {path}") if fence is not None and write else None
         if gate is not None:
@@ -328,46 +244,24 @@ class Client:
         self.breaker.check()
         url, headers = self._prepare(method, path, query, content_type, accept)
         data = None if body is None else (body if isinstance(body, bytes) else jsoncodec.dumps(body))
+        outgoing = _Outgoing(method, path, query, body, url, headers, data, gate)
         hook = self.before_write if write else None
         if hook is not None:
             hook(method, path)  # as late as it can be: the request leaves right after it
+        return self._send_until_answered(outgoing, hook, timeout)
+
+    def _send_until_answered(
+        self, req: _Outgoing, hook: Callable[[str, str], None] | None, timeout: float | None
+    ) -> tuple[int, Any]:
+        """Send, and again after each 429 that may be retried (`throttle_wait`), all within one timeout."""
         budget = self._budget(timeout)  # after the hook, which may have waited
         first = time.monotonic()
         until = first + budget  # a throttled request's retries end here: its timeout bounds them all
         retries = 0
         while True:
             if retries and hook is not None:
-                hook(method, path)  # a retry after a throttled wait: the Lease may be gone since
-            started = time.monotonic()
-            try:
-                # the fence is asked again at the socket on every attempt, a throttled retry's included
-                with wire.fenced(gate):
-                    resp = self._conn.pool.request(
-                        method,
-                        url,
-                        body=data,
-                        headers=headers,
-                        timeout=urllib3.Timeout(total=budget),
-                        preload_content=True,
-                        retries=False,
-                    )
-            except FencedError:
-                raise  # refused before the request was complete: nothing more to count, the server is fine
-            except urllib3.exceptions.HTTPError as exc:
-                if not retries:
-                    self._count(method, query, body)
-                raise self._transport_error(exc, method, budget) from exc
-            if not retries:  # a request retried after a 429 counts once
-                self._count(method, query, body)
-            # --log-level debug: one line per request (the query names dry runs and the field manager).
-            log.debug(
-                "request",
-                method=method,
-                path=path,
-                query=query,
-                status=resp.status,
-                seconds=round(time.monotonic() - started, 4),
-            )
+                hook(req.method, req.path)  # a retry after a throttled wait: the Lease may be gone since
+            resp = self._send(req, budget, first_attempt=not retries)  # a request retried after a 429 counts once
             if resp.status < 400:
                 return int(resp.status), (jsoncodec.loads(resp.data) if resp.data else None)
             wait = throttle_wait(resp.status, resp.headers.get("Retry-After"), retries, self.max_retries)
@@ -376,16 +270,51 @@ class Client:
             # timeout (which says a write may have happened) for want of time
             if wait is None or time.monotonic() + wait + min(1.0, budget) > end:
                 note = f" (retried {retries}x over {time.monotonic() - first:.1f}s)" if retries else ""
-                raise _api_error(resp.status, resp.data, method, path, note)
+                raise _api_error(resp.status, resp.data, req.method, req.path, note)
             retries += 1
             with self._stats_lock:
                 self.stats.throttled += 1
-            log.debug("throttled (429): retrying", method=method, path=path, retry=retries, wait=round(wait, 2))
+            log.debug("throttled (429): retrying", method=req.method, path=req.path, retry=retries, wait=round(wait, 2))
             self._sleep(wait)
             self.breaker.check()  # an outage that began meanwhile: not sent, as for any request
             budget = self._budget(timeout, until)
 
-    def _count(self, method: str, query: _Query | None, body: Any) -> None:
+    def _send(self, req: _Outgoing, budget: float, *, first_attempt: bool) -> urllib3.BaseHTTPResponse:
+        """One attempt, the fence asked again at the socket (a throttled retry's included); counted once."""
+        import urllib3
+
+        started = time.monotonic()
+        try:
+            with wire.fenced(req.gate):
+                resp = self._conn.pool.request(
+                    req.method,
+                    req.url,
+                    body=req.data,
+                    headers=req.headers,
+                    timeout=urllib3.Timeout(total=budget),
+                    preload_content=True,
+                    retries=False,
+                )
+        except FencedError:
+            raise  # refused before the request was complete: nothing more to count, the server is fine
+        except urllib3.exceptions.HTTPError as exc:
+            if first_attempt:
+                self._count(req.method, req.query, req.body)
+            raise self._transport_error(exc, req.method, budget) from exc
+        if first_attempt:
+            self._count(req.method, req.query, req.body)
+        # --log-level debug: one line per request (the query names dry runs and the field manager).
+        log.debug(
+            "request",
+            method=req.method,
+            path=req.path,
+            query=req.query,
+            status=resp.status,
+            seconds=round(time.monotonic() - started, 4),
+        )
+        return resp
+
+    def _count(self, method: str, query: Query | None, body: Any) -> None:
         with self._stats_lock:
             self.stats.count(method, query, body)
 
@@ -405,7 +334,7 @@ class Client:
         self.breaker.failed(str(error))
         return error
 
-    def stream_lines(self, path: str, *, query: _Query | None = None, timeout: float | None = None) -> Iterator[bytes]:
+    def stream_lines(self, path: str, *, query: Query | None = None, timeout: float | None = None) -> Iterator[bytes]:
         """A streaming GET (watch): yields one JSON line per event until the server closes."""
         import urllib3
 
@@ -442,7 +371,7 @@ class Client:
 
     # -- convenience ------------------------------------------------------------------------
 
-    def get(self, path: str, query: _Query | None = None) -> Any:
+    def get(self, path: str, query: Query | None = None) -> Any:
         return self.request("GET", path, query=query)
 
     def list_collection(
@@ -468,7 +397,7 @@ class Client:
         cont = ""
         read = 0
         while True:
-            query: _Query = {"labelSelector": label_selector, "limit": limit, "continue": cont or None}
+            query: Query = {"labelSelector": label_selector, "limit": limit, "continue": cont or None}
             doc = self.request("GET", path, query=query, accept=accept, timeout=timeout) or {}
             page = doc.get("items") or []
             for item in page:
@@ -510,26 +439,6 @@ def _query_value(v: str | int | bool) -> str:
 def _reason(exc: BaseException) -> str:
     inner = getattr(exc, "reason", None)
     return str(inner or exc)
-
-
-def throttle_wait(status: int, retry_after: str | None, retries: int, max_retries: int) -> float | None:
-    """Seconds to wait before sending a throttled request again, None when it is not retried.
-
-    As client-go: only a 429 with an integer `Retry-After` (seconds, as the API server sends it; an
-    HTTP date or junk is not honoured), at most `max_retries` times. Up to half the time asked more, at
-    random (up to 0.1 s for `Retry-After: 0`), so the requests throttled together do not all come back
-    in the same instant. A 5xx with Retry-After is not retried here: unlike a 429 it may have been
-    processed (a 504 ServerTimeout carries one), and the engine reports those per object.
-    """
-    if status != 429 or retry_after is None or retries >= max_retries:
-        return None
-    try:
-        seconds = int(retry_after.strip())
-    except ValueError:
-        return None
-    if seconds < 0:
-        return None
-    return seconds + random.uniform(0, max(seconds, 0.2) / 2)
 
 
 def _api_error(status: int, data: bytes, method: str, path: str, note: str = "") -> ApiError:

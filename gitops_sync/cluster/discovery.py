@@ -41,6 +41,30 @@ class ResourceInfo:
         return object_path(self.base, namespace if self.namespaced else None, self.plural, name)
 
 
+_CRD_VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete"})
+
+
+def served_by_crd(spec: Manifest, verbs: frozenset[str]) -> list[tuple[ResourceInfo, bool]]:
+    """What a CRD's spec serves before discovery lists it: the kind at each served version (spec order),
+    and whether that version is the storage one."""
+    names = spec.get("names") or {}
+    return [
+        (
+            ResourceInfo(
+                group=str(spec.get("group", "")),
+                version=str(v.get("name", "")),
+                kind=str(names.get("kind", "")),
+                plural=str(names.get("plural", "")),
+                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                verbs=verbs,
+            ),
+            bool(v.get("storage")),
+        )
+        for v in spec.get("versions") or []
+        if v.get("served", True)
+    ]
+
+
 class Discovery:
     """A snapshot of the server's resources; CRDs about to be applied can be added before they exist.
 
@@ -111,23 +135,11 @@ class Discovery:
     def add_crd(self, crd: Manifest) -> list[ResourceInfo]:
         """Register the kinds a CRD in the desired set will serve, so its CRs can be planned."""
         self.ensure_loaded()
-        spec = crd.get("spec") or {}
-        names = spec.get("names") or {}
         added = []
-        for v in spec.get("versions") or []:
-            if not v.get("served", True):
-                continue
-            info = ResourceInfo(
-                group=str(spec.get("group", "")),
-                version=str(v.get("name", "")),
-                kind=str(names.get("kind", "")),
-                plural=str(names.get("plural", "")),
-                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
-                verbs=frozenset({"get", "list", "watch", "create", "update", "patch", "delete"}),
-            )
+        for info, storage in served_by_crd(crd.get("spec") or {}, _CRD_VERBS):
             with self._lock:
                 self._by_gvk.setdefault((info.group, info.version, info.kind), info)
-                if v.get("storage"):
+                if storage:
                     self._preferred[(info.group, info.kind)] = info
                 else:
                     self._preferred.setdefault((info.group, info.kind), info)

@@ -15,7 +15,8 @@ What is left is the time between the last check returning and the write syscall:
 http.client and ssl and the TLS encryption of the block (microseconds), longer when the thread is
 preempted there (by another thread holding the GIL, or by the OS on a busy node). A process frozen
 exactly there still sends that block when it wakes; frozen inside the headers' window, its body check
-still stops the request. README "Safety" has the measured figures and what covers the rest.
+still stops the request. docs/safety.md ("Writes fenced up to the socket") has the measured figures and
+what covers the rest.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
@@ -50,6 +51,41 @@ _CONFLICT_HELP = (
 def _seconds(flag: str, default: float, least: float, help: str) -> Callable[[F], F]:
     """A number of seconds, `least` or more (plain seconds; the duration flags take 90s, 5m too)."""
     return click.option(flag, default=default, type=click.FloatRange(least), help=help)
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    """The flags of `run` besides the shared groups (logs, source, cluster), as click passes them."""
+
+    namespace: str
+    self_heal: bool
+    prune: bool
+    allow_empty: bool
+    on_conflict: str
+    adopt_shared: bool
+    prune_cascade: bool
+    interval: float
+    resync: float
+    debounce: float
+    http_addr: str
+    http_auth: str
+    webhook_secret_file: Path | None
+    leader_elect: bool
+    leader_elect_namespace: str | None
+    leader_elect_identity: str | None
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
+    max_backoff: float
+    fight_threshold: int
+    fight_window: float
+    autoscaler_wins: bool
+    shutdown_grace: float
+    watch_namespace: str | None
+    shards: int
+    max_shards: int
+    workers: int
+    allow_local_repository: tuple[Path, ...]
 
 
 @click.command(context_settings={"auto_envvar_prefix": "GITOPS_SYNC", "show_default": True})
@@ -176,40 +212,7 @@ def _seconds(flag: str, default: float, least: float, help: str) -> Callable[[F]
     help="Without --repo: a directory under which a GitSync's spec.repository may be a local path or "
     "file:// URL (repeatable; default none: only remote URLs). The clone cache is never allowed.",
 )
-def run(
-    logs: LogChoices,
-    source: SourceOptions,
-    cluster: ClusterArgs,
-    namespace: str,
-    self_heal: bool,
-    prune: bool,
-    allow_empty: bool,
-    on_conflict: str,
-    adopt_shared: bool,
-    prune_cascade: bool,
-    interval: float,
-    resync: float,
-    debounce: float,
-    http_addr: str,
-    http_auth: str,
-    webhook_secret_file: Path | None,
-    leader_elect: bool,
-    leader_elect_namespace: str | None,
-    leader_elect_identity: str | None,
-    lease_duration: float,
-    renew_deadline: float,
-    retry_period: float,
-    max_backoff: float,
-    fight_threshold: int,
-    fight_window: float,
-    autoscaler_wins: bool,
-    shutdown_grace: float,
-    watch_namespace: str | None,
-    shards: int,
-    max_shards: int,
-    workers: int,
-    allow_local_repository: tuple[Path, ...],
-) -> None:
+def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, **flags: Any) -> None:
     """Keep the cluster equal to the repository for as long as it runs (the daemon).
 
     Level-triggered: watch events, Git polls, file events and webhooks only queue work; every pass
@@ -217,58 +220,67 @@ def run(
     as Kubernetes Events, on /status and /metrics. SIGTERM finishes the pass, releases the Lease, exits 0.
     """
     logs.configure("info")  # a daemon's log is its report
-    if allow_local_repository and source.repo:
+    f = RunFlags(**flags)
+    if f.allow_local_repository and source.repo:
         raise click.UsageError(
             "--allow-local-repository is for the fleet (run without --repo): the --repo of `run` is the "
             "operator's own and is not checked"
         )
+    _serve(_options(source, cluster, f))
+
+
+def _options(source: SourceOptions, cluster: ClusterArgs, f: RunFlags) -> DaemonOptions:
     try:
-        policy = ConflictPolicy(on_conflict)
-        leader = LeaderConfig(lease_duration, renew_deadline, retry_period)
-        secret = load_webhook_secret(webhook_secret_file)
+        policy = ConflictPolicy(f.on_conflict)
+        leader = LeaderConfig(f.lease_duration, f.renew_deadline, f.retry_period)
+        secret = load_webhook_secret(f.webhook_secret_file)
     except (ValueError, GitOpsError) as exc:
         raise click.UsageError(str(exc)) from exc
-    opts = DaemonOptions(
+    return DaemonOptions(
         source=source,
         pass_opts=PassOptions(
-            namespace=namespace,
-            prune=prune,
-            allow_empty=allow_empty,
+            namespace=f.namespace,
+            prune=f.prune,
+            allow_empty=f.allow_empty,
             policy=policy,
             name=cluster.name,
             inventory_namespace=cluster.inventory_namespace,
-            adopt_shared=adopt_shared,
-            prune_cascade=prune_cascade,
+            adopt_shared=f.adopt_shared,
+            prune_cascade=f.prune_cascade,
             ignore=cluster.ignore,
         ),
-        self_heal=self_heal,
-        interval=interval,
-        resync=resync,
-        debounce=debounce,
-        http_addr=http_addr,
-        http_auth=http_auth,
+        self_heal=f.self_heal,
+        interval=f.interval,
+        resync=f.resync,
+        debounce=f.debounce,
+        http_addr=f.http_addr,
+        http_auth=f.http_auth,
         webhook_secret=secret,
         kubeconfig=cluster.kubeconfig,
         context=cluster.context,
         field_manager=cluster.field_manager,
         concurrency=cluster.concurrency,
-        leader_elect=leader_elect,
-        leader_namespace=leader_elect_namespace or _pod_namespace(),
-        identity=leader_elect_identity or default_identity(),
+        leader_elect=f.leader_elect,
+        leader_namespace=f.leader_elect_namespace or _pod_namespace(),
+        identity=f.leader_elect_identity or default_identity(),
         leader=leader,
-        shutdown_grace=shutdown_grace,
-        max_backoff=max(max_backoff, 0.05),
-        fight_threshold=fight_threshold,
-        fight_window=fight_window,
-        autoscaler_wins=autoscaler_wins,
-        watch_namespace=watch_namespace,
-        shards=shards,
-        max_shards=max_shards,
-        workers=workers,
-        allow_local_repositories=allow_local_repository,
+        shutdown_grace=f.shutdown_grace,
+        max_backoff=max(f.max_backoff, 0.05),
+        fight_threshold=f.fight_threshold,
+        fight_window=f.fight_window,
+        autoscaler_wins=f.autoscaler_wins,
+        watch_namespace=f.watch_namespace,
+        shards=f.shards,
+        max_shards=f.max_shards,
+        workers=f.workers,
+        allow_local_repositories=f.allow_local_repository,
     )
+
+
+def _serve(opts: DaemonOptions) -> None:
+    """Run until SIGTERM or SIGINT, then stop and exit 0."""
     try:
-        daemon: Daemon | Fleet = Daemon(opts) if source.repo else Fleet(opts)
+        daemon: Daemon | Fleet = Daemon(opts) if opts.source.repo else Fleet(opts)
     except (GitOpsError, OSError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -1,7 +1,7 @@
 """`gitops-sync get | reconcile | suspend | resume`: the fleet's GitSync objects from the command line.
 
 Like `flux get` / `flux reconcile`: these only read GitSync objects or patch them (an annotation, or
-spec.suspend); the fleet controller (fleet.py) sees the change through its watch and answers in the
+spec.suspend); the fleet controller (fleet/) sees the change through its watch and answers in the
 object's status. Exit 0 on success, 1 when `reconcile --wait` timed out, 2 on bad input or API errors.
 """
 

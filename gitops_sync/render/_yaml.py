@@ -163,17 +163,7 @@ def load_yaml(data: bytes | str, source: str, budget: NodeBudget | int) -> list[
     except RenderError:
         raise
     except yaml.MarkedYAMLError as err:
-        if isinstance(err, ConstructorError) and node is not None:
-            err = _first_unreadable_scalar(node) or err
-        context = err.context or ""
-        if err.context_mark is not None and err.problem_mark is not None and context:
-            # Where the unclosed thing started is usually where the mistake is, not where libyaml noticed.
-            context += f" started at line {err.context_mark.line + 1}, column {err.context_mark.column + 1}"
-        problem = ": ".join(p for p in (context, err.problem) if p)
-        # A constructor error comes after the document was composed: name its object too.
-        obj = _node_label(node) if isinstance(err, ConstructorError) else None
-        where = _at(source, err.problem_mark or err.context_mark)
-        raise RenderError(f"invalid YAML: {problem}", file=where, obj=obj) from None
+        raise _marked_error(err, node, source) from None
     except yaml.YAMLError as err:  # e.g. a reader error on a control character or bad encoding
         raise RenderError(f"invalid YAML: {err}", file=source) from None
     except RecursionError:
@@ -183,6 +173,21 @@ def load_yaml(data: bytes | str, source: str, budget: NodeBudget | int) -> list[
     finally:
         loader.dispose()
     return docs
+
+
+def _marked_error(err: yaml.MarkedYAMLError, node: Node | None, source: str) -> RenderError:
+    """PyYAML's error with a position, as a RenderError naming the line (and the object, once composed)."""
+    if isinstance(err, ConstructorError) and node is not None:
+        err = _first_unreadable_scalar(node) or err
+    context = err.context or ""
+    if err.context_mark is not None and err.problem_mark is not None and context:
+        # Where the unclosed thing started is usually where the mistake is, not where libyaml noticed.
+        context += f" started at line {err.context_mark.line + 1}, column {err.context_mark.column + 1}"
+    problem = ": ".join(p for p in (context, err.problem) if p)
+    # A constructor error comes after the document was composed: name its object too.
+    obj = _node_label(node) if isinstance(err, ConstructorError) else None
+    where = _at(source, err.problem_mark or err.context_mark)
+    return RenderError(f"invalid YAML: {problem}", file=where, obj=obj)
 
 
 def read_bounded(path: Path, name: str, limit: int) -> bytes:

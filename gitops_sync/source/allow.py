@@ -25,8 +25,8 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from gitops_sync.errors import RepositoryNotAllowed
-from gitops_sync.source.checkout import is_remote, mask_url
 from gitops_sync.source.gitdir import is_bare
+from gitops_sync.source.remote import is_remote, mask_url
 
 FLAG = "--allow-local-repository"
 _MAX_ALTERNATES = 5  # git follows alternates this deep

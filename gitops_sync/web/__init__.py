@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, unquote
 
 import jinja2
 
-from gitops_sync.web import view
+from gitops_sync.web import object_page, view
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
@@ -155,10 +155,10 @@ def page(
         ns = "" if ns == "-" else ns
         # The daemon's history of the object is kept once for every source that wants it; one this source
         # failed to plan (a tenant refused to read it) gets only this source's own, never another's values.
-        planned = view.find_object(src.doc, group, kind, ns, name)
+        planned = object_page.find_object(src.doc, group, kind, ns, name)
         failed = planned is not None and planned.get("action") == "error"
         fields = history(group, kind, ns, name) if history is not None and not failed else None
-        obj = view.object_view(src.doc, src.id, group, kind, ns, name, fields)
+        obj = object_page.object_view(src.doc, src.id, group, kind, ns, name, fields)
         if obj is None:
             return _not_found(f"object {kind} {ns + '/' if ns else ''}{name} in source {src.id!r}")
         return Page(200, _render("object.html", source=src, obj=obj, title=obj.row.title, live=True))
@@ -170,7 +170,7 @@ def diff_html(cs: Mapping[str, Any]) -> str:
     src = view.source_of(cs)
     objs = []
     for r in view.rows(cs, src.id):
-        o = view.object_view(cs, src.id, r.group, r.kind, r.namespace, r.name)
+        o = object_page.object_view(cs, src.id, r.group, r.kind, r.namespace, r.name)
         if o is not None:
             objs.append(o)
     css = (static("app.css") or b"").decode()

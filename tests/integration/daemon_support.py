@@ -93,6 +93,19 @@ def deployment(name: str, replicas: int, image: str = "registry.invalid/web:1.0"
     )
 
 
+def sync_once(env: dict[str, str], repo: Path, namespace: str, *args: str, timeout: float = 90) -> None:
+    """`gitops-sync sync` of `repo` into `namespace` as a person would run it first (fails the test if it fails)."""
+    r = subprocess.run(
+        [sys.executable, "-m", "gitops_sync", "sync", "--repo", str(repo), "-n", namespace, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def configmap(name: str, data: dict[str, str], namespace: str | None = None) -> str:
     meta: dict[str, Any] = {"name": name}
     if namespace:

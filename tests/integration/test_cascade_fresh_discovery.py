@@ -51,9 +51,9 @@ def test_a_namespace_holding_a_kind_newer_than_discovery_is_not_pruned(
             entries = {e.key.name: e for e in cs.entries}
             assert entries[team].action is Action.ERROR, cs.to_dict()
             assert f"Gadget.{group}/{team}/theirs" in entries[team].message, entries[team].message
-        ns = json.loads(kube.kubectl("get", "namespace", team, "-o", "json").stdout)
+        ns = kube.get("namespace", team)
         assert not ns["metadata"].get("deletionTimestamp"), "the namespace (and their Gadget) must be kept"
-        assert kube.kubectl("get", f"gadgets.{group}/theirs", "-n", team, check=False).returncode == 0
+        assert kube.find(f"gadgets.{group}/theirs", namespace=team) is not None
     finally:
         kube.kubectl("delete", "namespace", team, "--wait=false", "--ignore-not-found", check=False)
         kube.kubectl("delete", "crd", f"gadgets.{group}", "--wait=false", "--ignore-not-found", check=False)

@@ -6,7 +6,6 @@ import hashlib
 import hmac
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from daemon_support import (
     configmap,
     deployment,
     kubectl_edit_env,
+    sync_once,
     wait_until,
 )
 
@@ -29,17 +29,12 @@ pytestmark = pytest.mark.cluster
 CHART = REPO_ROOT / "tests" / "fixtures" / "charts" / "hello"
 
 
-def get(kube: KubeCluster, *args: str) -> Any:
-    return json.loads(kube.kubectl("get", *args, "-o", "json", "--show-managed-fields").stdout)
-
-
 def replicas(kube: KubeCluster, ns: str, name: str) -> int:
-    return int(get(kube, "deployment", name, "-n", ns)["spec"]["replicas"])
+    return int(kube.get("deployment", name, ns)["spec"]["replicas"])
 
 
 def events(kube: KubeCluster, ns: str, reason: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = get(kube, "events", "-n", ns, "--field-selector", f"reason={reason}")["items"]
-    return items
+    return kube.list("events", ns, fields=f"reason={reason}")
 
 
 def edit(kube: KubeCluster, ns: str, what: str, sed: str) -> None:
@@ -67,19 +62,20 @@ def test_self_heal_corrects_a_kubectl_edit_within_2s_and_reports_it(
     repo = GitRepo(tmp_path / "repo", {"web.yaml": deployment("web", 2), "cm.yaml": configmap("settings", {"a": "1"})})
     with start(kube, tmp_path, repo.path, namespace) as d:
         assert replicas(kube, namespace, "web") == 2
-        rv_before = get(kube, "configmap", "settings", "-n", namespace)["metadata"]["resourceVersion"]
+        rv_before = kube.get("configmap", "settings", namespace)["metadata"]["resourceVersion"]
         writes_before = d.status()["daemon"]["requests"]["writes"]
 
         edit(kube, namespace, "deployment/web", "s/replicas: 2$/replicas: 7/")
         took = wait_until("replicas corrected back to 2", lambda: replicas(kube, namespace, "web") == 2, 2.0)
         print(f"kubectl edit corrected {took:.3f} s after kubectl returned")
-
+        # the line is logged once the write has answered: a poll a few ms a look can see the write first
+        wait_until("the correction logged", lambda: d.logged("drift corrected"), 1.0)
         corrected = d.logged("drift corrected")
         assert corrected, d.log_tail()
         field = corrected[-1]["fields"][0]
         got = (field["path"], field["manager"], field["live"], field["desired"])
         assert got == (".spec.replicas", "kubectl-edit", 7, 2)
-        dep = get(kube, "deployment", "web", "-n", namespace)
+        dep = kube.get("deployment", "web", namespace)
         owners = [
             m["manager"] for m in dep["metadata"]["managedFields"] if "f:replicas" in m["fieldsV1"].get("f:spec", {})
         ]
@@ -92,7 +88,7 @@ def test_self_heal_corrects_a_kubectl_edit_within_2s_and_reports_it(
         assert d.metric("gitops_sync_drift_total", outcome="corrected") == 1
 
         # nothing else was rewritten: the ConfigMap kept its resourceVersion, one write for one correction
-        assert get(kube, "configmap", "settings", "-n", namespace)["metadata"]["resourceVersion"] == rv_before
+        assert kube.get("configmap", "settings", namespace)["metadata"]["resourceVersion"] == rv_before
         wait_until("the status to show everything in sync", lambda: d.status()["summary"]["unchanged"] == 2, 2.0)
         assert d.status()["daemon"]["requests"]["writes"] - writes_before == 1
 
@@ -109,7 +105,7 @@ def test_self_heal_corrects_a_kubectl_edit_within_2s_and_reports_it(
         kube.kubectl("delete", "configmap", "settings", "-n", namespace, "--wait=false")
         wait_until(
             "the ConfigMap recreated",
-            lambda: kube.kubectl("get", "configmap", "settings", "-n", namespace, check=False).returncode == 0,
+            lambda: kube.find("configmap", "settings", namespace) is not None,
             2.0,
         )
         wait_until("the deletion reported", lambda: any(e.get("deleted") for e in d.logged("drift corrected")), 2.0)
@@ -120,20 +116,12 @@ def test_detect_only_reports_a_kubectl_edit_within_2s_and_leaves_it(
     kube: KubeCluster, namespace: str, tmp_path: Path
 ) -> None:
     repo = GitRepo(tmp_path / "repo", {"web.yaml": deployment("web", 2)})
-    sync = subprocess.run(
-        [sys.executable, "-m", "gitops_sync", "sync", "--repo", str(repo.path), "-n", namespace],
-        env=kube.env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert sync.returncode == 0, sync.stdout + sync.stderr
+    sync_once(kube.env, repo.path, namespace, timeout=60)
     with start(kube, tmp_path, repo.path, namespace, "--detect-only") as d:
         assert d.entry("Deployment", "web")["action"] == "unchanged"  # type: ignore[index]
         edit(kube, namespace, "deployment/web", "s/replicas: 2$/replicas: 5/")
         t0 = time.monotonic()
-        rv_after_edit = get(kube, "deployment", "web", "-n", namespace)["metadata"]["resourceVersion"]
+        rv_after_edit = kube.get("deployment", "web", namespace)["metadata"]["resourceVersion"]
 
         seen: list[Any] = []
 
@@ -160,12 +148,34 @@ def test_detect_only_reports_a_kubectl_edit_within_2s_and_leaves_it(
         assert d.metric("gitops_sync_objects", state="drifted") == 1
 
         time.sleep(2)  # and it is left alone
-        dep = get(kube, "deployment", "web", "-n", namespace)
+        dep = kube.get("deployment", "web", namespace)
         assert dep["spec"]["replicas"] == 5
         assert dep["metadata"]["resourceVersion"] == rv_after_edit or dep["spec"]["replicas"] == 5
         assert d.status()["daemon"]["requests"]["writes"] == 0, "detect-only never writes"
         assert d.metric("gitops_sync_drift_total", outcome="detected") == 1, "reported once, not on every event"
         assert len(events(kube, namespace, "DriftDetected")) == 1
+        assert d.stop() == 0
+
+
+def test_detect_only_calls_a_new_commit_planned_and_a_kubectl_edit_drifted(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """/status and the objects gauge use the report's words: Git's change is planned, the cluster's is drift."""
+    repo = GitRepo(tmp_path / "repo", {"a.yaml": configmap("a", {"v": "1"}), "b.yaml": configmap("b", {"v": "1"})})
+    sync_once(kube.env, repo.path, namespace, timeout=60)
+    with start(kube, tmp_path, repo.path, namespace, "--detect-only") as d:
+        repo.commit({"a.yaml": configmap("a", {"v": "2"})}, "Git changes a")
+        kube.kubectl("patch", "configmap", "b", "-n", namespace, "-p", '{"data":{"v":"9"}}')
+
+        def state(name: str) -> str:
+            return str((d.entry("ConfigMap", name) or {}).get("state"))
+
+        wait_until("a planned and b drifted on /status", lambda: (state("a"), state("b")) == ("planned", "drifted"), 10)
+        a = d.entry("ConfigMap", "a") or {}
+        assert [c["reason"] for c in a["drift"]] == ["git-changed"], a
+        assert d.metric("gitops_sync_objects", state="planned") == 1
+        assert d.metric("gitops_sync_objects", state="drifted") == 1
+        assert d.status()["daemon"]["requests"]["writes"] == 0, "detect-only never writes"
         assert d.stop() == 0
 
 
@@ -180,7 +190,7 @@ def test_a_commit_to_the_watched_local_repository_is_applied_within_2s(
             sha = repo.commit({"cm.yaml": configmap("settings", {"color": color})}, color)
 
             def applied(color: str = color) -> bool:
-                return bool(get(kube, "configmap", "settings", "-n", namespace)["data"]["color"] == color)
+                return bool(kube.get("configmap", "settings", namespace)["data"]["color"] == color)
 
             wait_until(f"commit {sha[:8]} applied", applied, 2.0)
             timings.append(time.monotonic() - t0)
@@ -215,19 +225,21 @@ def test_a_broken_commit_keeps_the_last_good_state_and_is_never_a_reason_to_prun
         kube.kubectl("patch", "configmap", "b", "-n", namespace, "--type=merge", "-p", '{"data":{"v":"x"}}')
         wait_until(
             "b corrected from the last good revision",
-            lambda: get(kube, "configmap", "b", "-n", namespace)["data"]["v"] == "1",
+            lambda: kube.get("configmap", "b", namespace)["data"]["v"] == "1",
             2.0,
         )
         time.sleep(1)
-        assert kube.kubectl("get", "configmap", "b", "-n", namespace, check=False).returncode == 0, "not pruned"
+        assert kube.find("configmap", "b", namespace) is not None, "not pruned"
 
         # a good commit that removes b: now b is pruned
         fixed = repo.commit({"a.yaml": configmap("a", {"v": "2"})}, "fixed")
         wait_until(
             "b pruned after the fixed commit",
-            lambda: kube.kubectl("get", "configmap", "b", "-n", namespace, check=False).returncode != 0,
+            lambda: kube.find("configmap", "b", namespace) is None,
             3.0,
         )
+        # the pass records its revision after its last write (the prune just seen)
+        wait_until("the pass that pruned b to end", lambda: d.status()["daemon"]["appliedRevision"] == fixed, 1.0)
         assert d.status()["daemon"]["appliedRevision"] == fixed
         assert d.status()["daemon"]["source"]["error"] == ""
         assert d.stop() == 0
@@ -254,7 +266,7 @@ def test_webhook_push_to_a_remote_repository_is_applied_without_waiting_for_the_
         "--cache-dir",
         str(tmp_path / "cache"),
     ) as d:
-        assert get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "1"
+        assert kube.get("configmap", "settings", namespace)["data"]["v"] == "1"
         sha = work.commit({"cm.yaml": configmap("settings", {"v": "2"})}, "v2")
         work.repo.remote("origin").push("main")
         body = json.dumps({"ref": "refs/heads/main", "after": sha}).encode()
@@ -264,7 +276,7 @@ def test_webhook_push_to_a_remote_repository_is_applied_without_waiting_for_the_
         code, _ = d.post("/hooks/git", body, {})
         assert code == 401
         time.sleep(1)
-        assert get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "1", "refused hooks trigger nothing"
+        assert kube.get("configmap", "settings", namespace)["data"]["v"] == "1", "refused hooks trigger nothing"
 
         sig = "sha256=" + hmac.new(b"hook-secret", body, hashlib.sha256).hexdigest()
         t0 = time.monotonic()
@@ -272,7 +284,7 @@ def test_webhook_push_to_a_remote_repository_is_applied_without_waiting_for_the_
         assert code == 202, answer
         wait_until(
             "the pushed commit applied",
-            lambda: get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "2",
+            lambda: kube.get("configmap", "settings", namespace)["data"]["v"] == "2",
             5.0,
         )
         print(f"webhook to applied: {time.monotonic() - t0:.3f} s")
@@ -300,10 +312,11 @@ def test_remote_repository_is_polled_and_an_unreachable_remote_keeps_the_last_go
         work.repo.remote("origin").push("main")
         wait_until(
             "the pushed commit applied within one poll interval (2 s ± 10%)",
-            lambda: get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "2",
+            lambda: kube.get("configmap", "settings", namespace)["data"]["v"] == "2",
             2.2 + 1.0,
         )
         print(f"push to applied by polling: {time.monotonic() - t0:.2f} s")
+        wait_until("the pass that applied it to end", lambda: d.status()["daemon"]["appliedRevision"] == sha, 1.0)
         assert d.status()["daemon"]["appliedRevision"] == sha != good
 
         remote.rename(tmp_path / "gone.git")  # the Git server is unreachable
@@ -314,7 +327,7 @@ def test_remote_repository_is_polled_and_an_unreachable_remote_keeps_the_last_go
         kube.kubectl("patch", "configmap", "settings", "-n", namespace, "--type=merge", "-p", '{"data":{"v":"x"}}')
         wait_until(
             "drift still corrected from the last good revision",
-            lambda: get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "2",
+            lambda: kube.get("configmap", "settings", namespace)["data"]["v"] == "2",
             2.0,
         )
         (tmp_path / "gone.git").rename(remote)
@@ -381,7 +394,7 @@ def test_secret_drift_is_corrected_and_reported_without_its_values(
         )
         wait_until(
             "the Secret corrected",
-            lambda: get(kube, "secret", "creds", "-n", namespace)["data"]["password"] != out_of_band,
+            lambda: kube.get("secret", "creds", namespace)["data"]["password"] != out_of_band,
             2.0,
         )
         wait_until("a DriftCorrected Event", lambda: events(kube, namespace, "DriftCorrected"), 2.0)

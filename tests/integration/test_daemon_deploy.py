@@ -4,7 +4,6 @@ outside it."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -105,9 +104,9 @@ def test_daemon_with_the_service_account_token_works_in_its_namespace_and_is_ref
         args = ["--repo", str(repo.path), "-n", namespace, "--leader-elect"]
         with Daemon(args, env, tmp_path / "daemon.log") as d:
             d.wait_ready()
-            inside = json.loads(kube.kubectl("get", "configmap", "inside", "-n", namespace, "-o", "json").stdout)
+            inside = kube.get("configmap", "inside", namespace)
             assert inside["data"] == {"v": "1"}
-            assert kube.kubectl("get", "configmap", "outside", "-n", other_namespace, check=False).returncode != 0
+            assert kube.find("configmap", "outside", other_namespace) is None
 
             entry = d.entry("ConfigMap", "outside")
             assert entry is not None and entry["action"] == "error", entry
@@ -126,12 +125,7 @@ def test_daemon_with_the_service_account_token_works_in_its_namespace_and_is_ref
             kube.kubectl("patch", "configmap", "inside", "-n", namespace, "--type=merge", "-p", '{"data":{"v":"x"}}')
             wait_until(
                 "the drift corrected by the ServiceAccount",
-                lambda: (
-                    json.loads(kube.kubectl("get", "configmap", "inside", "-n", namespace, "-o", "json").stdout)[
-                        "data"
-                    ]["v"]
-                    == "1"
-                ),
+                lambda: kube.get("configmap", "inside", namespace)["data"]["v"] == "1",
                 2.0,
             )
             time.sleep(1)

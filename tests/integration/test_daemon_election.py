@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ FAST = ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5
 
 
 def lease(kube: KubeCluster, ns: str, name: str) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(kube.kubectl("get", "lease", name, "-n", ns, "-o", "json").stdout)
+    doc: dict[str, Any] = kube.get("lease", name, ns)
     return doc
 
 
@@ -87,7 +86,7 @@ def edit_replicas(kube: KubeCluster, ns: str, to: int) -> None:
 
 
 def replicas(kube: KubeCluster, ns: str) -> int:
-    return int(json.loads(kube.kubectl("get", "deployment", "web", "-n", ns, "-o", "json").stdout)["spec"]["replicas"])
+    return int(kube.get("deployment", "web", ns)["spec"]["replicas"])
 
 
 def test_two_daemons_only_the_leader_writes_and_the_follower_takes_over(
@@ -124,6 +123,8 @@ def test_two_daemons_only_the_leader_writes_and_the_follower_takes_over(
         wait_until("the new leader's first sync", lambda: follower.get("/readyz")[1] == b"ok\n", 5.0)
         edit_replicas(kube, namespace, 9)
         wait_until("the new leader to correct the edit", lambda: replicas(kube, namespace) == 2, 2.0)
+        # the line is logged once the write has answered: a poll a few ms a look can see the write first
+        wait_until("the correction logged", lambda: follower.logged("drift corrected"), 1.0)
         assert follower.logged("drift corrected")
 
         # SIGTERM releases the Lease: holder emptied, exit 0

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, GitRepo, deployment, wait_until
-from tests.integration.test_daemon import events, get, replicas
+from tests.integration.test_daemon import events, replicas
 from tests.integration.test_sync import gs
 
 pytestmark = pytest.mark.cluster
@@ -52,7 +52,7 @@ def start(kube: KubeCluster, tmp_path: Path, repo: Path, ns: str, *args: str) ->
 
 def generation(kube: KubeCluster, ns: str, name: str) -> int:
     """Every change of the Deployment's spec (each scale, each correction) bumps it by one."""
-    return int(get(kube, "deployment", name, "-n", ns)["metadata"]["generation"])
+    return int(kube.get("deployment", name, ns)["metadata"]["generation"])
 
 
 def replica_history(d: Daemon, name: str) -> list[Any]:
@@ -91,7 +91,7 @@ def test_real_hpa_scaling_above_git_is_yielded_to_at_once_not_fought(
         assert entry is not None and [f["path"] for f in entry["yielded"]] == [".spec.replicas"]
         assert entry["state"] != "drifted" and not entry["drift"], entry
 
-        dep = get(kube, "deployment", "web", "-n", namespace)
+        dep = kube.get("deployment", "web", namespace)
         owners = [
             m["manager"]
             for m in dep["metadata"]["managedFields"]

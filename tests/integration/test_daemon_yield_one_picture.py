@@ -25,7 +25,7 @@ from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.resource import ObjectKey
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import GitRepo, deployment, wait_until
-from tests.integration.test_daemon import get, replicas
+from tests.integration.test_daemon import replicas
 from tests.integration.test_daemon_yield import hpa
 from tests.integration.test_sync import gs
 
@@ -47,7 +47,7 @@ def test_an_hpa_scale_between_two_reads_is_neither_corrected_nor_missed(
     repo = GitRepo(tmp_path / "repo", {"web.yaml": deployment("web", 1), "hpa.yaml": hpa("web", "web", 2, 4)})
     assert gs(kube, "sync", "--repo", str(repo.path), "-n", namespace).returncode == 0
     wait_until("the HPA to scale", lambda: replicas(kube, namespace, "web") == 2, 60.0, interval=0.2)
-    generation = int(get(kube, "deployment", "web", "-n", namespace)["metadata"]["generation"])
+    generation = int(kube.get("deployment", "web", namespace)["metadata"]["generation"])
 
     opts = DaemonOptions(
         source=SourceOptions(repo=str(repo.path)),
@@ -81,7 +81,7 @@ def test_an_hpa_scale_between_two_reads_is_neither_corrected_nor_missed(
     finally:
         daemon.cache.stop()
         daemon.queue.shutdown()
-    after = get(kube, "deployment", "web", "-n", namespace)
+    after = kube.get("deployment", "web", namespace)
     assert after["spec"]["replicas"] == 2, "the HPA's scale was corrected back to Git's 1"
     assert int(after["metadata"]["generation"]) == generation, "the pass wrote the Deployment's spec"
     web = [o for o in doc["objects"] if o["kind"] == "Deployment"]

@@ -46,8 +46,7 @@ def fleet_args(namespace: str, repos: Path, *more: str) -> list[str]:
 
 
 def gs_status(kube: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
-    out = kube.kubectl("get", "gitsync", name, "-n", namespace, "-o", "json").stdout
-    status: dict[str, Any] = json.loads(out).get("status") or {}
+    status: dict[str, Any] = kube.get("gitsync", name, namespace).get("status") or {}
     return status
 
 
@@ -58,11 +57,28 @@ def condition(kube: KubeCluster, namespace: str, name: str, ctype: str) -> dict[
     return {}
 
 
+def wait_ready(kube: KubeCluster, namespace: str, name: str, timeout: float = 60) -> None:
+    """What `kubectl wait --for=condition=Ready gitsync/<name>` waits for: Ready True, for this generation."""
+
+    def ready() -> bool:
+        doc = kube.get("gitsync", name, namespace)
+        generation = doc["metadata"].get("generation")
+        status = doc.get("status") or {}
+        ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+        return (
+            ready.get("status") == "True"
+            and status.get("observedGeneration", generation) == generation
+            and ready.get("observedGeneration", generation) == generation
+        )
+
+    wait_until(f"gitsync/{name} Ready", ready, timeout, interval=0.1)
+
+
 def cm_data(kube: KubeCluster, namespace: str, name: str) -> dict[str, str] | None:
-    r = kube.kubectl("get", "configmap", name, "-n", namespace, "-o", "json", check=False)
-    if r.returncode != 0:
+    doc = kube.find("configmap", name, namespace)
+    if doc is None:
         return None
-    data: dict[str, str] = json.loads(r.stdout).get("data") or {}
+    data: dict[str, str] = doc.get("data") or {}
     return data
 
 
@@ -114,7 +130,7 @@ def tenant_and_admin(
 def admin_applied(kube: KubeCluster, d: Daemon, namespace: str, other: str) -> None:
     """The fleet is ready and the `admin` source of `tenant_and_admin` has applied admin-cm."""
     d.wait_ready(60)
-    kube.kubectl("wait", "--for=condition=Ready", "gitsync/admin", "-n", namespace, "--timeout=60s", timeout=70)
+    wait_ready(kube, namespace, "admin")
     assert cm_data(kube, other, "admin-cm") == {"b": "2"}
 
 
@@ -203,9 +219,7 @@ def test_many_sources_one_daemon_status_cli_and_isolation(
         # The broken source gets fixed: its dependent follows.
         broken.commit({"cm.yaml": configmap("fixed", {"a": "1"})})
         assert gs_cli(kube, "reconcile", "broken", "-n", namespace, "--timeout", "60s").returncode == 0
-        kube.kubectl(
-            "wait", "--for=condition=Ready", "gitsync/after-broken", "-n", namespace, "--timeout=60s", timeout=70
-        )
+        wait_ready(kube, namespace, "after-broken")
         # Status is written only when it changed: a quiet source costs no status writes.
         writes = [line for line in d.log_lines() if line.get("event") == "cannot write GitSync status"]
         assert not writes
@@ -276,7 +290,7 @@ def test_shards_split_work_and_survive_a_killed_replica(
         wait_until("all shards held", lambda: sorted(s for d in daemons for s in _held(d)) == [0, 1, 2, 3], 60)
         assert all(len(_held(d)) <= 2 for d in daemons)
         for i in range(n):
-            kube.kubectl("wait", "--for=condition=Ready", f"gitsync/s{i}", "-n", namespace, "--timeout=60s", timeout=70)
+            wait_ready(kube, namespace, f"s{i}")
         victim = next(d for d in daemons if _held(d))
         lost = _held(victim)
         victim.kill()

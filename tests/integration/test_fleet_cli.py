@@ -59,7 +59,7 @@ def test_suspend_keeps_the_status_and_blocked_or_resumed_requests_are_answered(
         for name in ("base", "dep"):
             kube.kubectl("wait", "--for=condition=Ready", f"gitsync/{name}", "-n", namespace, "--timeout=60s")
         # Out of cluster, the shard Lease lives in the kubeconfig context's namespace (not `default`).
-        leases = json.loads(kube.kubectl("get", "leases", "-n", home, "-o", "json").stdout)["items"]
+        leases = kube.list("leases", home)
         assert any(lease["metadata"]["name"].startswith("gitops-sync-shard") for lease in leases), leases
         before = gs_status(kube, namespace, "base")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
-from tests.integration.test_fleet import cm_data, crd, fleet_args, gitsync
+from tests.integration.test_fleet import cm_data, crd, fleet_args, gitsync, wait_ready
 
 __all__ = ["crd"]  # the module-scoped fixture, shared
 
@@ -17,10 +17,10 @@ FINALIZER = "gitops-sync.io/finalizer"
 
 
 def _meta(kube: KubeCluster, kind: str, namespace: str, name: str) -> dict[str, object] | None:
-    r = kube.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
-    if r.returncode != 0:
+    doc = kube.find(kind, name, namespace)
+    if doc is None:
         return None
-    meta: dict[str, object] = json.loads(r.stdout)["metadata"]
+    meta: dict[str, object] = doc["metadata"]
     return meta
 
 
@@ -69,9 +69,7 @@ def test_deleting_a_gitsync_prunes_only_with_prune_on(
     with Daemon(fleet_args(namespace, tmp_path), kube.env, tmp_path / "fleet.log") as d:
         d.wait_ready(60)
         for name in ("pruner", "orphaner", "paused"):
-            kube.kubectl(
-                "wait", "--for=condition=Ready", f"gitsync/{name}", "-n", namespace, "--timeout=60s", timeout=70
-            )
+            wait_ready(kube, namespace, name)
         assert cm_data(kube, namespace, "a") == {"v": "1"}
         wait_until("the finalizers", lambda: FINALIZER in _finalizers(kube, namespace, "pruner"), 20)
         wait_until("the finalizers", lambda: FINALIZER in _finalizers(kube, namespace, "paused"), 20)
@@ -152,9 +150,7 @@ def test_deleting_a_gitsync_does_not_wait_for_a_member_its_finalizers_hold(
         with Daemon(fleet_args(namespace, tmp_path), kube.env, tmp_path / "fleet.log") as d:
             d.wait_ready(60)
             for name in ("mirror", "deleter"):
-                kube.kubectl(
-                    "wait", "--for=condition=Ready", f"gitsync/{name}", "-n", namespace, "--timeout=60s", timeout=70
-                )
+                wait_ready(kube, namespace, name)
                 wait_until("the finalizer", lambda n=name: FINALIZER in _finalizers(kube, namespace, n), 20)
             for name in ("mirror", "deleter"):
                 kube.kubectl("delete", "gitsync", name, "-n", namespace, "--timeout=60s", timeout=70)

@@ -103,7 +103,7 @@ def test_a_tenant_never_sees_live_values_it_may_not_read(
             }
             assert any("guarded" in text for text in places.values())  # the object is there, its values not
         places["daemon log"] = log_path.read_text()
-        events = [kube.kubectl("get", "events", "-n", ns, "-o", "json").stdout for ns in (namespace, other)]
+        events = [json.dumps(kube.list("events", ns)) for ns in (namespace, other)]
         places["Events"] = "\n".join(events)
         assert "guarded" in places["Events"]  # the refusal is reported, as an Event on the object
         for where, text in places.items():

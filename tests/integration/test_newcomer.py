@@ -43,8 +43,7 @@ def obj(report: dict[str, Any], kind: str, name: str) -> dict[str, Any]:
 
 
 def live(kube: KubeCluster, ns: str, ref: str) -> dict[str, Any]:
-    out: dict[str, Any] = json.loads(kube.kubectl("get", ref, "-n", ns, "-o", "json", "--show-managed-fields").stdout)
-    return out
+    return kube.get(ref, namespace=ns)
 
 
 def write(root: Path, name: str, text: str) -> Path:

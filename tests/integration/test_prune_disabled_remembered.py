@@ -51,8 +51,7 @@ def test_a_member_kept_by_prune_disabled_stays_in_the_inventory(
     kube.kubectl("annotate", "configmap/keep", "gitops-sync.io/prune-", "-n", namespace)
     r = gs(kube, *sync)
     assert r.returncode == 0 and by_name(report(r))["ConfigMap/keep"]["action"] == "prune", r.stdout
-    gone = kube.kubectl("get", "configmap/keep", "-n", namespace, "--ignore-not-found", "-o", "name")
-    assert gone.stdout.strip() == ""
+    assert kube.find("configmap/keep", namespace=namespace) is None
 
 
 def test_a_kept_member_of_an_old_inventory_moves_into_the_new_one(
@@ -67,7 +66,7 @@ def test_a_kept_member_of_an_old_inventory_moves_into_the_new_one(
     assert r.returncode == 0, r.stdout + r.stderr
     assert "prune: disabled" in by_name(report(r))["ConfigMap/keep"]["message"]
     name = report(r)["inventory"]["name"]
-    assert name != legacy and kube.kubectl("get", f"configmap/{legacy}", "-n", namespace, check=False).returncode
+    assert name != legacy and kube.find(f"configmap/{legacy}", namespace=namespace) is None
     labels = get(kube, "configmap/keep", namespace)["metadata"]["labels"]
     assert labels[PART_OF] == applyset_id(name, namespace), "moved into the new inventory"
 
@@ -83,7 +82,7 @@ def test_a_create_only_member_of_an_old_inventory_moves_into_the_new_one(
     r = gs(kube, "sync", "--repo", str(repo), "--path", "apps", "-n", namespace, "--prune", "-o", "json")
     assert r.returncode == 0, r.stdout + r.stderr
     name = report(r)["inventory"]["name"]
-    assert kube.kubectl("get", f"configmap/{legacy}", "-n", namespace, check=False).returncode, "old parent retired"
+    assert kube.find(f"configmap/{legacy}", namespace=namespace) is None, "old parent retired"
     assert get(kube, "configmap/keep", namespace)["metadata"]["labels"][PART_OF] == applyset_id(name, namespace)
 
     (repo / "apps" / "once.yaml").unlink()

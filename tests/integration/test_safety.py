@@ -148,6 +148,13 @@ def crd(group: str, kind: str, *, served: bool = True) -> str:
     )
 
 
+def _served(kube: KubeCluster, group: str, namespace: str) -> bool:
+    """What `kubectl get gadgets.<group> -n <namespace>` needs: the kind in discovery, and its list answering."""
+    resources = (kube.api.get_or_none(f"/apis/{group}/v1") or {}).get("resources") or []
+    listed = any(r["name"] == "gadgets" for r in resources)
+    return listed and kube.api.get_or_none(f"/apis/{group}/v1/namespaces/{namespace}/gadgets") is not None
+
+
 def _recorded_kinds(kube: KubeCluster, namespace: str, name: str) -> set[str]:
     parent = get(kube, f"configmap/{name}", namespace)
     return set(parent["metadata"]["annotations"]["applyset.kubernetes.io/contains-group-kinds"].split(","))
@@ -163,7 +170,7 @@ def test_a_kind_the_server_stops_serving_stays_recorded_until_its_members_are_pr
         kube.kubectl("wait", "--for=condition=Established", f"crd/gadgets.{group}", "--timeout=30s")
         wait_until(
             "Gadget served",
-            lambda: kube.kubectl("get", f"gadgets.{group}", "-n", namespace, check=False).returncode == 0,
+            lambda: _served(kube, group, namespace),
             20,
             interval=0.2,
         )
@@ -177,7 +184,7 @@ def test_a_kind_the_server_stops_serving_stays_recorded_until_its_members_are_pr
         kube.kubectl("apply", "-f", "-", input=crd(group, "Gadget", served=False))
         wait_until(
             "Gadget no longer served",
-            lambda: kube.kubectl("get", f"gadgets.{group}", "-n", namespace, check=False).returncode != 0,
+            lambda: not _served(kube, group, namespace),
             20,
             interval=0.2,
         )
@@ -190,7 +197,7 @@ def test_a_kind_the_server_stops_serving_stays_recorded_until_its_members_are_pr
         kube.kubectl("apply", "-f", "-", input=crd(group, "Gadget"))
         wait_until(
             "Gadget served again",
-            lambda: kube.kubectl("get", f"gadgets.{group}", "g1", "-n", namespace, check=False).returncode == 0,
+            lambda: kube.find(f"gadgets.{group}", "g1", namespace) is not None,
             20,
             interval=0.2,
         )
@@ -199,7 +206,7 @@ def test_a_kind_the_server_stops_serving_stays_recorded_until_its_members_are_pr
         assert by_name(report(r))["Gadget/g1"]["action"] == "prune"
         wait_until(
             "g1 deleted",
-            lambda: kube.kubectl("get", f"gadgets.{group}", "g1", "-n", namespace, check=False).returncode != 0,
+            lambda: kube.find(f"gadgets.{group}", "g1", namespace) is None,
             20,
             interval=0.2,
         )

@@ -49,8 +49,7 @@ def actions(r: subprocess.CompletedProcess[str]) -> dict[str, str]:
 
 
 def get(kube: KubeCluster, ref: str, ns: str) -> dict[str, Any] | None:
-    r = kube.kubectl("get", ref, "-n", ns, "-o", "json", "--ignore-not-found")
-    return json.loads(r.stdout) if r.stdout.strip() else None
+    return kube.find(ref, namespace=ns)
 
 
 def part_of(kube: KubeCluster, ref: str, ns: str) -> str:

@@ -1,6 +1,6 @@
 """`gitops-sync sync` and `diff` end to end against the real local control plane.
 
-Each test runs the real CLI in a subprocess, as CI and users do, and checks the cluster with kubectl.
+Each test runs the real CLI in a subprocess, as CI and users do, and reads the cluster back with `kube.get`.
 """
 
 from __future__ import annotations
@@ -42,11 +42,8 @@ def by_name(rep: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def get(kube: KubeCluster, ref: str, namespace: str) -> dict[str, Any]:
-    """The live object, managedFields included (kubectl hides them by default)."""
-    out: dict[str, Any] = json.loads(
-        kube.kubectl("get", ref, "-n", namespace, "-o", "json", "--show-managed-fields").stdout
-    )
-    return out
+    """The live object `kind/name`, managedFields included (kubectl hides them by default)."""
+    return kube.get(ref, namespace=namespace)
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
@@ -226,24 +223,24 @@ def test_prune_deletes_only_what_left_git_and_releases_adopted(
     assert r.returncode == 0, r.stderr
     prunes = {o["name"]: o for o in report(r)["objects"] if o["action"] == "prune"}
     assert set(prunes) == {"web", "preexisting"}
-    kube.kubectl("get", "deploy/web", "-n", namespace)  # dry run deleted nothing
+    kube.get("deploy/web", namespace=namespace)  # dry run deleted nothing
 
     r = gs(kube, *sync_args(repo, namespace, "--prune"))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert kube.kubectl("get", "deploy/web", "-n", namespace, check=False).returncode != 0
+    assert kube.find("deploy/web", namespace=namespace) is None
     pre = get(kube, "configmap/preexisting", namespace)
     assert "applyset.kubernetes.io/part-of" not in pre["metadata"].get("labels", {})
-    kube.kubectl("get", "configmap/bystander", "-n", namespace)
-    kube.kubectl("get", "configmap/settings", "-n", namespace)
+    kube.get("configmap/bystander", namespace=namespace)
+    kube.get("configmap/settings", namespace=namespace)
 
     # an empty source never prunes everything by accident
     (repo / "cm.yaml").unlink()
     r = gs(kube, *sync_args(repo, namespace, "--prune"))
     assert r.returncode == 2 and "--allow-empty" in r.stdout + r.stderr
-    kube.kubectl("get", "configmap/settings", "-n", namespace)
+    kube.get("configmap/settings", namespace=namespace)
     r = gs(kube, *sync_args(repo, namespace, "--prune", "--allow-empty"))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert kube.kubectl("get", "configmap/settings", "-n", namespace, check=False).returncode != 0
+    assert kube.find("configmap/settings", namespace=namespace) is None
 
 
 def test_secret_values_never_printed(kube: KubeCluster, namespace: str, tmp_path: Path) -> None:
@@ -347,7 +344,7 @@ def test_bad_input_exits_2_and_changes_nothing(kube: KubeCluster, namespace: str
     repo = write(tmp_path / "repo", {"good.yaml": CONFIGMAP, "bad.yaml": "apiVersion: v1\nkind: ConfigMap\n  x: [\n"})
     r = gs(kube, *sync_args(repo, namespace))
     assert r.returncode == 2 and "bad.yaml" in r.stderr, r.stderr
-    assert kube.kubectl("get", "configmap/settings", "-n", namespace, check=False).returncode != 0
+    assert kube.find("configmap/settings", namespace=namespace) is None
 
     (repo / "bad.yaml").write_text("apiVersion: v1\nkind: ConfigMap\ndata: {a: b}\n")
     r = gs(kube, *sync_args(repo, namespace))
@@ -356,7 +353,7 @@ def test_bad_input_exits_2_and_changes_nothing(kube: KubeCluster, namespace: str
     (repo / "bad.yaml").write_text("apiVersion: nope.example.com/v1\nkind: Gadget\nmetadata: {name: g}\n")
     r = gs(kube, *sync_args(repo, namespace))
     assert r.returncode == 2 and "Gadget" in r.stderr and "bad.yaml" in r.stderr, r.stderr
-    assert kube.kubectl("get", "configmap/settings", "-n", namespace, check=False).returncode != 0
+    assert kube.find("configmap/settings", namespace=namespace) is None
 
 
 def test_unreachable_api_server_and_unknown_revision(kube: KubeCluster, tmp_path: Path) -> None:
@@ -469,7 +466,7 @@ def test_namespace_declared_in_git_holds_the_inventory(kube: KubeCluster, tmp_pa
         assert {o["name"]: o["action"] for o in report(r)["objects"]} == {ns: "create", "settings": "create"}
         inv = report(r)["inventory"]
         assert inv["namespace"] == ns and inv["name"].startswith("gitops-sync-") and "repo" in inv["name"]
-        kube.kubectl("get", f"configmap/{inv['name']}", "-n", ns)
+        kube.get(f"configmap/{inv['name']}", namespace=ns)
         r = gs(
             kube,
             "sync",
@@ -514,7 +511,7 @@ def test_sync_as_a_namespaced_service_account(kube: KubeCluster, namespace: str,
         assert objs["ConfigMap/outside"]["action"] == "error"
         assert "forbidden" in objs["ConfigMap/outside"]["message"].lower()
         assert "Traceback" not in r.stderr
-        kube.kubectl("get", "configmap/settings", "-n", namespace)
+        kube.get("configmap/settings", namespace=namespace)
     finally:
         kube.kubectl("delete", "namespace", other, "--wait=false", check=False)
 

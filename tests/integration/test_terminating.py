@@ -40,8 +40,7 @@ def release(kube: KubeCluster, ref: str, namespace: str) -> None:
 
 
 def live(kube: KubeCluster, ref: str, namespace: str = "") -> dict[str, Any] | None:
-    r = kube.kubectl("get", ref, *(["-n", namespace] if namespace else []), "-o", "json", check=False)
-    return json.loads(r.stdout) if r.returncode == 0 else None
+    return kube.find(ref, namespace=namespace or None)
 
 
 def requests(r: subprocess.CompletedProcess[str], method: str) -> list[str]:

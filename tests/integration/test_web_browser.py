@@ -8,8 +8,6 @@ explicitly, so its own driver download manager never runs, and chromium resolves
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -21,8 +19,8 @@ from typing import Any
 import pytest
 from conftest import BROWSER, KubeCluster
 
-from tests.integration.daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, deployment, wait_until
-from tests.integration.test_fleet import crd, fleet_args, gitsync
+from tests.integration.daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, deployment, sync_once, wait_until
+from tests.integration.test_fleet import crd, fleet_args, gitsync, wait_ready
 
 __all__ = ["crd"]  # the module-scoped fixture, shared
 
@@ -101,15 +99,7 @@ def _synced_daemon(kube: KubeCluster, namespace: str, tmp_path: Path, *args: str
             "page.yaml": configmap("page", {"index.html": EVIL, "color": "blue"}),
         },
     )
-    sync = subprocess.run(
-        [sys.executable, "-m", "gitops_sync", "sync", "--repo", str(repo.path), "-n", namespace],
-        env=kube.env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=90,
-    )
-    assert sync.returncode == 0, sync.stdout + sync.stderr
+    sync_once(kube.env, repo.path, namespace)
     d = Daemon(["--repo", str(repo.path), "-n", namespace, *args], kube.env, tmp_path / "daemon.log")
     d.wait_ready()
     return d, repo
@@ -360,17 +350,12 @@ def test_each_tenant_sees_only_the_gitsyncs_it_may_get_and_a_deleted_object_is_n
     with Daemon(args, kube.env, tmp_path / "fleet.log") as d:
         d.wait_ready(60)
         for name in ("team-a", "team-b"):
-            kube.kubectl(
-                "wait", "--for=condition=Ready", f"gitsync/{name}", "-n", namespace, "--timeout=60s", timeout=70
-            )
+            wait_ready(kube, namespace, name)
         # team-a goes detect-only; someone deletes a-page by hand: it is missing, never "in sync"
         kube.kubectl(
             "patch", "gitsync", "team-a", "-n", namespace, "--type=merge", "-p", '{"spec":{"mode":"detect-only"}}'
         )
-        kube.kubectl(
-            "wait", "--for=jsonpath={.status.observedGeneration}=2", "gitsync/team-a", "-n", namespace, "--timeout=60s"
-        )
-        kube.kubectl("wait", "--for=condition=Ready", "gitsync/team-a", "-n", namespace, "--timeout=60s", timeout=70)
+        wait_ready(kube, namespace, "team-a")  # Ready for generation 2, the detect-only one
         kube.kubectl("delete", "configmap", "a-page", "-n", namespace)
         base = f"http://127.0.0.1:{d.port}"
 

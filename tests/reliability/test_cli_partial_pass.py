@@ -65,7 +65,7 @@ def test_an_apply_whose_answer_is_lost_is_re_read(
     by_name = {e.key.name: e for e in cs.entries}
     assert lost == 3
     assert by_name["fine"].action is Action.CREATE
-    exists = kube.kubectl("get", "configmap", "lost-0", "-n", namespace, check=False).returncode == 0
+    exists = kube.find("configmap", "lost-0", namespace) is not None
     assert exists is sent
     for i in range(3):
         e = by_name[f"lost-{i}"]
@@ -94,7 +94,7 @@ def _gs(kube: KubeCluster, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _parent(kube: KubeCluster, namespace: str, name: str) -> dict[str, str]:
-    doc = json.loads(kube.kubectl("get", "configmap", name, "-n", namespace, "-o", "json").stdout)
+    doc = kube.get("configmap", name, namespace)
     return dict(doc["metadata"].get("annotations") or {})
 
 
@@ -128,7 +128,7 @@ def test_a_failed_pass_records_the_attempted_revision_apart_from_the_applied_one
     ann = _parent(kube, namespace, name)
     assert ann["gitops-sync.io/attempted-revision"] == bad, ann
     assert ann["gitops-sync.io/applied-revision"] == good, ann
-    assert kube.kubectl("get", "configmap", "old", "-n", namespace, check=False).returncode == 0
+    assert kube.find("configmap", "old", namespace) is not None
 
     d = _gs(kube, "diff", "--prune", *args)
     assert d.returncode == 2, d.stderr
@@ -141,7 +141,7 @@ def test_a_failed_pass_records_the_attempted_revision_apart_from_the_applied_one
     assert r.returncode == 0, r.stderr
     ann = _parent(kube, namespace, name)
     assert ann["gitops-sync.io/attempted-revision"] == ann["gitops-sync.io/applied-revision"] == fixed, ann
-    assert kube.kubectl("get", "configmap", "old", "-n", namespace, check=False).returncode != 0
+    assert kube.find("configmap", "old", namespace) is None
 
     again = _gs(kube, "sync", "--prune", *args, "--log-level", "info", "--log-format", "json")
     assert again.returncode == 0, again.stderr

@@ -38,20 +38,19 @@ pytestmark = pytest.mark.cluster
 
 def _names(kube: KubeCluster, namespace: str, prefix: str) -> dict[str, str]:
     """name -> uid of the ConfigMaps whose name starts with `prefix`."""
-    doc = json.loads(kube.kubectl("get", "configmaps", "-n", namespace, "-o", "json").stdout)
     return {
-        i["metadata"]["name"]: i["metadata"]["uid"] for i in doc["items"] if i["metadata"]["name"].startswith(prefix)
+        i["metadata"]["name"]: i["metadata"]["uid"]
+        for i in kube.list("configmaps", namespace)
+        if i["metadata"]["name"].startswith(prefix)
     }
 
 
 def _parent(kube: KubeCluster, namespace: str, name: str) -> dict[str, str]:
-    doc = json.loads(kube.kubectl("get", "configmap", name, "-n", namespace, "-o", "json").stdout)
-    return dict(doc["metadata"].get("annotations") or {})
+    return dict(kube.get("configmap", name, namespace)["metadata"].get("annotations") or {})
 
 
 def _lease(kube: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
-    r = kube.kubectl("get", "lease", name, "-n", namespace, "-o", "json", check=False)
-    return json.loads(r.stdout) if r.returncode == 0 else None
+    return kube.find("lease", name, namespace)
 
 
 class Run:
@@ -205,7 +204,7 @@ def test_a_run_that_finds_the_lease_held_waits_naming_the_holder_then_plans_agai
     entry = next(o for o in rep["objects"] if o["name"] == "c-0")
     assert entry["action"] == "unchanged" and "member" not in entry.get("message", ""), entry
     assert "took the Lease of this source" in stderr, stderr
-    live = json.loads(kube.kubectl("get", "configmap", "c-0", "-n", namespace, "-o", "json").stdout)
+    live = kube.get("configmap", "c-0", namespace)
     assert ADOPTED not in (live["metadata"].get("annotations") or {})
     lease = _lease(kube, namespace, lease_name(inventory, namespace, namespace))
     assert lease is not None and not lease["spec"].get("holderIdentity"), "released at the end"
@@ -309,7 +308,7 @@ def test_a_create_race_between_two_runs_of_one_commit_leaves_ordinary_members(
     raced = {e.key.name: e.message for e in cs.entries if e.key.name.startswith("r-")}
     assert len(raced) == 5 and all("already a member of this source" in m for m in raced.values()), raced
     for name in raced:
-        live = json.loads(kube.kubectl("get", "configmap", name, "-n", namespace, "-o", "json").stdout)
+        live = kube.get("configmap", name, namespace)
         assert ADOPTED not in (live["metadata"].get("annotations") or {}), f"{name} was marked adopted"
         assert live["metadata"]["labels"][PART_OF]
     git.commit({f"r-{i}.yaml": None for i in range(5)}, "the five leave Git")

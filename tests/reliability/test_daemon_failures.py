@@ -30,13 +30,8 @@ from tests.reliability.conftest import Recorder
 pytestmark = pytest.mark.cluster
 
 
-def get(kube: KubeCluster, *args: str) -> Any:
-    return json.loads(kube.kubectl("get", *args, "-o", "json").stdout)
-
-
 def events(kube: KubeCluster, ns: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = get(kube, "events", "-n", ns)["items"]
-    return items
+    return kube.list("events", ns)
 
 
 def full_passes(d: Daemon) -> float:
@@ -58,7 +53,7 @@ def test_a_permanently_invalid_object_costs_a_bounded_number_of_passes(
     with Daemon(args, kube.env, tmp_path / "daemon.log") as d:
         wait_until(
             "the valid object applied",
-            lambda: kube.kubectl("get", "configmap", "ok", "-n", namespace, check=False).returncode == 0,
+            lambda: kube.find("configmap", "ok", namespace) is not None,
             30,
         )
         t0 = time.monotonic()
@@ -88,7 +83,7 @@ def test_a_permanently_invalid_object_costs_a_bounded_number_of_passes(
             delays = [x["retry_in"] for x in pass_errors]
             assert delays == sorted(delays) and delays[-1] >= 3.2, f"the retry delay doubles: {delays}"
         assert len(retries) <= 12
-        assert kube.kubectl("get", "configmap", "ok", "-n", namespace, check=False).returncode == 0, "not pruned"
+        assert kube.find("configmap", "ok", namespace) is not None, "not pruned"
         assert d.stop() == 0
     reliability.record(
         area="daemon",
@@ -136,7 +131,7 @@ def test_a_render_crash_with_a_secret_value_is_reported_masked_and_the_last_good
         kube.kubectl("patch", "configmap", "settings", "-n", namespace, "--type=merge", "-p", '{"data":{"v":"x"}}')
         wait_until(
             "drift corrected from the last good revision",
-            lambda: get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "1",
+            lambda: kube.get("configmap", "settings", namespace)["data"]["v"] == "1",
             3,
         )
 
@@ -146,7 +141,7 @@ def test_a_render_crash_with_a_secret_value_is_reported_masked_and_the_last_good
             lambda: d.ready() and d.status()["daemon"]["appliedRevision"] == fixed,
             10,
         )
-        assert get(kube, "configmap", "settings", "-n", namespace)["data"]["v"] == "2"
+        assert kube.get("configmap", "settings", namespace)["data"]["v"] == "2"
         assert d.status()["daemon"]["conditions"]["source"] == {
             **d.status()["daemon"]["conditions"]["source"],
             "ok": True,
@@ -216,7 +211,7 @@ def test_detect_only_prune_reports_would_delete_and_deletes_nothing(
         would = d.logged("would prune")
         assert len(would) == 1 and would[0]["object"].endswith("/b"), would
         assert not d.logged("object failed")
-        assert kube.kubectl("get", "configmap", "b", "-n", namespace, check=False).returncode == 0, "not deleted"
+        assert kube.find("configmap", "b", namespace) is not None, "not deleted"
         assert not [e for e in events(kube, namespace) if e["reason"] == "SyncFailed"]
         assert d.status()["daemon"]["requests"]["writes"] == 0
         assert d.stop() == 0

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.cluster
 
 
 def _exists(kube: KubeCluster, namespace: str, name: str) -> bool:
-    return kube.kubectl("get", "configmap", name, "-n", namespace, check=False).returncode == 0
+    return kube.find("configmap", name, namespace) is not None
 
 
 def test_a_revision_that_fails_to_resolve_never_prunes_against_the_previous_one(

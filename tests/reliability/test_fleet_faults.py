@@ -289,7 +289,7 @@ def test_fleet_suspend_and_delete_in_flight(cluster: PrivateCluster, reliability
         assert len(after_suspend) <= 2, f"{len(after_suspend)} writes after suspend: {after_suspend[:5]}"
         created = len([k for k in _uids(env, ns) if k.startswith("m-")])
         assert created < n, "the whole pass ran although the GitSync was suspended in the middle"
-        # Deleted while suspended: README "Suspended means write nothing, deletion included".
+        # Deleted while suspended: docs/fleet.md "Suspended means write nothing, deletion included".
         mine = {k: v for k, v in _uids(env, ns).items() if k.startswith("m-")}
         kubectl(env, "delete", "gitsync", "many", "-n", ns, "--timeout=60s", timeout=70)
         time.sleep(2)

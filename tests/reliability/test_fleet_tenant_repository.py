@@ -51,14 +51,13 @@ def _gitsync(name: str, namespace: str, repository: str, **spec: Any) -> str:
 
 
 def _ready(kube: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
-    out = kube.kubectl("get", "gitsync", name, "-n", namespace, "-o", "json").stdout
-    conditions = (json.loads(out).get("status") or {}).get("conditions") or []
+    conditions = (kube.get("gitsync", name, namespace).get("status") or {}).get("conditions") or []
     return next((dict(c) for c in conditions if c.get("type") == "Ready"), {})
 
 
 def _leaks(kube: KubeCluster, namespace: str) -> list[str]:
     """Every Secret or ConfigMap of `namespace` holding tenant A's marker (a Secret's base64 decoded)."""
-    items = json.loads(kube.kubectl("get", "secrets,configmaps", "-n", namespace, "-o", "json").stdout)["items"]
+    items = kube.list("secrets", namespace) + kube.list("configmaps", namespace)
     found = []
     for obj in items:
         values = list((obj.get("data") or {}).values())
@@ -80,8 +79,7 @@ def _settled(kube: KubeCluster, namespace: str, name: str, quiet: float) -> bool
     """True once the GitSync's resourceVersion stayed the same for `quiet` seconds."""
 
     def version() -> str:
-        out = kube.kubectl("get", "gitsync", name, "-n", namespace, "-o", "jsonpath={.metadata.resourceVersion}")
-        return out.stdout
+        return str(kube.get("gitsync", name, namespace)["metadata"]["resourceVersion"])
 
     first = version()
     time.sleep(quiet)
@@ -89,10 +87,9 @@ def _settled(kube: KubeCluster, namespace: str, name: str, quiet: float) -> bool
 
 
 def _refused_events(kube: KubeCluster, namespace: str) -> set[str]:
-    out = kube.kubectl("get", "events", "-n", namespace, "--field-selector", f"reason={REASON}", "-o", "json").stdout
     return {
         e["involvedObject"]["name"]
-        for e in json.loads(out)["items"]
+        for e in kube.list("events", namespace, fields=f"reason={REASON}")
         if e["involvedObject"].get("kind") == "GitSync" and e.get("type") == "Warning"
     }
 
@@ -175,7 +172,7 @@ def test_a_tenant_never_reads_another_tenants_clone(
             wait_until("its Warning Event", lambda: "b-swap" in _refused_events(kube, namespace), 30)
             time.sleep(3)  # a few more polls and a resync: still nothing of A's
             leaks = _leaks(kube, theirs)
-            kept = kube.kubectl("get", "configmap", "b-cm", "-n", theirs, check=False).returncode == 0
+            kept = kube.find("configmap", "b-cm", theirs) is not None
             # B's link leads to its own directory again: loaded again at its interval, the GitSync untouched.
             _point(b_link, b_own.path)
             back = wait_until(
@@ -185,9 +182,9 @@ def test_a_tenant_never_reads_another_tenants_clone(
                 interval=0.2,
             )
             after = sorted(p.name for p in cache.iterdir())
-            inventories = json.loads(kube.kubectl("get", "configmaps", "-n", namespace, "-o", "json").stdout)["items"]
+            inventories = kube.list("configmaps", namespace)
             log = d.log_path.read_text(errors="replace")
-        assert leaks == [] and kube.kubectl("get", "secret", "a-private", "-n", theirs, check=False).returncode != 0
+        assert leaks == [] and kube.find("secret", "a-private", theirs) is None
         assert kept, "the last good state of b-swap (its own ConfigMap) stays applied"
         assert after == before, f"a refused source reached the clone cache: {before} -> {after}"
         parents = {o["metadata"]["name"] for o in inventories}

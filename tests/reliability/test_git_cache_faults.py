@@ -153,7 +153,7 @@ def test_git_errors_keep_the_fatal_line_and_mask_credentials(tmp_path: Path, rel
     message = str(err.value)
     assert "fatal:" in message and "does not appear to be a git repository" in message, message
 
-    from gitops_sync.source.checkout import _tail
+    from gitops_sync.source.giterrors import stderr_tail
 
     stderr = (
         "stderr: 'error: cannot lock ref 'refs/heads/main': Unable to create "
@@ -162,7 +162,7 @@ def test_git_errors_keep_the_fatal_line_and_mask_credentials(tmp_path: Path, rel
         "try again. If it still fails, a git process\nmay have crashed in this repository earlier:\nremove the "
         f"file manually to continue.\nFrom {url}\n ! a..b main -> main (unable to update local ref)'"
     )
-    kept = _tail(stderr)
+    kept = stderr_tail(stderr)
     assert "main.lock': File exists" in kept and "s3cr3t" not in kept and "***@" in kept, kept
     reliability.record(
         area="Git",

@@ -45,7 +45,7 @@ AGENT = " frozen-replica"
 # Rounds per arm, cut to what still shows the fault in CI (the whole suite must stay near 20 min; a round
 # is about 25 s): the hook round makes the late write certain in the unfenced arm (asserted below), the
 # SIGSTOP round freezes at a moment of the apply from outside. Earlier runs of 3 + 4 rounds per arm (and
-# the 29 rounds README "Safety" quotes) took 5-6 min; raise these to measure the window again.
+# the 29 rounds docs/safety.md quotes) took 5-6 min; raise these to measure the window again.
 HOOK_ROUNDS = 1
 SIGSTOP_ROUNDS = 1
 

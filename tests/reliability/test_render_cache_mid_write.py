@@ -3,7 +3,7 @@
 Issue 20, item 4, as it was reproduced: a 300-file work tree, `gitops-sync render` (which fills the render
 cache) while an editor or generator rewrites one file in place (truncate, then the same bytes), then
 `sync --prune` of the byte-identical tree with the same cache. The interleaving is certain: the `render`
-process runs the real CLI with `engine.render` wrapped so the file is empty for exactly as long as the
+process runs the real CLI with `loading.render` wrapped so the file is empty for exactly as long as the
 render runs. The sync is served the cached entry (its log says so); that entry must hold every object, or
 the prune deletes the one the render missed. Real control plane (the shared one; a namespace of its own).
 """
@@ -35,11 +35,11 @@ VICTIM = "cm/cm-150.json"
 RUNNER = """
 import sys
 from pathlib import Path
-from gitops_sync import engine
+from gitops_sync.engine import loading
 from gitops_sync.cli import main
 
 victim = Path(sys.argv[1])
-real = engine.render
+real = loading.render
 
 def render(root, opts, **kw):
     data = victim.read_bytes()
@@ -51,7 +51,7 @@ def render(root, opts, **kw):
         with victim.open("r+b") as handle:
             handle.write(data)
 
-engine.render = render
+loading.render = render
 sys.argv[0] = "gitops-sync"
 del sys.argv[1]
 main()

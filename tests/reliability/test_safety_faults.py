@@ -21,7 +21,7 @@ import pytest
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.cluster.client import Client
 from gitops_sync.conventions import ConflictPolicy
-from gitops_sync.daemon.single.controller import Daemon as Daemon_
+from gitops_sync.daemon.reconcile.live import LiveReads
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
 from gitops_sync.plan.changeset import Action
 from gitops_sync.plan.planner import Target
@@ -45,7 +45,9 @@ def cm(name: str, value: str, namespace: str | None = None) -> str:
 
 
 def exists(kube: KubeCluster, *ref: str) -> bool:
-    return kube.kubectl("get", *ref, check=False).returncode == 0
+    """Whether `kubectl get <ref...>` (`kind/name`, or `kind name`, then `-n namespace` or not) would find it."""
+    what, namespace = (ref[:-2], ref[-1]) if ref[-2:-1] == ("-n",) else (ref, None)
+    return kube.find(*what, namespace=namespace) is not None
 
 
 def test_a_stale_read_never_makes_a_preexisting_object_deletable(
@@ -113,8 +115,8 @@ class _LaggingCache:
 class _DaemonReads:
     """What the daemon's `_live_of` uses: its watch cache (here a lagging one) and its API reads."""
 
-    _read_live = Daemon_._read_live
-    _live_of = Daemon_._live_of
+    _read_live = LiveReads._read_live
+    _live_of = LiveReads._live_of
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -180,7 +182,7 @@ def test_a_namespace_whose_contents_cannot_be_listed_is_not_pruned(
         assert refused["action"] == "error" and "could not be checked" in refused["message"], refused
         assert "Pod" in refused["message"] and "Traceback" not in r.stderr
         assert "grant list on " in refused["message"] and "pods" in refused["message"], refused["message"]
-        ns = json.loads(kube.kubectl("get", "namespace", team, "-o", "json").stdout)
+        ns = kube.get("namespace", team)
         assert not ns["metadata"].get("deletionTimestamp"), "nothing deleted on unknown contents"
     finally:
         kube.kubectl("delete", "namespace", team, "--wait=false", "--ignore-not-found", check=False)
@@ -271,7 +273,7 @@ def test_pruning_a_namespace_with_foreign_objects_is_refused(
             assert objs["ConfigMap/ours"]["action"] == "prune" and objs["ConfigMap/gone"]["action"] == "prune"
         # the refusal did not block the other prunes
         assert not exists(kube, "configmap/gone", "-n", namespace) and not exists(kube, "configmap/ours", "-n", team)
-        ns = json.loads(kube.kubectl("get", "namespace", team, "-o", "json").stdout)
+        ns = kube.get("namespace", team)
         assert ns["status"]["phase"] == "Active" and not ns["metadata"].get("deletionTimestamp")
         assert exists(kube, "configmap/foreign", "-n", team) and exists(kube, "pod/bare", "-n", team)
         assert exists(kube, "configmap/keep", "-n", namespace)
@@ -280,7 +282,7 @@ def test_pruning_a_namespace_with_foreign_objects_is_refused(
         r, _ = _refused_prune(kube, args)
         assert by_name(report(r))[f"Namespace/{team}"]["action"] == "error"
         _cascade_prunes(kube, args, f"Namespace/{team}")
-        gone = json.loads(kube.kubectl("get", "namespace", team, "-o", "json", check=False).stdout or "{}")
+        gone = kube.find("namespace", team) or {}
         assert not gone or gone["metadata"].get("deletionTimestamp"), "deleted (terminating) with --prune-cascade"
     finally:
         kube.kubectl("delete", "namespace", team, "--wait=false", "--ignore-not-found", check=False)
@@ -349,8 +351,8 @@ def test_a_half_written_file_in_a_watched_work_tree_never_causes_a_prune(
 
         def watch_second() -> None:  # polls for the whole scenario: a delete and re-create must not slip by
             while not stop.is_set():
-                live = kube.kubectl("get", "configmap/second", "-n", namespace, "-o", "json", check=False)
-                now = json.loads(live.stdout)["metadata"]["uid"] if live.returncode == 0 else ""
+                live = kube.find("configmap/second", namespace=namespace)
+                now = live["metadata"]["uid"] if live is not None else ""
                 if now != uid:
                     deletes.append(now or "(absent)")
                 time.sleep(0.05)

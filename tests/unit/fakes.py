@@ -5,10 +5,13 @@ run) whose urllib3 pool is a `FakeApi`: it answers each request from a script an
 decisions are tested this way (which requests are sent, in which order, what is done with the answers);
 what the API server itself defines (defaulting, managedFields, conflicts) is tested on the real cluster.
 `StaticDiscovery` knows a few built-in kinds without asking; `cm` and `objs` build desired objects.
+`FakeClock` is the one fake time every injected clock, wall clock and sleep of a unit test reads.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import os
 import tempfile
@@ -31,6 +34,53 @@ users: [{name: fake, user: {token: not-a-secret}}]
 contexts: [{name: fake, context: {cluster: fake, user: fake}}]
 current-context: fake
 """
+
+
+class FakeClock:
+    """Fake time for every clock the code takes: `clock()` (monotonic), `clock.wall()`, `clock.sleep(s)`.
+
+    Nothing waits: time moves only when the test calls `advance` (or the code calls `sleep`, which advances
+    and adds to `slept`). The wall clock moves with the monotonic one, `wall` epoch seconds at the start, so
+    one object serves code that reads either (the work queue reads monotonic time, the ownership history
+    wall time). `after(s, action)` runs `action` once time has moved `s` seconds on, in due order: another
+    holder releasing a Lease while the code under test sleeps, or a renewal answering late.
+    """
+
+    def __init__(self, now: float = 1000.0, *, wall: float = 1_700_000_000.0) -> None:
+        self.now = now
+        self.slept = 0.0  # the total of every `sleep` so far
+        self.waits: list[float] = []  # every `wait` so far, in order
+        self._wall_offset = wall - now
+        self._timers: list[tuple[float, int, Callable[[], object]]] = []
+        self._seq = itertools.count()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        """Epoch seconds, moving with `now`."""
+        return self.now + self._wall_offset
+
+    def advance(self, seconds: float) -> None:
+        """Move time on, then run every `after` action that fell due (those scheduled by them included)."""
+        self.now += seconds
+        while self._timers and self._timers[0][0] <= self.now:
+            _, _, action = heapq.heappop(self._timers)
+            action()
+
+    def sleep(self, seconds: float) -> None:
+        """What `time.sleep` would do, instantly: the code's own waits move the fake time."""
+        self.slept += max(0.0, seconds)
+        self.advance(max(0.0, seconds))
+
+    def after(self, seconds: float, action: Callable[[], object]) -> None:
+        heapq.heappush(self._timers, (self.now + seconds, next(self._seq), action))
+
+    def wait(self, stop: threading.Event, seconds: float) -> bool:
+        """The runtime's `Clock.wait` (a backoff that `stop` ends), instantly: recorded in `waits`, then time moves."""
+        self.waits.append(seconds)
+        self.advance(seconds)
+        return stop.is_set()
 
 
 @dataclass

@@ -18,7 +18,8 @@ import yaml
 
 from gitops_sync.apply.inventory import applyset_id
 from gitops_sync.conventions import APPLIED_REVISION, ATTEMPTED_REVISION, GROUP_KINDS, ID_LABEL, NAMESPACES, PART_OF
-from gitops_sync.engine import Engine, PassOptions, _position
+from gitops_sync.engine import Engine, PassOptions
+from gitops_sync.engine.positions import field_position
 from gitops_sync.errors import InventoryChangedError, NewerRevisionError
 from gitops_sync.plan.changeset import Action, ChangeSet
 from gitops_sync.render import locate
@@ -476,7 +477,7 @@ data:
     ],
 )
 def test_a_field_is_located_at_its_own_line_even_under_a_dotted_key(path: str, where: str) -> None:
-    assert _position("app.yaml", locate.positions(LABELLED, 1), (), path, yaml.safe_load(LABELLED)) == where
+    assert field_position("app.yaml", locate.positions(LABELLED, 1), (), path, yaml.safe_load(LABELLED)) == where
 
 
 # -- another pass of this source meanwhile ---------------------------------------------------------------

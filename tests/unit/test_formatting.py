@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gitops_sync.formatting import last_lines, rfc3339, truncate
+from gitops_sync.formatting import brief, last_lines, rfc3339, truncate
 from gitops_sync.resource import ObjectKey, is_secret, resource_version
 
 
@@ -57,3 +57,18 @@ def test_resource_version_of_anything() -> None:
     assert resource_version({"metadata": {"resourceVersion": "42"}}) == "42"
     assert resource_version({"metadata": {}}) == ""
     assert resource_version(None) == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("text", "text"),
+        (3, "3"),
+        (None, "None"),
+        ({"a": 1}, "{'a': 1}"),
+        ([1, "x"], "[1, 'x']"),
+        ("x" * 50, "x" * 39 + "…"),
+    ],
+)
+def test_brief_writes_a_value_for_a_sentence_the_same_for_fights_and_yields(value: object, expected: str) -> None:
+    assert brief(value) == expected

@@ -1,4 +1,6 @@
 """`gitops-sync run` without --repo: a controller for every GitSync object it can see, in shards.
 
-`gitsync.py` is the custom resource's model (also read by `fleetctl.py`); `controller.py` the controller.
+`gitsync.py` is the custom resource's model (all `fleetctl.py` imports); `status.py` its status document.
+`controller.py` wires the parts: `watch.py` (GitSyncs), `registry.py`, `sources.py`, `scheduler.py`,
+`poller.py`, `finalizer.py`, `writer.py`, `shards.py`, `documents.py` (docs/architecture.md).
 """

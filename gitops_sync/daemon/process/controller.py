@@ -1,15 +1,15 @@
 """What both controllers share: the daemon's options, the fenced client and the process around the work.
 
-`Controller` owns what no source owns (the watch cache, the queue, the Lease, HTTP, Events) and starts
-and stops them; `single/` runs one source on it, `fleet/` every GitSync. Writes go through `FencedClient`:
-it refuses every non-dry-run request unless this replica may write (self-heal mode, leader, not shutting
-down), so even a pass that started while leading cannot write once leadership is lost.
+`Process` owns what no source owns (the watch cache, the queue, HTTP, Events, the clients) and registers
+them with its `Manager` (runtime/manager.py), which starts and stops every component in declared groups;
+`single/` runs one source on it, `fleet/` every GitSync, each adding its workers, triggers and Leases.
+Writes go through `FencedClient`: it refuses every non-dry-run request unless this replica may write
+(self-heal mode, leader, not shutting down), so even a pass that started while leading cannot write once
+leadership is lost.
 """
 
 from __future__ import annotations
 
-import functools
-import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,18 +23,18 @@ from gitops_sync.cluster.lease import (
 from gitops_sync.conventions import FIELD_MANAGER
 from gitops_sync.daemon.reconcile.conditions import ClusterProbe, Condition
 from gitops_sync.daemon.reconcile.reconciler import Shared
-from gitops_sync.daemon.reconcile.triggers import WebhookResult
+from gitops_sync.daemon.reconcile.triggers import WebhookResult, verify_webhook
 from gitops_sync.daemon.runtime.auth import KubernetesAuth
 from gitops_sync.daemon.runtime.cache import EventType, WatchCache
 from gitops_sync.daemon.runtime.events import EventRecorder
+from gitops_sync.daemon.runtime.manager import Group, Manager
 from gitops_sync.daemon.runtime.metrics import Metrics
-from gitops_sync.daemon.runtime.queue import WorkQueue
+from gitops_sync.daemon.runtime.queue import Backoff, WorkQueue
 from gitops_sync.daemon.runtime.supervisor import Supervisor
 from gitops_sync.daemon.serving.http import Endpoints, HttpServer
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.log import get_logger
 from gitops_sync.resource import Manifest, ObjectKey
-from gitops_sync.source import SourceIdentity, identify
 
 log = get_logger("gitops_sync.daemon")
 
@@ -67,26 +67,13 @@ class DaemonOptions:
     fight_threshold: int = 3  # another manager taking a field this often within fight_window: yield it
     fight_window: float = 600.0
     autoscaler_wins: bool = True  # yield .spec.replicas to an HPA at once (--git-wins-over-autoscaler: no)
-    # The fleet controller (run without --repo): fleet.py.
+    # The fleet controller (run without --repo): fleet/.
     watch_namespace: str | None = None  # only GitSyncs in this namespace (default: all)
     shards: int = 1  # sources are split into this many shards, one Lease each (with leader_elect)
     max_shards: int = 0  # at most this many shards held by one replica (0 = all)
     workers: int = 4  # sources reconciled at the same time
     # Local paths (and file:// URLs) a GitSync may name: none by default (source/allow.py).
     allow_local_repositories: tuple[Path, ...] = ()
-
-    @functools.cached_property
-    def source_identity(self) -> SourceIdentity:
-        """What `fetch` derives for every pass (see gitops_sync.source.identity), once, before any fetch."""
-        return identify(self.source.repo, self.source.path)
-
-    @property
-    def inventory_name(self) -> str:
-        return self.pass_opts.name or self.source_identity.inventory_name()
-
-    @property
-    def inventory_namespace(self) -> str:
-        return self.pass_opts.inventory_namespace or self.pass_opts.namespace
 
 
 class FencedClient(Client):
@@ -110,25 +97,21 @@ class FencedClient(Client):
 
 
 K = TypeVar("K", bound=Hashable)
+QUEUE_BACKOFF_BASE = 0.05  # the first retry delay of a failing key; doubles up to --max-backoff
+OnWatch = Callable[[EventType, ObjectKey | None, Manifest | None], None]
 
 
-class Controller(Generic[K]):
-    """What the one-source `Daemon` and the GitSync `Fleet` set up alike: metrics, stop flags, the side
-    clients, the work queue (keys `K`), the watch cache, the Event recorder, the supervisor and the HTTP
-    server. Each side client has a pool of its own so that none queues behind another: Events and Leases
-    (`aux`), watches, reviews (unfenced: a TokenReview writes nothing) and the reachability probe (one
-    connection that must not wait behind requests hanging on the main pool)."""
+class Process(Generic[K]):
+    """What the one-source `Daemon` and the GitSync `Fleet` run on alike: metrics, the side clients, the
+    work queue (keys `K`), the watch cache, the Event recorder, the supervisor, the cluster condition and
+    the `Manager` that starts and stops them in their groups. Each side client has a pool of its own so
+    that none queues behind another: Events and Leases (`aux`), watches, reviews (unfenced: a TokenReview
+    writes nothing) and the reachability probe (one connection that must not wait behind requests hanging
+    on the main pool). A controller adds its own components (workers, triggers, Leases) to `manager`."""
 
-    probe: ClusterProbe  # the subclass's: it decides what a change of reachability sets off
-    http: HttpServer  # the subclass's, from `_http_server`
-    # (group, plural) a web page reader must be allowed to get to see a source (Endpoints.tenant_resource)
-    page_tenants: tuple[str, str] | None = None
-
-    def __init__(self, opts: DaemonOptions) -> None:
+    def __init__(self, opts: DaemonOptions, *, on_watch: OnWatch) -> None:
         self.opts = opts
         self.metrics = Metrics()
-        self._stop = threading.Event()
-        self._stopping = False
         self._abandon = False
         self.aux = Client(opts.kubeconfig, opts.context, pool_size=4, timeout=10)
         self.watch_client = Client(opts.kubeconfig, opts.context, pool_size=64)
@@ -136,65 +119,110 @@ class Controller(Generic[K]):
         self.probe_client = Client(
             opts.kubeconfig, opts.context, pool_size=1, timeout=opts.probe_timeout, probe_timeout=opts.probe_timeout
         )
-        self.queue: WorkQueue[K] = WorkQueue(backoff_cap=opts.max_backoff, on_depth=self.metrics.queue_depth.set)
+        self.queue: WorkQueue[K] = WorkQueue(
+            backoff_base=QUEUE_BACKOFF_BASE, backoff_cap=opts.max_backoff, on_depth=self.metrics.queue_depth.set
+        )
+        self.backoff = Backoff(QUEUE_BACKOFF_BASE, opts.max_backoff)  # the queue's: what a retry will wait
         self.cache = WatchCache(
             self.watch_client,
-            on_event=self._on_watch,
+            on_event=on_watch,
             on_restart=self._on_watch_restart,
             backoff_cap=opts.watch_backoff_cap,
         )
         self.events = EventRecorder(self.aux, instance=opts.identity, on_drop=self.metrics.events_dropped.inc)
         self.supervisor = Supervisor(on_restart=lambda name: self.metrics.thread_restarts.labels(name).inc())
+        self.manager = Manager(self.supervisor)
         self.cluster_condition = Condition("cluster")
 
-    def _http_server(self, metrics: Callable[[], bytes]) -> HttpServer:
-        """/healthz /readyz /status /hooks/git and the field history of this controller; `metrics` the
-        /metrics body."""
+    @property
+    def _stopping(self) -> bool:
+        return self.manager.stopping
+
+    def _http_server(
+        self,
+        *,
+        ready: Callable[[], tuple[bool, str]],
+        metrics: Callable[[], bytes],
+        status: Callable[..., dict[str, Any]],
+        history: Callable[[str, str, str, str], dict[str, list[dict[str, Any]]]],
+        on_push: Callable[[], None],
+        tenant_resource: tuple[str, str] | None = None,
+    ) -> HttpServer:
+        """/healthz /readyz /metrics /status, the page (`history`: one object's field history), and the
+        Git webhook (a verified push calls `on_push`)."""
         auth = KubernetesAuth(self.auth_client).check if self.opts.http_auth == "kubernetes" else None
-        return HttpServer(
-            self.opts.http_addr,
-            Endpoints(
-                healthy=self.healthy,
-                ready=self.ready,
-                metrics=metrics,
-                status=self.status,
-                webhook=self._webhook,
-                history=self._field_history,
-                tenant_resource=self.page_tenants,
-            ),
-            auth=auth,
+        endpoints = Endpoints(
+            healthy=self.healthy,
+            ready=ready,
+            metrics=metrics,
+            status=status,
+            webhook=self._webhook(on_push),
+            history=history,
+            tenant_resource=tenant_resource,
         )
+        return HttpServer(self.opts.http_addr, endpoints, auth=auth)
+
+    def _webhook(self, on_push: Callable[[], None]) -> Callable[[dict[str, str], bytes], WebhookResult]:
+        """The Git webhook of both controllers: a verified push calls `on_push` (it enqueues a look at Git)."""
+
+        def hook(headers: dict[str, str], body: bytes) -> WebhookResult:
+            result = verify_webhook(headers, body, self.opts.webhook_secret)
+            if result.ok:
+                event = next((v for k, v in headers.items() if k.lower() in ("x-github-event", "x-gitlab-event")), "")
+                log.info("webhook: checking the source", provider=result.provider, hook_event=event)
+                on_push()
+            else:
+                log.warning("webhook refused", reason=result.reason, provider=result.provider or None)
+            return result
+
+        return hook
+
+    def _components(
+        self,
+        http: HttpServer,
+        probe: ClusterProbe,
+        clients: Callable[[], list[Client]],
+        *,
+        events_timeout: Callable[[], float],
+    ) -> None:
+        """What every controller runs besides its own: its clients, HTTP, Events, the watch cache, the
+        cluster probe and the supervisor's checks. Stop order is the reverse of the groups (manager.py)."""
+        m = self.manager
+        m.add(Group.CLIENTS, "clients", stop=lambda: self._close_clients(*clients()))
+        m.add(Group.SERVING, "http", start=http.start, stop=http.stop)
+        m.add(Group.EVENTS, "events", stop=lambda: self.events.stop(timeout=events_timeout()))
+        m.add(Group.CACHES, "watch-cache", stop=self.cache.stop)
+        m.spawn(Group.TRIGGERS, "cluster-probe", probe.run, stop=probe.stop)
+        m.add(Group.SUPERVISION, "supervisor", start=self._watch_shared, stop=self.supervisor.stop)
 
     @property
     def port(self) -> int:
         return self.http.port
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self._stop.wait(timeout)
+        return self.manager.wait(timeout)
 
     def _watch_shared(self) -> None:
         """The supervisor revives the watches and reports a stopped Event recorder."""
         self.supervisor.watch("watches", self.cache.dead, revive=self.cache.revive)
         self.supervisor.watch("events", lambda: "" if self.events.alive() else "Event recorder stopped")
 
-    def _shared(self, *, gauges: bool) -> Shared:
-        """What every source's reconciler uses of this controller (after the subclass set `probe`);
-        `gauges`: one source per process, whose figures are the process's gauges."""
+    def _shared(self, probe: ClusterProbe, *, gauges: bool) -> Shared:
+        """What every source's reconciler uses of this process; `gauges`: one source per process, whose
+        figures are the process's gauges."""
         return Shared(
             cache=self.cache,
             events=self.events,
             metrics=self.metrics,
-            probe=self.probe,
+            probe=probe,
             stopping=lambda: self._stopping,
+            delay_for=self.backoff.delay_for,
             gauges=gauges,
         )
 
     def _close_clients(self, *more: Client) -> None:
         for c in (self.aux, self.watch_client, self.auth_client, self.probe_client, *more):
             c.close()
-
-    def _on_watch(self, etype: EventType, key: ObjectKey | None, obj: Manifest | None) -> None:
-        raise NotImplementedError
 
     def _on_watch_restart(self, resource: str, reason: str) -> None:
         self.metrics.watch_restarts.labels(resource, reason).inc()
@@ -213,14 +241,5 @@ class Controller(Generic[K]):
             return False, "dead: " + "; ".join(dead)
         return True, "ok"
 
-    def ready(self) -> tuple[bool, str]:
-        raise NotImplementedError
-
-    def status(self, *, full_history: bool = False) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def _webhook(self, headers: dict[str, str], body: bytes) -> WebhookResult:
-        raise NotImplementedError
-
-    def _field_history(self, group: str, kind: str, namespace: str, name: str) -> dict[str, list[dict[str, Any]]]:
-        raise NotImplementedError
+    probe: ClusterProbe  # the controller's: it decides what a change of reachability sets off
+    http: HttpServer  # the controller's, from `_http_server`

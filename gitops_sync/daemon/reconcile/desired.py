@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from gitops_sync.engine import SourceOptions, fetch_source, load
+from gitops_sync.engine import PassOptions, SourceOptions, fetch_source, load
 from gitops_sync.errors import SourceError
 from gitops_sync.log import get_logger
 from gitops_sync.plan.masking import Redactor
@@ -25,6 +25,19 @@ from gitops_sync.source import Checkout, SourceIdentity, identify
 from gitops_sync.source.checkout import is_remote
 
 log = get_logger("gitops_sync.daemon")
+
+
+@dataclass
+class SourceSpec:
+    """What a source is: where desired state comes from and how passes treat it."""
+
+    source: SourceOptions
+    pass_opts: PassOptions
+    self_heal: bool = True
+    debounce: float = 0.2
+    fight_threshold: int = 3  # another manager taking a field this often within fight_window: yield it
+    fight_window: float = 600.0
+    autoscaler_wins: bool = True  # yield .spec.replicas to an HPA at once (--git-wins-over-autoscaler: no)
 
 
 @dataclass
@@ -121,4 +134,4 @@ def digest(revision: str, objects: list[DesiredObject]) -> str:
     return h.hexdigest()
 
 
-__all__ = ["DesiredSource", "DesiredState", "digest"]
+__all__ = ["DesiredSource", "DesiredState", "SourceSpec", "digest"]

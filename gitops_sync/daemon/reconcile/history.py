@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gitops_sync.conventions import HISTORY_SKIP_PREFIXES, MASK
-from gitops_sync.formatting import rfc3339, truncate
+from gitops_sync.formatting import brief, rfc3339
 from gitops_sync.plan import fieldpath, ownership
 from gitops_sync.resource import Manifest, ObjectKey, is_secret, resource_version
 
@@ -87,7 +87,7 @@ class Fight:
 
     def message(self) -> str:
         """One line for logs and Events: field, managers with their values, and when."""
-        steps = ", ".join(f"{r.manager}={_short(r.value)} at {_clock(r.observed)}" for r in self.records[-6:])
+        steps = ", ".join(f"{r.manager}={brief(r.value)} at {_clock(r.observed)}" for r in self.records[-6:])
         return f"field {self.path} is fought over by {' and '.join(self.managers)}: {self.changes} changes ({steps})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -264,8 +264,3 @@ def _record(live: Manifest, path: str, value: Any, now: float, rv: str) -> Field
 
 def _clock(epoch: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(epoch))
-
-
-def _short(value: Any, limit: int = 40) -> str:
-    text = value if isinstance(value, str) else repr(value) if not isinstance(value, Mapping | list) else str(value)
-    return truncate(text, limit)

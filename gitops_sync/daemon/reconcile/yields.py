@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gitops_sync.conventions import MASK
 from gitops_sync.daemon.reconcile.history import FieldRecord, Fight, object_dict
-from gitops_sync.formatting import rfc3339, truncate
+from gitops_sync.formatting import brief, rfc3339
 from gitops_sync.plan import actors, fieldpath, ownership
 from gitops_sync.plan.autoscaler import ADVICE, Autoscaler, is_autoscaler
 from gitops_sync.plan.changeset import Yielded
@@ -32,7 +33,6 @@ from gitops_sync.resource import Manifest, ObjectKey, is_secret
 
 FIGHT = "fight"
 AUTOSCALER = "autoscaler"
-MASK = "***"
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Yield:
     def message(self) -> str:
         """One line for the log and the Event; Secret values never included."""
         secret = is_secret(self.key)
-        values = "" if secret else f": Git says {_short(self.desired)}, live {_short(self.live)}"
+        values = "" if secret else f": Git says {brief(self.desired)}, live {brief(self.live)}"
         why = (
             "it scales the object"
             if self.reason == AUTOSCALER
@@ -350,7 +350,3 @@ def takes(records: Sequence[FieldRecord], manager: str) -> int:
             count += 1
         previous = r.manager
     return count
-
-
-def _short(value: Any, limit: int = 40) -> str:
-    return truncate(value if isinstance(value, str) else repr(value), limit)

@@ -16,8 +16,6 @@ a 403 and is replaced by one loop per namespace that holds desired objects.
 from __future__ import annotations
 
 import enum
-import json
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,8 +25,9 @@ from typing import Any
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import ResourceInfo
+from gitops_sync.daemon.runtime.listwatch import BACKOFF, STOP, Callbacks, ListWatch, Retry
 from gitops_sync.daemon.runtime.queue import Backoff
-from gitops_sync.errors import ClusterError, ForbiddenError, GoneError, error_for_status
+from gitops_sync.errors import ForbiddenError
 from gitops_sync.log import get_logger
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey, resource_version
@@ -65,24 +64,31 @@ _KEEP = object()  # store marker: the object exists, its body is not kept (nobod
 
 
 class _Unit:
-    """One list+watch loop and the objects it has seen."""
+    """One list+watch loop (a `ListWatch`) and the objects it has seen."""
 
     def __init__(self, cache: WatchCache, uid: UnitId, info: ResourceInfo) -> None:
         self.cache = cache
         self.id = uid
         self.info = info
         self.objects: dict[ObjectKey, Any] = {}  # Manifest or _KEEP
-        self.rv = ""
         self.state = "starting"  # starting | synced | error | forbidden | stopped
         self.error = ""
-        self.restarts = 0
         self.synced_once = False
         # The first list's objects have all been handed to on_event (the history's baseline). Until then a
         # watch event waits behind them: at 20,000 objects that took seconds after "synced", and the changes
         # made just after /readyz said ready were reported 3 s late (bench case 6). Never reset: a relist
         # keeps serving, as before.
         self.baseline_done = False
-        self.stop = threading.Event()
+        self.loop = ListWatch(
+            cache.client,
+            info.path(uid.namespace),
+            Callbacks(listed=self._listed, changed=self._changed, restarted=self._restarted, failed=self._failed),
+            name=str(uid),
+            api_version=info.api_version,
+            kind=info.kind,
+            backoff=Backoff(cache.backoff_base, cache.backoff_cap, jitter=0.2),
+            watch_timeout=cache.watch_timeout,
+        )
         self.thread = threading.Thread(target=self._run, name=f"watch {uid}", daemon=True)
 
     @property
@@ -90,8 +96,12 @@ class _Unit:
         return self.state == "synced"
 
     @property
-    def collection(self) -> str:
-        return self.info.path(self.id.namespace)
+    def stopping(self) -> bool:
+        return self.loop.stopped
+
+    @property
+    def rv(self) -> str:
+        return self.loop.resource_version
 
     def status(self) -> dict[str, Any]:
         return {
@@ -100,70 +110,39 @@ class _Unit:
             "state": self.state,
             "resourceVersion": self.rv,
             "objects": len(self.objects),
-            "restarts": self.restarts,
+            "restarts": self.loop.restarts,
             "error": self.error,
         }
 
-    # -- the loop ---------------------------------------------------------------------------
-
     def _run(self) -> None:
-        backoff = Backoff(self.cache.backoff_base, self.cache.backoff_cap, jitter=0.2)
-        need_list = True
-        while not self.stop.is_set():
-            try:
-                if need_list:
-                    self._list()
-                    need_list = False
-                    backoff.reset()
-                started = time.monotonic()
-                self._watch()
-                if self.stop.is_set():
-                    break
-                self._restarted("closed")  # the server ended the watch (timeout): resume from self.rv
-                if time.monotonic() - started < 1.0:
-                    self.stop.wait(backoff.next())  # a server that closes at once must not make us spin
-            except GoneError:  # the resourceVersion we resume from is too old: only a new list helps
-                self._restarted("gone")
-                need_list = True
-            except ForbiddenError as exc:
-                if self.cache.forbidden(self, exc):
-                    return  # replaced by per-namespace loops
-                self._failed("forbidden", exc)
-                self.stop.wait(self.cache.forbidden_retry)
-                need_list = True
-            except ClusterError as exc:
-                self._failed("error", exc)
-                need_list = True
-                self.stop.wait(backoff.next())
-            except Exception as exc:  # a bug must not silently end the loop: report and relist
-                log.exception("watch loop failed", resource=str(self.id))
-                self._failed("error", exc)
-                need_list = True
-                self.stop.wait(backoff.next())
+        self.loop.run()
         self.state = "stopped"
 
-    def _failed(self, state: str, exc: BaseException) -> None:
+    # -- what the loop found ----------------------------------------------------------------
+
+    def _failed(self, exc: Exception) -> Retry:
+        if isinstance(exc, ForbiddenError):
+            if self.cache.forbidden(self, exc):
+                return STOP  # replaced by per-namespace loops
+            self._note_failure("forbidden", exc)
+            return Retry(after=self.cache.forbidden_retry)
+        self._note_failure("error", exc)
+        return BACKOFF
+
+    def _note_failure(self, state: str, exc: BaseException) -> None:
         first = self.state != state or self.error != str(exc)
         self.state, self.error = state, str(exc)
-        self._restarted(state)
         if first:
             log.warning("watch failed; relisting after a backoff", resource=str(self.id), error=str(exc))
 
     def _restarted(self, reason: str) -> None:
-        self.restarts += 1
         self.cache.on_restart(str(self.id), reason)
 
-    def _list(self) -> None:
-        listing = self.cache.client.list_collection(
-            self.collection, timeout=60, api_version=self.info.api_version, kind=self.info.kind
-        )
-        items = {self._key(item): item for item in listing.items}
-        rv = listing.resource_version
-        if self.stop.is_set():
-            return
+    def _listed(self, listing: list[Manifest], rv: str) -> None:
+        items = {self._key(item): item for item in listing}
         recovered = self.synced_once
         changes = self.cache.replace(self, items)
-        self.rv = rv
+        self.loop.resource_version = rv
         self.state, self.error = "synced", ""
         first = not self.synced_once
         self.synced_once = True
@@ -178,41 +157,9 @@ class _Unit:
             self.baseline_done = True
             self.cache.notify_synced()
 
-    def _watch(self) -> None:
-        timeout = random.randint(*self.cache.watch_timeout)
-        query: dict[str, str | int | bool | None] = {
-            "watch": True,
-            "resourceVersion": self.rv,
-            "allowWatchBookmarks": True,
-            "timeoutSeconds": timeout,
-        }
-        for line in self.cache.client.stream_lines(self.collection, query=query, timeout=timeout + 30):
-            if self.stop.is_set():
-                return
-            event = json.loads(line)
-            etype = str(event.get("type", ""))
-            obj = event.get("object") or {}
-            if etype == "ERROR":  # a Status: 410 Gone when our resourceVersion was compacted away
-                raise error_for_status(
-                    int(obj.get("code") or 500),
-                    str(obj.get("reason") or "Error"),
-                    str(obj.get("message") or obj),
-                    obj,
-                    method="WATCH",
-                    path=self.collection,
-                )
-            rv = resource_version(obj)
-            if etype == "BOOKMARK":
-                self.rv = rv or self.rv
-                continue
-            obj.setdefault("apiVersion", self.info.api_version)
-            obj.setdefault("kind", self.info.kind)
-            key = self._key(obj)
-            if etype == "DELETED":
-                self.cache.apply_event(self, EventType.DELETED, key, None)
-            elif etype in ("ADDED", "MODIFIED"):
-                self.cache.apply_event(self, EventType(etype), key, obj)
-            self.rv = rv or self.rv
+    def _changed(self, etype: str, obj: Manifest) -> None:
+        key = self._key(obj)
+        self.cache.apply_event(self, EventType(etype), key, None if etype == "DELETED" else obj)
 
     def _key(self, obj: Manifest) -> ObjectKey:
         meta = obj.get("metadata") or {}
@@ -273,7 +220,7 @@ class WatchCache:
         wanted = self._wanted_units()
         for uid, unit in list(self._units.items()):
             if uid not in wanted or unit.info.api_version != wanted[uid].api_version:
-                unit.stop.set()
+                unit.loop.stop()
                 del self._units[uid]
         for uid, info in wanted.items():
             if uid not in self._units:
@@ -300,7 +247,7 @@ class WatchCache:
     def replace(self, unit: _Unit, items: dict[ObjectKey, Manifest]) -> list[_Change]:
         """A fresh list: swap the unit's objects, return the interesting changes since the last one."""
         with self._lock:
-            if unit.stop.is_set():
+            if unit.stopping:
                 return []
             old = unit.objects
             unit.objects = {k: self._keep(k, v) for k, v in items.items()}
@@ -320,7 +267,7 @@ class WatchCache:
 
     def apply_event(self, unit: _Unit, etype: EventType, key: ObjectKey, obj: Manifest | None) -> None:
         with self._lock:
-            if unit.stop.is_set():
+            if unit.stopping:
                 return
             if obj is None:
                 unit.objects.pop(key, None)
@@ -406,10 +353,7 @@ class WatchCache:
             gone = [
                 str(u.id)
                 for u in self._units.values()
-                if not u.thread.is_alive()
-                and not u.stop.is_set()
-                and u.state != "stopped"
-                and u.thread.ident is not None
+                if not u.thread.is_alive() and not u.stopping and u.state != "stopped" and u.thread.ident is not None
             ]
         return f"watch loops ended: {', '.join(sorted(gone))}" if gone else ""
 
@@ -417,7 +361,7 @@ class WatchCache:
         """Start a new thread for each dead loop; it lists again, so nothing missed stays missed."""
         with self._lock:
             for u in self._units.values():
-                if not u.thread.is_alive() and not u.stop.is_set() and u.thread.ident is not None:
+                if not u.thread.is_alive() and not u.stopping and u.thread.ident is not None:
                     log.warning("restarting a watch loop that ended", resource=str(u.id))
                     u.thread = threading.Thread(target=u._run, name=u.thread.name, daemon=True)
                     u.thread.start()
@@ -426,7 +370,7 @@ class WatchCache:
         with self._lock:
             self._stopped = True
             for unit in self._units.values():
-                unit.stop.set()
+                unit.loop.stop()
 
     def __iter__(self) -> Iterator[UnitId]:
         with self._lock:

@@ -8,16 +8,30 @@ from collections import Counter as _Tally
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.plan.changeset import LIVE_CHANGED, Action, Entry
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-OBJECT_STATES = ("synced", "drifted", "missing", "terminating", "conflict", "error")
+# `planned`: Git changed it and the daemon does not apply (detect-only); `drifted`: the cluster changed it.
+OBJECT_STATES = ("synced", "drifted", "planned", "missing", "terminating", "conflict", "error")
 
 
 class Metrics:
+    """Every figure the daemon exports, by who sets it: passes and objects, the process, the fleet's sources."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
+        self._pass_metrics(self.registry)
+        self._process_metrics(self.registry)
+        self._fleet_metrics(self.registry)
+        for state in OBJECT_STATES:
+            self.objects.labels(state).set(0)
+        self._revision_labels: tuple[str, str] | None = None
+        self._source_revisions: dict[str, str] = {}
+        self._exported: set[str] = set()
+        self._source_lock = threading.Lock()
+
+    def _pass_metrics(self, r: CollectorRegistry) -> None:
+        """What passes did and found: their count and duration, objects by state, drift, conflicts, fights."""
         self.passes = Counter(
             "gitops_sync_passes", "Reconcile passes by kind (full|partial) and result.", ["kind", "result"], registry=r
         )
@@ -50,6 +64,9 @@ class Metrics:
             registry=r,
         )
         self.errors = Counter("gitops_sync_object_errors", "Objects a pass failed to plan or apply.", registry=r)
+
+    def _process_metrics(self, r: CollectorRegistry) -> None:
+        """The process: source and cluster health, threads, the revision applied, watches, queue, leadership."""
         self.source_errors = Counter(
             "gitops_sync_source_errors", "Failed fetches or renders of the source.", registry=r
         )
@@ -98,9 +115,11 @@ class Metrics:
         self.events_dropped = Counter(
             "gitops_sync_events_dropped", "Kubernetes Events not recorded (queue full or API refused).", registry=r
         )
-        # The fleet: one series set per GitSync (`source` = namespace/name), exported by the replica that
-        # holds its shard, removed when the GitSync is deleted or the shard lost (bounded cardinality:
-        # 8 series per source).
+
+    def _fleet_metrics(self, r: CollectorRegistry) -> None:
+        """The fleet: one series set per GitSync (`source` = namespace/name), exported by the replica that
+        holds its shard, removed when the GitSync is deleted or the shard lost (bounded cardinality: 10 series
+        per source: 7 states, revision, healthy, ready)."""
         self.source_objects = Gauge(
             "gitops_sync_gitsync_objects",
             "Desired objects of a GitSync by state after its last pass.",
@@ -122,12 +141,6 @@ class Metrics:
         self.source_ready = Gauge(
             "gitops_sync_gitsync_ready", "1 while a GitSync's Ready condition is True.", ["source"], registry=r
         )
-        for state in OBJECT_STATES:
-            self.objects.labels(state).set(0)
-        self._revision_labels: tuple[str, str] | None = None
-        self._source_revisions: dict[str, str] = {}
-        self._exported: set[str] = set()
-        self._source_lock = threading.Lock()
 
     def set_revision(self, revision: str, source: str) -> None:
         if self._revision_labels is not None:
@@ -187,10 +200,14 @@ class Metrics:
 
 
 def object_state(entry: Entry, *, applied: bool, forcing: bool) -> str:
-    """synced | drifted | missing | terminating | conflict | error, as the objects gauge and /status count them.
+    """synced | drifted | planned | missing | terminating | conflict | error, as the objects gauge and /status
+    count them.
 
     A field another manager took over is a conflict for a plan; when the policy is to force (what
     self-heal does), a plan that shows one is drift self-heal would correct, so it counts as drifted.
+    Not applied (detect-only), an update is `drifted` when another manager changed a field (live-changed)
+    and `planned` when every field it would change is Git's (git-changed, server-changed): the words of the
+    report and the page (`plan.changeset.change_of`). An update that names no field stays `drifted`.
     `terminating`: being deleted (finalizers hold it): it will vanish, whatever a pass applies.
     """
     if entry.action is Action.ERROR:
@@ -201,4 +218,8 @@ def object_state(entry: Entry, *, applied: bool, forcing: bool) -> str:
         return "drifted" if forcing and not applied else "conflict"
     if applied or entry.action is Action.UNCHANGED:
         return "synced"
-    return "missing" if entry.action is Action.CREATE else "drifted"
+    if entry.action is Action.CREATE:
+        return "missing"
+    if entry.action is Action.UPDATE and entry.drift and all(c.reason != LIVE_CHANGED for c in entry.drift):
+        return "planned"
+    return "drifted"

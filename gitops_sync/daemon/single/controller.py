@@ -17,11 +17,12 @@ clean pass. Every background loop runs under a `Supervisor`: restarted when it d
 
 The daemon owns what a source does not: the watch cache, the queue, the Lease, HTTP, Events. The source
 itself (its render, passes, health and report) is a `SourceReconciler` (reconciler.py), the same object
-the fleet controller (fleet.py) keeps one of per GitSync.
+the fleet controller (fleet/) keeps one of per GitSync.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from gitops_sync.cluster.lease import (
@@ -29,14 +30,14 @@ from gitops_sync.cluster.lease import (
     LeaderElector,
     lease_name,
 )
-from gitops_sync.conventions import ConflictPolicy
-from gitops_sync.daemon.process.controller import Controller, DaemonOptions, FencedClient
+from gitops_sync.daemon.process.controller import DaemonOptions, FencedClient, Process
+from gitops_sync.daemon.reconcile import views
 from gitops_sync.daemon.reconcile.conditions import ClusterProbe
 from gitops_sync.daemon.reconcile.reconciler import SourceReconciler, SourceSpec
 from gitops_sync.daemon.reconcile.reporter import FULL, SOURCE, QueueKey
-from gitops_sync.daemon.reconcile.triggers import Ticker, WebhookResult, verify_webhook, watch_local
+from gitops_sync.daemon.reconcile.triggers import Ticker, watch_local
 from gitops_sync.daemon.runtime.cache import EventType
-from gitops_sync.daemon.runtime.supervisor import describe_crash
+from gitops_sync.daemon.runtime.manager import Group, Request, reconcile_handler
 from gitops_sync.engine import Engine
 from gitops_sync.log import get_logger
 from gitops_sync.resource import Manifest, ObjectKey
@@ -46,33 +47,20 @@ from gitops_sync.source.watch import Watch as LocalWatch
 log = get_logger("gitops_sync.daemon")
 
 
-class Daemon(Controller[QueueKey]):
+class Daemon(Process[QueueKey]):
+    """`run --repo`: one source, its worker, its Git poll and resync tickers, its file watch, its Lease."""
+
     def __init__(self, opts: DaemonOptions) -> None:
-        super().__init__(opts)
+        super().__init__(opts, on_watch=self._on_watch)
         pool = max(opts.concurrency * 2, 10)
         self.client = FencedClient(opts.kubeconfig, opts.context, pool_size=pool, may_write=self._may_write)
         self.engine = Engine(self.client, field_manager=opts.field_manager, concurrency=opts.concurrency)
-        self.leader: LeaderElector | None = None
-        if opts.leader_elect:
-            lease_ns = opts.leader_namespace or opts.inventory_namespace
-            store = ApiLeaseStore(
-                self.aux, lease_ns, lease_name(opts.inventory_name, opts.inventory_namespace, lease_ns)
-            )
-            self.leader = LeaderElector(
-                store,
-                opts.identity,
-                opts.leader,
-                on_started=self._on_started_leading,
-                on_stopped=self._on_stopped_leading,
-            )
-        else:
-            self.metrics.leader.set(1)
-        self.http = self._http_server(self._metrics)
         self.probe = ClusterProbe(
             self.probe_client, self.cluster_condition, interval=opts.probe_interval, on_change=self._on_cluster_change
         )
         self._cluster_was_down = False
-        self.shared = self._shared(gauges=True)
+        self._reachable = True  # the API server answered when the stop began: wait for it, release the Lease
+        self.shared = self._shared(self.probe, gauges=True)
         self.source = SourceReconciler(
             SourceSpec(
                 opts.source,
@@ -90,36 +78,55 @@ class Daemon(Controller[QueueKey]):
             may_write=self._may_write,
             field_manager=opts.field_manager,
         )
-        self.history = self.source.history
-        self.source_condition = self.source.condition
+        self.leader = self._elector() if opts.leader_elect else None
+        if self.leader is None:
+            self.metrics.leader.set(1)
+        self.http = self._http_server(
+            ready=self.ready,
+            metrics=self._metrics,
+            status=self.status,
+            history=self._field_history,
+            on_push=lambda: self.queue.add(SOURCE),
+        )
         self._local_watch: LocalWatch | None = None
-        self._tickers: list[Ticker] = []
+        self._tickers = [
+            Ticker("git-poll", opts.interval, lambda: self.queue.add(SOURCE), jitter=opts.jitter),
+            Ticker("resync", opts.resync, lambda: self.queue.add(FULL), jitter=0.05),
+        ]
+        self._declare()
+
+    def _elector(self) -> LeaderElector:
+        """The Lease of this source's inventory: one replica writes, the others stand by."""
+        opts, src = self.opts, self.source
+        lease_ns = opts.leader_namespace or src.inventory_namespace
+        store = ApiLeaseStore(self.aux, lease_ns, lease_name(src.inventory_name, src.inventory_namespace, lease_ns))
+        return LeaderElector(
+            store,
+            opts.identity,
+            opts.leader,
+            on_started=self._on_started_leading,
+            on_stopped=self._on_stopped_leading,
+        )
+
+    def _declare(self) -> None:
+        """The components, in their groups: start order is the groups' (runtime/manager.py), stop the reverse."""
+        m = self.manager
+        self._components(
+            self.http, self.probe, lambda: [self.client], events_timeout=lambda: 3 if self._reachable else 0
+        )
+        if self.leader is not None:
+            m.spawn(Group.ELECTION, "leader", self.leader.run, stop=self._release)
+        m.spawn(Group.WORKERS, "reconciler", self._work, stop=self._drain)
+        m.add(Group.WORKERS, "first-look", start=lambda: self.queue.add(SOURCE))
+        for ticker in self._tickers:
+            if ticker.period > 0:
+                m.spawn(Group.TRIGGERS, ticker.name, ticker.run, stop=ticker.stop)
+        m.add(Group.TRIGGERS, "file-watch", start=self._start_local_watch, stop=self._stop_local_watch)
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> Daemon:
-        self.http.start()
-        sup = self.supervisor
-        sup.spawn("reconciler", self._work)
-        sup.spawn("cluster-probe", self.probe.run)
-        self.queue.add(SOURCE)
-        if self.leader is not None:
-            sup.spawn("leader", self.leader.run)
-        self._tickers = [
-            Ticker("git-poll", self.opts.interval, lambda: self.queue.add(SOURCE), jitter=self.opts.jitter),
-            Ticker("resync", self.opts.resync, lambda: self.queue.add(FULL), jitter=0.05),
-        ]
-        for ticker in self._tickers:
-            if ticker.period > 0:
-                sup.spawn(ticker.name, ticker.run)
-        self._local_watch = self._watch_local()
-        if self._local_watch is not None:
-            sup.watch(
-                "file-watch",
-                lambda: "" if self._local_watch is None or self._local_watch.alive() else "watchdog observer stopped",
-                revive=self._revive_local_watch,
-            )
-        self._watch_shared()
+        self.manager.start()
         log.info(
             "daemon started",
             repo=mask_url(self.opts.source.repo),
@@ -128,7 +135,7 @@ class Daemon(Controller[QueueKey]):
             http_auth=self.opts.http_auth,
             leader_elect=self.opts.leader_elect,
             identity=self.opts.identity,
-            inventory=f"{self.opts.inventory_namespace}/{self.opts.inventory_name}",
+            inventory=f"{self.source.inventory_namespace}/{self.source.inventory_name}",
             on_conflict=self.opts.pass_opts.policy.value,
             prune=self.opts.pass_opts.prune,
         )
@@ -142,34 +149,43 @@ class Daemon(Controller[QueueKey]):
         are fenced), the Lease is left to expire and queued Events are dropped (else up to ~20 s)."""
         if self._stopping:
             return
-        self._stopping = True
-        reachable = self.cluster_condition.ok
-        grace = self.opts.shutdown_grace if reachable else min(self.opts.shutdown_grace, 1.0)
-        log.info("shutting down", grace=grace, cluster_reachable=reachable)
-        self.supervisor.stop()
-        for t in self._tickers:
-            t.stop()
-        self.probe.stop()
-        if self._local_watch is not None:
-            self._local_watch.stop()
+        self._reachable = self.cluster_condition.ok
+        log.info("shutting down", grace=self._grace(), cluster_reachable=self._reachable)
+        if self.manager.stop():
+            log.info("stopped")
+
+    def _grace(self) -> float:
+        return self.opts.shutdown_grace if self._reachable else min(self.opts.shutdown_grace, 1.0)
+
+    def _drain(self) -> None:
+        """No new pass; the one in flight may finish within the grace period, else its writes are refused."""
         self.queue.shutdown()
-        if not self.supervisor.join("reconciler", grace):
+        if not self.supervisor.join("reconciler", self._grace()):
             log.warning("abandoning the pass in flight: further writes are refused")
             self._abandon = True
-            self.supervisor.join("reconciler", 5 if reachable else 0)
+            self.supervisor.join("reconciler", 5 if self._reachable else 0)
         self._abandon = True
-        if self.leader is not None:
-            self.leader.stop()
-            if reachable:
-                self.leader.release()
-            else:
-                log.warning("not releasing the Lease: the API server is unreachable (it expires on its own)")
-        self.cache.stop()
-        self.events.stop(timeout=3 if reachable else 0)
-        self.http.stop()
-        self._close_clients(self.client)
-        self._stop.set()
-        log.info("stopped")
+
+    def _release(self) -> None:
+        assert self.leader is not None
+        self.leader.stop()
+        if self._reachable:
+            self.leader.release()
+        else:
+            log.warning("not releasing the Lease: the API server is unreachable (it expires on its own)")
+
+    def _start_local_watch(self) -> None:
+        self._local_watch = self._watch_local()
+        if self._local_watch is not None:
+            self.supervisor.watch(
+                "file-watch",
+                lambda: "" if self._local_watch is None or self._local_watch.alive() else "watchdog observer stopped",
+                revive=self._revive_local_watch,
+            )
+
+    def _stop_local_watch(self) -> None:
+        if self._local_watch is not None:
+            self._local_watch.stop()
 
     def _watch_local(self) -> LocalWatch | None:
         return watch_local(self.opts.source.repo, lambda: self.queue.add(SOURCE), self.opts.debounce)
@@ -208,22 +224,18 @@ class Daemon(Controller[QueueKey]):
     # -- the worker -------------------------------------------------------------------------
 
     def _work(self) -> None:
+        """The one worker: each batch of keys is one handling (runtime/manager.py `reconcile_handler`)."""
         while not self.queue.is_shutdown:
             batch = self.queue.get_batch(timeout=0.5)
             if not batch:
                 continue
             try:
-                self.source.handle(set(batch))
-            except Exception as exc:  # keep the loop alive; the keys are retried with backoff
-                log.error("reconcile failed unexpectedly", error=describe_crash(exc))
-                for key in batch:
-                    self.queue.add_rate_limited(key)
+                reconcile_handler(self.queue, batch, functools.partial(self._handle, batch))
             finally:
                 self.queue.done(batch)
 
-    # What the reliability suite borrows to plan through a lagging cache (needs `engine` and `cache`).
-    _live_of = SourceReconciler._live_of
-    _read_live = SourceReconciler._read_live
+    def _handle(self, batch: list[QueueKey]) -> tuple[Request[QueueKey], ...]:
+        return self.source.handle(set(batch)).requests
 
     def _on_cluster_change(self, ok: bool, error: str) -> None:
         self.metrics.cluster_ok.set(1 if ok else 0)
@@ -264,14 +276,15 @@ class Daemon(Controller[QueueKey]):
         problems = []
         if not self.cluster_condition.ok:
             problems.append(f"cluster unreachable: {self.cluster_condition.error}")
-        problems += self.source.problems()
+        snap = self.source.snapshot()
+        problems += views.problems(snap)
         if problems:
             return False, "\n".join(problems)
         if not self.cache.is_synced():
             return False, "watch caches not synced yet"
         if self.leader is not None and not self.leader.is_leader:
             return True, f"standby: following {self.leader.holder or '(nobody yet)'}"
-        if not self.source.first_sync:
+        if not snap.first_sync:
             return False, "first sync not complete"
         return True, "ok"
 
@@ -279,19 +292,9 @@ class Daemon(Controller[QueueKey]):
         self.metrics.cache_objects.set(self.cache.objects())
         return self.metrics.exposition()
 
-    def _webhook(self, headers: dict[str, str], body: bytes) -> WebhookResult:
-        result = verify_webhook(headers, body, self.opts.webhook_secret)
-        if result.ok:
-            event = next((v for k, v in headers.items() if k.lower() in ("x-github-event", "x-gitlab-event")), "")
-            log.info("webhook: checking the source", provider=result.provider, hook_event=event)
-            self.queue.add(SOURCE)
-        else:
-            log.warning("webhook refused", reason=result.reason, provider=result.provider or None)
-        return result
-
     def _field_history(self, group: str, kind: str, namespace: str, name: str) -> dict[str, list[dict[str, Any]]]:
         """Every field Git sets on one object, with its recorded values and owners (the web page's object view)."""
-        fields = self.history.fields(ObjectKey(group, kind, namespace, name))
+        fields = self.source.history.fields(ObjectKey(group, kind, namespace, name))
         return {path: [r.to_dict() for r in records] for path, records in fields.items()}
 
     def status(self, *, full_history: bool = False) -> dict[str, Any]:
@@ -299,28 +302,24 @@ class Daemon(Controller[QueueKey]):
 
         `history` lists the fields that changed at least once; `full_history` (GET /status?history=all)
         every field Git sets."""
-        doc = self.source.changeset_doc(self.cluster_condition, full_history=full_history)
-        with self.source.state:
-            last_pass = dict(self.source.last_pass)
-        applied = self.source.applied
+        snap = self.source.snapshot()
+        doc = views.changeset_doc(
+            snap, self.source.history, self.source.yields, self.cluster_condition, full_history=full_history
+        )
         ready, why = self.ready()
         doc["daemon"] = {
-            "mode": self._mode,
-            "identity": self.opts.identity,
-            "fieldManager": self.opts.field_manager,
+            **views.daemon_doc(
+                snap,
+                self.cluster_condition,
+                identity=self.opts.identity,
+                field_manager=self.opts.field_manager,
+                ready=ready,
+                why=why,
+            ),
             "leader": self.leader.is_leader if self.leader else True,
             "leaseHolder": self.leader.holder if self.leader else self.opts.identity,
             "lease": self.leader.store.where if self.leader else "",
-            "ready": ready,
-            "readyReason": why,
-            "appliedRevision": applied[0] if applied else "",
-            "source": self.source.source_doc(),
-            "conditions": {
-                "source": self.source.condition.to_dict(),
-                "cluster": self.cluster_condition.to_dict(with_revision=False),
-            },
             "threads": self.supervisor.status(),
-            "lastPass": last_pass,
             "queueDepth": len(self.queue),
             "watches": self.cache.status(),
             "requests": {
@@ -333,7 +332,4 @@ class Daemon(Controller[QueueKey]):
         return doc
 
 
-# Kept importable from here: tests and other modules name them as the daemon's helpers.
-
-
-__all__ = ["FULL", "SOURCE", "ConflictPolicy", "Daemon", "DaemonOptions", "FencedClient"]
+__all__ = ["Daemon"]

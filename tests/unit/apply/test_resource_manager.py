@@ -14,7 +14,7 @@ from gitops_sync.apply.manager import NOT_ATTEMPTED, ResourceManager
 from gitops_sync.cluster.client import APPLY_PATCH, JSON_PATCH
 from gitops_sync.conventions import ADOPTED, INTENT_HASH, PART_OF, ConflictPolicy
 from gitops_sync.health import Status
-from gitops_sync.plan import planner
+from gitops_sync.plan import bookkeeping, planner
 from gitops_sync.plan.changeset import Action
 from gitops_sync.resource import ObjectKey
 from tests.unit.fakes import Call, FakeApi, StaticDiscovery, cm, fake_client, objs, status_body
@@ -36,7 +36,7 @@ def manager(api: FakeApi, concurrency: int = 1) -> ResourceManager:
 def targets(*manifests: dict[str, Any]) -> list[planner.Target]:
     out = planner.resolve(objs(*manifests), StaticDiscovery(), "ns")
     for t in out:
-        planner.finalize(t, None, APPLYSET)
+        bookkeeping.finalize(t, None, APPLYSET)
     return out
 
 

@@ -11,7 +11,7 @@ import pytest
 from gitops_sync.apply import cascade, inventory
 from gitops_sync.cluster.discovery import ResourceInfo
 from gitops_sync.conventions import ADOPT, ADOPTED, INTENT_HASH, PART_OF
-from gitops_sync.plan import planner
+from gitops_sync.plan import bookkeeping, planner, policy
 from gitops_sync.plan.changeset import Action, ChangeSet, SharedWith
 from gitops_sync.report import exit_code_diff, exit_code_sync, write
 from gitops_sync.resource import ObjectKey
@@ -43,12 +43,12 @@ def _live(labels: dict[str, str]) -> dict[str, object]:
 
 
 def test_foreign_applyset_is_another_sets_label_only() -> None:
-    assert planner.foreign_applyset(_live({PART_OF: THEIRS}), {OURS}) == THEIRS
-    assert planner.foreign_applyset(_live({PART_OF: OURS}), {OURS}) is None
-    assert planner.foreign_applyset(_live({}), {OURS}) is None
-    assert planner.foreign_applyset(None, {OURS}) is None
+    assert bookkeeping.foreign_applyset(_live({PART_OF: THEIRS}), {OURS}) == THEIRS
+    assert bookkeeping.foreign_applyset(_live({PART_OF: OURS}), {OURS}) is None
+    assert bookkeeping.foreign_applyset(_live({}), {OURS}) is None
+    assert bookkeeping.foreign_applyset(None, {OURS}) is None
     # an id counted as ours (e.g. a legacy name being migrated) is not foreign
-    assert planner.foreign_applyset(_live({PART_OF: THEIRS}), {OURS, THEIRS}) is None
+    assert bookkeeping.foreign_applyset(_live({PART_OF: THEIRS}), {OURS, THEIRS}) is None
 
 
 def test_adoption_annotation_in_git_opts_in() -> None:
@@ -56,23 +56,23 @@ def test_adoption_annotation_in_git_opts_in() -> None:
     with_ann["metadata"]["annotations"] = {ADOPT: "true"}
     (t,) = planner.resolve(objs(with_ann), StaticDiscovery(), "ns")
     (plain,) = planner.resolve(objs(cm("b")), StaticDiscovery(), "ns")
-    assert planner.wants_adoption(t) and not planner.wants_adoption(plain)
+    assert policy.wants_adoption(t) and not policy.wants_adoption(plain)
 
 
 def test_mark_adopted_changes_the_intent_hash() -> None:
     (t,) = planner.resolve(objs(cm("a", k="v")), StaticDiscovery(), "ns")
-    planner.finalize(t, None, OURS)
+    bookkeeping.finalize(t, None, OURS)
     before = t.manifest["metadata"]["annotations"][INTENT_HASH]
-    planner.mark_adopted(t)
+    bookkeeping.mark_adopted(t)
     ann = t.manifest["metadata"]["annotations"]
     assert ann[ADOPTED] == "true"
     assert ann[INTENT_HASH] != before
-    assert ann[INTENT_HASH] == planner.intent_hash(t.manifest)
+    assert ann[INTENT_HASH] == bookkeeping.intent_hash(t.manifest)
 
 
 def _shared_changeset() -> ChangeSet:
     (t,) = planner.resolve(objs(cm("a", k="v")), StaticDiscovery(), "ns")
-    planner.finalize(t, _live({PART_OF: THEIRS}), OURS)
+    bookkeeping.finalize(t, _live({PART_OF: THEIRS}), OURS)
     who = SharedWith(THEIRS, parent="ConfigMap team-a/gitops-sync-deploy", source="/src/team-a/deploy//apps")
     entry = planner.shared_entry(t, _live({PART_OF: THEIRS}), who, "gitops-sync", dry_run=False)
     return ChangeSet(revision="abc", source="/src/team-b/deploy//apps", entries=[entry])
@@ -202,7 +202,7 @@ def test_a_shared_object_of_the_same_source_spelled_otherwise_hints_its_inventor
     theirs: str, ours: str, same: bool
 ) -> None:
     (t,) = planner.resolve(objs(cm("a", k="v")), StaticDiscovery(), "ns")
-    planner.finalize(t, _live({PART_OF: THEIRS}), OURS)
+    bookkeeping.finalize(t, _live({PART_OF: THEIRS}), OURS)
     who = SharedWith(THEIRS, parent="ConfigMap team-a/gitops-sync-deploy-1a2b", source="x", identity=theirs)
     entry = planner.shared_entry(t, _live({PART_OF: THEIRS}), who, "gitops-sync", dry_run=False, identity=ours)
     hint = "`--name gitops-sync-deploy-1a2b --inventory-namespace team-a`"

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from gitops_sync import cli, engine
+from gitops_sync.cli import output
 from gitops_sync.engine import source_label
 from gitops_sync.options import parse_duration
 from gitops_sync.plan.masking import MASK, Redactor, mask_literals
@@ -223,13 +224,13 @@ def test_mask_literals() -> None:
 
 def test_apply_and_wait_progress_share_one_live_display() -> None:
     """Two rich live displays at once raise LiveError: the bars are tasks of one Progress."""
-    with cli._progress(enabled=True, applying=25, waiting=3) as (tick, ready):
+    with output.progress(enabled=True, applying=25, waiting=3) as (tick, ready):
         assert tick is not None and ready is not None
         for _ in range(25):
             tick(None)
         for _ in range(3):
             ready(None)
-    with cli._progress(enabled=False, applying=25, waiting=3) as callbacks:
+    with output.progress(enabled=False, applying=25, waiting=3) as callbacks:
         assert callbacks == (None, None)
 
 

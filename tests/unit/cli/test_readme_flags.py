@@ -1,7 +1,9 @@
-"""README.md documents every command's flags: read the click command tree (no subprocess) and the README's
-flag tables, and fail when one names a flag, default, variable or link the other does not have.
+"""README.md and docs/*.md document every command's flags: read the click command tree (no subprocess) and
+the flag tables of those files, and fail when one names a flag, default or variable the other does not have.
 
-Why: ten people adding flags in a day left some only in `--help`; this keeps the README the reference.
+Why: ten people adding flags in a day left some only in `--help`; this keeps the docs the reference. The
+reference lives in docs/commands.md; the README holds the front door, so the flags are looked for in both.
+Links between the files are checked by tests/unit/test_doc_links.py.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import pytest
 
 from gitops_sync.cli import main
 
-README = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parents[3]
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# Every documentation file, one after the other: a flag may be documented in any of them.
+DOCS = "\n".join(path.read_text(encoding="utf-8") for path in DOC_FILES)
 
 
 def _commands(command: click.Command, path: tuple[str, ...], ctx: click.Context) -> Iterator[tuple[str, click.Command]]:
@@ -39,9 +44,9 @@ def _mentioned(flag: str, text: str) -> bool:
 
 
 def _table_rows() -> list[tuple[str, str]]:
-    """(first cell, whole row) of every README table row whose first cell is a flag (`| `--x …` | … |`)."""
+    """(first cell, whole row) of every table row in README.md and docs/*.md whose first cell is a flag."""
     rows = []
-    for line in README.splitlines():
+    for line in DOCS.splitlines():
         m = re.match(r"\|\s*(`-[^|]*(?:\\\|[^|]*)*)\|", line)
         if m:
             rows.append((m.group(1), line))
@@ -53,21 +58,21 @@ ROWS = _table_rows()
 
 @pytest.mark.parametrize("flag", LONG)
 def test_every_long_option_of_every_command_is_in_the_readme(flag: str) -> None:
-    assert _mentioned(flag, README), f"{flag} is in --help but not in README.md"
+    assert _mentioned(flag, DOCS), f"{flag} is in --help but not in README.md nor docs/*.md"
 
 
 def test_every_flag_in_a_readme_table_exists_in_the_cli() -> None:
-    assert len(ROWS) > 40, "the README's flag tables were not found"
+    assert len(ROWS) > 40, "the flag tables of README.md and docs/*.md were not found"
     unknown = []
     for cell, _ in ROWS:
         for flag in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", cell):
             if flag not in ALL_FLAGS:
                 unknown.append((cell.strip(), flag))
-    assert not unknown, f"README flag tables name flags no command has: {unknown}"
+    assert not unknown, f"flag tables in README.md or docs/*.md name flags no command has: {unknown}"
 
 
 def _default_texts(option: click.Option) -> list[str]:
-    """How a default may be written in the README: `5m`, 60 for 60.0, `force`."""
+    """How a default may be written in the docs: `5m`, 60 for 60.0, `force`."""
     value = option.default  # click marks "no default" with a sentinel of its own: only plain values count
     if option.is_flag or option.multiple or isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return []
@@ -89,28 +94,12 @@ def test_every_default_is_in_the_readme_row_of_its_flag(command: str, option: cl
         return
     pattern = r"(?<![\w.])" + "|".join(re.escape(t) for t in texts) + r"(?![\w.])"
     assert any(re.search(pattern, row) for row in rows), (
-        f"{command} {option.opts[-1]}: default {option.default!r} is not in its README row(s): {rows}"
+        f"{command} {option.opts[-1]}: default {option.default!r} is not in its row(s) in the docs: {rows}"
     )
 
 
 def test_every_variable_a_flag_reads_is_in_the_readme() -> None:
     variables = {v for _, p in OPTIONS for v in ([p.envvar] if isinstance(p.envvar, str) else p.envvar or [])}
     assert variables, "no option declares a variable: the test reads the wrong tree"
-    missing = sorted(v for v in variables if not _mentioned(v, README))
-    assert not missing, f"variables read by flags but not in README.md: {missing}"
-
-
-def _slug(heading: str) -> str:
-    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
-def test_every_link_inside_the_readme_has_a_heading() -> None:
-    lines, fenced = [], False
-    for line in README.splitlines():
-        fenced = fenced != line.startswith("```")
-        if not fenced and line.startswith("#"):
-            lines.append(_slug(line.lstrip("#")))
-    anchors = set(lines)
-    broken = sorted({a for a in re.findall(r"\]\(#([^)]+)\)", README) if a not in anchors})
-    assert not broken, f"README links to headings that do not exist: {broken}"
+    missing = sorted(v for v in variables if not _mentioned(v, DOCS))
+    assert not missing, f"variables read by flags but not in README.md nor docs/*.md: {missing}"

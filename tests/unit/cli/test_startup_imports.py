@@ -103,7 +103,7 @@ def test_help_imports_no_pipeline_module(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("limit", [30, 45, 80, 200])
 def test_help_lists_each_lazy_command_as_its_own_help_would(limit: int) -> None:
-    """The summaries kept in cli._Commands._lazy (so that `--help` imports no daemon) say what each
+    """The summaries kept in cli.group._Commands._lazy (so that `--help` imports no daemon) say what each
     command's own help says, at every terminal width."""
     import importlib
 
@@ -145,7 +145,33 @@ def test_a_level_that_logs_nothing_never_imports_structlog(tmp_path: Path, repo:
 
 def test_one_shot_commands_collect_the_young_generation_rarely(tmp_path: Path, repo: Path) -> None:
     """Growth faster than linear at 20,000 objects came from the cyclic collector's repeated full passes
-    over everything rendered and read (cli._load); `render`, `sync` and `diff` raise its thresholds."""
+    over everything rendered and read (cli.attempt.load_source); `render`, `sync` and `diff` raise its thresholds."""
     doc = _run(tmp_path, "render", "--repo", str(repo))
     assert doc["code"] == 0
     assert doc["gc"][0] >= 100_000
+
+
+SERVER = (
+    "waitress",
+    "prometheus_client",
+    "watchdog",
+    "git",
+    "gitops_sync.daemon.reconcile.reconciler",
+    "gitops_sync.daemon.runtime",
+    "gitops_sync.daemon.serving",
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("get",), ("get", "app"), ("reconcile", "app"), ("suspend", "app"), ("resume", "app")],
+    ids=lambda a: " ".join(a),
+)
+def test_the_fleet_client_commands_import_no_server_library(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """`get`/`reconcile`/`suspend`/`resume` read or patch GitSync objects: the GitSync model only, none of
+    the daemon's server, metrics, file watch, Git or reconciler (daemon/fleet/gitsync.py vs status.py)."""
+    kubeconfig = _refusing_kubeconfig(tmp_path)
+    code, names = _imported(tmp_path, *args, "--kubeconfig", str(kubeconfig))
+    assert code == 2  # connection refused: the command did reach the cluster client
+    assert "gitops_sync.daemon.fleet.gitsync" in names
+    assert _loaded(names, SERVER) == []

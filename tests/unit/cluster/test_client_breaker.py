@@ -16,15 +16,7 @@ import pytest
 
 from gitops_sync.cluster.client import Breaker, Client
 from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError
-from tests.unit.fakes import loopback_kubeconfig
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.fakes import FakeClock, loopback_kubeconfig
 
 
 def test_a_failed_probe_opens_the_breaker_and_requests_fail_fast() -> None:
@@ -49,15 +41,15 @@ def test_half_open_reprobe_closes_the_breaker_when_the_server_is_back() -> None:
     b = Breaker(lambda: answers.pop(0), retry_after=2.0, clock=clock)
     b.failed("connection refused")
     assert b.is_down
-    clock.now += 2.5
+    clock.advance(2.5)
     with pytest.raises(ApiUnavailableError):
         b.check()  # re-probed, still down
     assert len(answers) == 1
-    clock.now += 1.0
+    clock.advance(1.0)
     with pytest.raises(ApiUnavailableError):
         b.check()  # too soon for another probe
     assert len(answers) == 1
-    clock.now += 1.5
+    clock.advance(1.5)
     b.check()  # re-probed, answered: closed, the request may go
     assert not b.is_down and b.reason == "" and not answers
 

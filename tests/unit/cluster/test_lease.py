@@ -13,14 +13,7 @@ import pytest
 
 from gitops_sync.cluster.lease import LeaderConfig, LeaderElector, fence_clock, lease_name
 from gitops_sync.errors import ClusterError, ConflictError
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.fakes import FakeClock
 
 
 class MemoryLeases:
@@ -70,17 +63,17 @@ class MemoryLeases:
 CFG = LeaderConfig(lease_duration=15, renew_deadline=10, retry_period=2)
 
 
-def pair(store: MemoryLeases) -> tuple[LeaderElector, LeaderElector, Clock, Clock]:
-    ca, cb = Clock(), Clock()
-    cb.now = 5000.0  # the two replicas' clocks do not agree: only durations on each own clock matter
-    a = LeaderElector(store, "a", CFG, clock=ca, wall=lambda: 1_700_000_000.0)
-    b = LeaderElector(store, "b", CFG, clock=cb, wall=lambda: 1_700_000_000.0)
+def pair(store: MemoryLeases) -> tuple[LeaderElector, LeaderElector, FakeClock, FakeClock]:
+    # the two replicas' clocks do not agree: only durations on each own clock matter
+    ca, cb = FakeClock(), FakeClock(5000.0)
+    a = LeaderElector(store, "a", CFG, clock=ca, wall=ca.wall)
+    b = LeaderElector(store, "b", CFG, clock=cb, wall=cb.wall)
     return a, b, ca, cb
 
 
-def advance(seconds: float, *clocks: Clock) -> None:
+def advance(seconds: float, *clocks: FakeClock) -> None:
     for c in clocks:
-        c.now += seconds
+        c.advance(seconds)
 
 
 def test_first_candidate_creates_the_lease_and_the_other_follows() -> None:
@@ -115,7 +108,7 @@ def test_leader_stops_writing_at_the_renew_deadline_before_anyone_may_take_over(
     started: list[str] = []
     stopped: list[str] = []
     store = MemoryLeases()
-    ca = Clock()
+    ca = FakeClock()
     a = LeaderElector(
         store, "a", CFG, clock=ca, on_started=lambda: started.append("a"), on_stopped=lambda: stopped.append("a")
     )
@@ -131,7 +124,7 @@ def test_leader_stops_writing_at_the_renew_deadline_before_anyone_may_take_over(
 
 def test_racing_candidates_on_an_expired_lease_cannot_both_win() -> None:
     store = MemoryLeases()
-    old = LeaderElector(store, "old", CFG, clock=Clock())
+    old = LeaderElector(store, "old", CFG, clock=FakeClock())
     old.step()
     a, b, ca, cb = pair(store)
     a.step()
@@ -160,7 +153,7 @@ def test_release_empties_the_holder_so_the_follower_takes_over_at_once() -> None
 
 def test_a_leader_that_sees_another_holder_steps_down_at_once() -> None:
     store = MemoryLeases()
-    ca = Clock()
+    ca = FakeClock()
     stopped: list[str] = []
     a = LeaderElector(store, "a", CFG, clock=ca, on_stopped=lambda: stopped.append("a"))
     assert a.step()
@@ -176,7 +169,7 @@ def test_a_leader_that_sees_another_holder_steps_down_at_once() -> None:
 def test_unreachable_store_never_raises_and_a_follower_stays_follower() -> None:
     store = MemoryLeases()
     store.down = True
-    a = LeaderElector(store, "a", CFG, clock=Clock())
+    a = LeaderElector(store, "a", CFG, clock=FakeClock())
     assert a.step() is False and not a.is_leader
 
 
@@ -191,7 +184,7 @@ def test_lease_name_is_derived_from_the_inventory_name_and_dns_safe() -> None:
 
 
 def test_an_observer_sees_a_lease_vacant_once_its_holder_stopped_renewing_for_its_duration() -> None:
-    clock, store = Clock(), MemoryLeases()
+    clock, store = FakeClock(), MemoryLeases()
     cfg = LeaderConfig(lease_duration=15, renew_deadline=10, retry_period=2)
     holder = LeaderElector(store, "a", cfg, clock=clock)
     observer = LeaderElector(store, "b", cfg, clock=clock)
@@ -201,10 +194,10 @@ def test_an_observer_sees_a_lease_vacant_once_its_holder_stopped_renewing_for_it
     assert holder.step()
     observer.look()
     assert not observer.vacant() and observer.holder == "a"
-    clock.now += 14
+    clock.advance(14)
     observer.look()  # the same record: the clock runs from when it was first seen
     assert not observer.vacant()
-    clock.now += 1
+    clock.advance(1)
     assert observer.vacant() and store.writes == 1  # observing never writes
     store.down = True
     observer.look()
@@ -215,7 +208,7 @@ def test_the_fence_is_a_deadline_from_when_the_renewal_started_not_when_it_answe
     """A renewal that takes 3 s to answer buys renew_deadline from its start: the follower's lease_duration
     runs from a moment no earlier than that, so the margin between the two is never eaten by a slow PUT."""
     store = MemoryLeases()
-    ca = Clock()
+    ca = FakeClock()
     a = LeaderElector(store, "a", CFG, clock=ca)
     real_update = store.update
 
@@ -236,7 +229,7 @@ def test_the_fence_is_a_deadline_from_when_the_renewal_started_not_when_it_answe
 
 def test_the_fence_is_closed_the_moment_leadership_ends_and_is_asked_without_the_lock() -> None:
     store = MemoryLeases()
-    a = LeaderElector(store, "a", CFG, clock=Clock())
+    a = LeaderElector(store, "a", CFG, clock=FakeClock())
     assert a.write_deadline == float("-inf") and not a.can_write()
     assert a.step() and a.can_write()
     with a._lock:  # the last check before a socket write never waits on the elector

@@ -11,44 +11,27 @@ import pytest
 
 from gitops_sync.cluster.lease import LeaderElector, LeaseChanged, SourceLock
 from gitops_sync.errors import ClusterError, ForbiddenError, LeaseError, NotFoundError
-from tests.unit.cluster.test_lease import CFG, Clock, MemoryLeases
+from tests.unit.cluster.test_lease import CFG, MemoryLeases
+from tests.unit.fakes import FakeClock
 
 OWN = "/apis/coordination.k8s.io/v1/namespaces/test/leases/lease"
 OBJECT = "/api/v1/namespaces/team/configmaps/a"
 
 
-class Waits:
-    """`sleep` for the lock: advances the clocks, and lets the other holder act at a given moment."""
-
-    def __init__(self, *clocks: Clock) -> None:
-        self.clocks = clocks
-        self.slept = 0.0
-        self.then: list[tuple[float, Any]] = []  # (after this much sleeping, do this)
-
-    def __call__(self, seconds: float) -> None:
-        self.slept += seconds
-        for c in self.clocks:
-            c.now += seconds
-        for at, action in list(self.then):
-            if self.slept >= at:
-                self.then.remove((at, action))
-                action()
-
-
-def lock(store: MemoryLeases, clock: Clock, *, timeout: float = 60, sleep: Any = None) -> SourceLock:
-    elector = LeaderElector(store, "cli", CFG, clock=clock, wall=lambda: 1_700_000_000.0)
-    return SourceLock(
-        elector, timeout=timeout, exempt=lambda path: path == OWN, clock=clock, sleep=sleep or Waits(clock)
-    )
+def lock(store: MemoryLeases, clock: FakeClock, *, timeout: float = 60) -> SourceLock:
+    """The lock's waits are `clock.sleep`: they move the fake time (and run what `clock.after` scheduled)."""
+    elector = LeaderElector(store, "cli", CFG, clock=clock, wall=clock.wall)
+    return SourceLock(elector, timeout=timeout, exempt=lambda path: path == OWN, clock=clock, sleep=clock.sleep)
 
 
 def other(store: MemoryLeases) -> LeaderElector:
     """Another run (or the daemon) of the same source."""
-    return LeaderElector(store, "pipeline-b", CFG, clock=Clock(), wall=lambda: 1_700_000_000.0)
+    clock = FakeClock()
+    return LeaderElector(store, "pipeline-b", CFG, clock=clock, wall=clock.wall)
 
 
 def test_a_free_lease_is_taken_by_the_first_write_and_released_at_the_end() -> None:
-    store, clock = MemoryLeases(), Clock()
+    store, clock = MemoryLeases(), FakeClock()
     held = lock(store, clock)
     held.observe()
     assert store.writes == 0, "observing writes nothing: a pass with nothing to write never takes it"
@@ -61,7 +44,7 @@ def test_a_free_lease_is_taken_by_the_first_write_and_released_at_the_end() -> N
 
 
 def test_the_leases_own_requests_never_wait_for_it() -> None:
-    store, clock = MemoryLeases(), Clock()
+    store, clock = MemoryLeases(), FakeClock()
     holder = other(store)
     assert holder.step()
     held = lock(store, clock, timeout=0)
@@ -71,13 +54,12 @@ def test_the_leases_own_requests_never_wait_for_it() -> None:
 
 
 def test_a_lease_held_at_the_start_is_waited_for_and_the_pass_planned_again() -> None:
-    store, clock = MemoryLeases(), Clock()
+    store, clock = MemoryLeases(), FakeClock()
     holder = other(store)
     assert holder.step()
-    waits = Waits(clock)
-    held = lock(store, clock, sleep=waits)
+    held = lock(store, clock)
     held.observe()
-    waits.then.append((5.0, holder.release))  # the other run finishes after 5 s
+    clock.after(5.0, holder.release)  # the other run finishes after 5 s
     with pytest.raises(LeaseChanged):  # what this pass read may predate the other run's writes
         held.before_write("PATCH", OBJECT)
     assert store.holder == "cli" and 5.0 <= held.waited < 6.5 and held.replans == 1
@@ -89,7 +71,7 @@ def test_a_lease_held_at_the_start_is_waited_for_and_the_pass_planned_again() ->
 
 
 def test_a_lease_taken_between_the_start_and_the_first_write_plans_again() -> None:
-    store, clock = MemoryLeases(), Clock()
+    store, clock = MemoryLeases(), FakeClock()
     held = lock(store, clock)
     held.observe()  # free (absent) when the pass began to read
     holder = other(store)
@@ -100,30 +82,29 @@ def test_a_lease_taken_between_the_start_and_the_first_write_plans_again() -> No
 
 
 def test_a_lease_held_past_the_lock_timeout_names_its_holder_and_sends_nothing() -> None:
-    store, clock = MemoryLeases(), Clock()
+    store, clock = MemoryLeases(), FakeClock()
     holder = other(store)
     assert holder.step()
-    waits = Waits(clock)
-    waits.then = [(t, holder.step) for t in range(2, 30, 2)]  # it keeps renewing, as a live holder does
-    held = lock(store, clock, timeout=10, sleep=waits)
+    for t in range(2, 30, 2):
+        clock.after(t, holder.step)  # it keeps renewing, as a live holder does
+    held = lock(store, clock, timeout=10)
     held.observe()
     with pytest.raises(LeaseError) as caught:
         held.before_write("PATCH", OBJECT)
     message = str(caught.value)
     assert "held by pipeline-b since " in message and "--lock-timeout 10s" in message, message
     assert "Nothing was written" in message
-    assert 10 <= waits.slept < 11 and store.holder == "pipeline-b" and not held.held
+    assert 10 <= clock.slept < 11 and store.holder == "pipeline-b" and not held.held
 
 
 def test_a_crashed_holder_is_taken_over_after_its_lease_duration() -> None:
-    store, clock = MemoryLeases(), Clock()
+    store, clock = MemoryLeases(), FakeClock()
     assert other(store).step()  # and then it dies: nobody renews
-    waits = Waits(clock)
-    held = lock(store, clock, sleep=waits)
+    held = lock(store, clock)
     held.observe()
     with pytest.raises(LeaseChanged):
         held.before_write("PATCH", OBJECT)
-    assert store.holder == "cli" and CFG.lease_duration <= waits.slept < CFG.lease_duration + 1.5
+    assert store.holder == "cli" and CFG.lease_duration <= clock.slept < CFG.lease_duration + 1.5
 
 
 class Forbidden(MemoryLeases):
@@ -132,7 +113,7 @@ class Forbidden(MemoryLeases):
 
 
 def test_a_lease_the_user_may_not_take_refuses_the_write_and_says_which_rights_are_needed() -> None:
-    clock = Clock()
+    clock = FakeClock()
     held = lock(Forbidden(), clock)
     held.observe()  # a pass that writes nothing never needs it
     with pytest.raises(LeaseError) as caught:
@@ -142,11 +123,11 @@ def test_a_lease_the_user_may_not_take_refuses_the_write_and_says_which_rights_a
 
 
 def test_a_run_whose_renewal_is_overdue_writes_nothing_more() -> None:
-    store, clock = MemoryLeases(), Clock()
+    store, clock = MemoryLeases(), FakeClock()
     held = lock(store, clock)
     held.observe()
     held.before_write("PATCH", OBJECT)
-    clock.now += CFG.renew_deadline  # frozen (SIGSTOP) or cut off: no renewal for the renew deadline
+    clock.advance(CFG.renew_deadline)  # frozen (SIGSTOP) or cut off: no renewal for the renew deadline
     with pytest.raises(ClusterError, match="lost Lease test/lease"):
         held.before_write("PATCH", OBJECT)
     held.release()
@@ -166,9 +147,9 @@ class NoNamespace(MemoryLeases):
 
 
 def test_the_write_creating_the_leases_namespace_goes_out_and_the_next_write_takes_the_lease() -> None:
-    store, clock = NoNamespace(), Clock()
-    elector = LeaderElector(store, "cli", CFG, clock=clock, wall=lambda: 1_700_000_000.0)
-    held = SourceLock(elector, timeout=60, namespace="test", clock=clock, sleep=Waits(clock))
+    store, clock = NoNamespace(), FakeClock()
+    elector = LeaderElector(store, "cli", CFG, clock=clock, wall=clock.wall)
+    held = SourceLock(elector, timeout=60, namespace="test", clock=clock, sleep=clock.sleep)
     held.observe()
     with pytest.raises(LeaseError, match="its namespace does not exist"):  # any other write needs the Lease
         held.before_write("PATCH", OBJECT)

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from gitops_sync.conventions import ADOPTED, PART_OF
-from gitops_sync.plan import ownership, planner
+from gitops_sync.plan import bookkeeping, ownership, planner
 from gitops_sync.plan.changeset import Action
 from gitops_sync.plan.masking import MASK, VALUES_DIFFER
 from tests.unit.fakes import StaticDiscovery, cm, objs
@@ -14,7 +14,7 @@ from tests.unit.fakes import StaticDiscovery, cm, objs
 
 def target(manifest: dict[str, Any], live: dict[str, Any] | None) -> planner.Target:
     (t,) = planner.resolve(objs(manifest), StaticDiscovery(), "ns")
-    planner.finalize(t, live, "applyset-x-v1")
+    bookkeeping.finalize(t, live, "applyset-x-v1")
     return t
 
 
@@ -52,14 +52,14 @@ def test_conflicts_over_bookkeeping_are_not_conflicts() -> None:
         ".metadata.annotations.gitops-sync.io/intent-hash", "gitops-sync", "Apply", "", ""
     )
     data_conflict = ownership.Conflict(".data.k", "gitops-sync", "Apply", "", "")
-    assert planner.is_bookkeeping_conflict(hash_conflict)
-    assert not planner.is_bookkeeping_conflict(data_conflict)
+    assert bookkeeping.is_bookkeeping_conflict(hash_conflict)
+    assert not bookkeeping.is_bookkeeping_conflict(data_conflict)
 
 
 def test_a_secret_value_that_differs_says_so() -> None:
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "stringData": {"password": "new"}}
     (t,) = planner.resolve(objs(secret), StaticDiscoveryWithSecret(), "ns")
-    planner.finalize(t, None, "id")
+    bookkeeping.finalize(t, None, "id")
     live = copy.deepcopy(t.manifest)
     live["data"]["password"] = "b2xk"
     live["metadata"]["managedFields"] = [

@@ -1,5 +1,5 @@
-"""planner.co_owners: other managers' fields among ours, computed on the cut of `desired` to the top-level
-fields they own (planner._within) — always the same answer as the whole object's leaf paths."""
+"""foreign.co_owners: other managers' fields among ours, computed on the cut of `desired` to the top-level
+fields they own (foreign._within) — always the same answer as the whole object's leaf paths."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gitops_sync.plan import fieldpath, ownership, planner
+from gitops_sync.plan import fieldpath, foreign, ownership, planner
 
 DEPLOYMENT: dict[str, Any] = {
     "apiVersion": "apps/v1",
@@ -82,7 +82,7 @@ def test_the_cut_answers_as_the_whole_object(entries: list[dict[str, Any]], expe
     desired = json.loads(json.dumps(DEPLOYMENT))
     live = json.loads(json.dumps(DEPLOYMENT))
     live["metadata"]["managedFields"] = entries
-    got = [(o.manager, o.fields) for o in planner.co_owners(desired, live, "gitops-sync")]
+    got = [(o.manager, o.fields) for o in foreign.co_owners(desired, live, "gitops-sync")]
     assert got == expected
     assert got == _reference(desired, live)
 
@@ -90,13 +90,13 @@ def test_the_cut_answers_as_the_whole_object(entries: list[dict[str, Any]], expe
 def test_the_cut_keeps_only_owned_top_level_fields_and_kind() -> None:
     live = {"metadata": {"managedFields": [CONTROLLER]}}
     others = ownership.managed_fields(live)
-    assert sorted(planner._within(DEPLOYMENT, others)) == ["kind", "metadata"]
+    assert sorted(foreign._within(DEPLOYMENT, others)) == ["kind", "metadata"]
 
 
 def test_a_field_name_with_a_dot_is_kept() -> None:
     """`.we.ird` may be field `we.ird` or `ird` under `we`: both are kept, nothing shared is lost."""
     desired = {**DEPLOYMENT, "we.ird": "x", "we": {"ird": "y"}}
     live = {**desired, "metadata": {"managedFields": [OURS, ODD]}}
-    assert sorted(planner._within(desired, ownership.managed_fields(live)[1:])) == ["kind", "spec", "we", "we.ird"]
-    got = [(o.manager, o.fields) for o in planner.co_owners(desired, live, "gitops-sync")]
+    assert sorted(foreign._within(desired, ownership.managed_fields(live)[1:])) == ["kind", "spec", "we", "we.ird"]
+    got = [(o.manager, o.fields) for o in foreign.co_owners(desired, live, "gitops-sync")]
     assert got == _reference(desired, live) == [("odd", [".spec.replicas", ".we.ird"])]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gitops_sync.plan.planner import foreign_fields
+from gitops_sync.plan.foreign import foreign_fields
 from gitops_sync.resource import ObjectKey
 
 KEY = ObjectKey("", "ConfigMap", "ns", "c")

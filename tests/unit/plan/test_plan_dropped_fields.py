@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gitops_sync.plan import planner
+from gitops_sync.plan import bookkeeping, planner
 from gitops_sync.plan.diff import diff_intent
 from tests.unit.fakes import StaticDiscovery, objs
 
@@ -56,7 +56,7 @@ def ours(read_only_owned: bool) -> dict[str, Any]:
 def planned(manifest: dict[str, Any]) -> tuple[planner.Target, dict[str, Any]]:
     """The target and the live object as the server stores it: `readOnly: false` and `env: []` left out."""
     (t,) = planner.resolve(objs(manifest), StaticDiscovery(), "ns")
-    planner.finalize(t, None, "applyset-x-v1")
+    bookkeeping.finalize(t, None, "applyset-x-v1")
     live = copy.deepcopy(t.manifest)
     container = live["spec"]["template"]["spec"]["containers"][0]
     if container.get("env") == []:

@@ -15,7 +15,7 @@ from typing import Any
 
 from gitops_sync.apply.manager import ResourceManager
 from gitops_sync.conventions import INTENT_HASH
-from gitops_sync.plan import planner
+from gitops_sync.plan import bookkeeping, planner
 from gitops_sync.plan.changeset import Action
 from gitops_sync.plan.diff import diff_intent
 from gitops_sync.resource import DesiredObject
@@ -38,9 +38,9 @@ def test_intent_hash_is_the_same_as_before_and_ignores_its_own_annotation() -> N
     only_hash["metadata"]["annotations"] = {INTENT_HASH: "old"}
     for m in (plain, with_hash, only_hash, {"kind": "X"}, {"metadata": None}, {"metadata": {"annotations": None}}):
         before = copy.deepcopy(m)
-        assert planner.intent_hash(m) == _reference_hash(m)
+        assert bookkeeping.intent_hash(m) == _reference_hash(m)
         assert m == before
-    assert planner.intent_hash(plain) == "b5e1a849a86f725da19c8de4f824d7de"
+    assert bookkeeping.intent_hash(plain) == "b5e1a849a86f725da19c8de4f824d7de"
 
 
 def _applied(call: Call) -> tuple[int, Any]:
@@ -53,7 +53,7 @@ def _applied(call: Call) -> tuple[int, Any]:
 def _targets(*manifests: dict[str, Any]) -> list[planner.Target]:
     targets = planner.resolve([DesiredObject(m, origin="x.yaml") for m in manifests], StaticDiscovery(), "ns")
     for t in targets:
-        planner.finalize(t, None, "applyset-x-v1")
+        bookkeeping.finalize(t, None, "applyset-x-v1")
     return targets
 
 

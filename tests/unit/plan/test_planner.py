@@ -11,7 +11,7 @@ from gitops_sync.apply.ordering import prune_order, stage_of, stages
 from gitops_sync.cluster.discovery import ResourceInfo
 from gitops_sync.conventions import ADOPTED, INTENT_HASH, PART_OF
 from gitops_sync.errors import RenderError
-from gitops_sync.plan import ownership, planner
+from gitops_sync.plan import bookkeeping, ownership, planner
 from gitops_sync.plan.changeset import Action, ChangeSet, Entry, FieldChange
 from gitops_sync.report import exit_code_diff, exit_code_sync, markdown
 from gitops_sync.resource import ObjectKey
@@ -72,7 +72,7 @@ def test_resolve_accepts_custom_resource_whose_crd_is_in_the_same_set() -> None:
 
 def test_fast_path_needs_same_intent_and_every_field_still_live() -> None:
     (t,) = planner.resolve(objs(cm("a", LEVEL="info")), StaticDiscovery(), "ns")
-    planner.finalize(t, None, "applyset-x-v1")
+    bookkeeping.finalize(t, None, "applyset-x-v1")
     live = copy.deepcopy(t.manifest)
     live["metadata"].update(resourceVersion="5", uid="u", managedFields=[])
     assert planner.is_unchanged(t, live, "gitops-sync")
@@ -83,36 +83,36 @@ def test_fast_path_needs_same_intent_and_every_field_still_live() -> None:
     extra["data"]["OTHER"] = "set by someone else"  # fields we do not set are not ours to judge
     assert planner.is_unchanged(t, extra, "gitops-sync")
     (t2,) = planner.resolve(objs(cm("a", LEVEL="info", NEW="x")), StaticDiscovery(), "ns")
-    planner.finalize(t2, live, "applyset-x-v1")
+    bookkeeping.finalize(t2, live, "applyset-x-v1")
     assert not planner.is_unchanged(t2, live, "gitops-sync")  # a new Git intent always goes to the server
     assert not planner.is_unchanged(t, None, "gitops-sync")
 
 
 def test_a_body_without_its_conflicts_records_its_own_intent_not_gits() -> None:
     (t,) = planner.resolve(objs(cm("a", LEVEL="info", OWNER="x")), StaticDiscovery(), "ns")
-    planner.finalize(t, None, "applyset-x-v1")
+    bookkeeping.finalize(t, None, "applyset-x-v1")
     full = t.manifest["metadata"]["annotations"][INTENT_HASH]
     conflict = ownership.Conflict(".data.OWNER", "kubectl-rw", "Apply", "", "v1")
-    body = planner.without_conflicts(t.manifest, [conflict])
+    body = bookkeeping.without_conflicts(t.manifest, [conflict])
     assert "OWNER" not in body["data"] and t.manifest["data"]["OWNER"] == "x"
-    assert body["metadata"]["annotations"][INTENT_HASH] == planner.intent_hash(body) != full
+    assert body["metadata"]["annotations"][INTENT_HASH] == bookkeeping.intent_hash(body) != full
     assert t.manifest["metadata"]["annotations"][INTENT_HASH] == full
 
 
 def test_finalize_marks_objects_that_existed_before_as_adopted() -> None:
     (t,) = planner.resolve(objs(cm("a")), StaticDiscovery(), "ns")
-    planner.finalize(t, {"metadata": {"name": "a", "labels": {}}}, "applyset-x-v1")
+    bookkeeping.finalize(t, {"metadata": {"name": "a", "labels": {}}}, "applyset-x-v1")
     meta = t.manifest["metadata"]
     assert meta["labels"][PART_OF] == "applyset-x-v1"
     assert meta["annotations"][ADOPTED] == "true"
     (fresh,) = planner.resolve(objs(cm("b")), StaticDiscovery(), "ns")
-    planner.finalize(fresh, None, "applyset-x-v1")
+    bookkeeping.finalize(fresh, None, "applyset-x-v1")
     assert ADOPTED not in fresh.manifest["metadata"]["annotations"]
 
 
 def test_explain_names_the_owner_of_a_drifted_field() -> None:
     (t,) = planner.resolve(objs(cm("a", LEVEL="info")), StaticDiscovery(), "ns")
-    planner.finalize(t, None, "id")
+    bookkeeping.finalize(t, None, "id")
     live = copy.deepcopy(t.manifest)
     live["data"]["LEVEL"] = "debug"
     live["metadata"]["managedFields"] = [

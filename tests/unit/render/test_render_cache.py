@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gitops_sync import engine, rendercache
-from gitops_sync.engine import SourceOptions, load
+from gitops_sync.engine import SourceOptions, load, loading
 from gitops_sync.render import RenderOptions
 from gitops_sync.rendercache import DiskStore, MemoryStore, RenderCache
 from gitops_sync.resource import DesiredObject
@@ -48,11 +48,11 @@ def commit(repo: Path, files: dict[str, str]) -> None:
 
 
 class Counting:
-    """engine.render, counted; `fake` stands in for the tools (kustomize, helm) the unit tests do not run."""
+    """loading.render, counted; `fake` stands in for the tools (kustomize, helm) the unit tests do not run."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, fake: bool = False) -> None:
         self.calls = 0
-        real = engine.render
+        real = loading.render
 
         def counted(root: Path, opts: RenderOptions, **kw: Any) -> list[DesiredObject]:
             self.calls += 1
@@ -60,7 +60,7 @@ class Counting:
                 return [DesiredObject({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, "fake")]
             return real(root, opts, **kw)
 
-        monkeypatch.setattr(engine, "render", counted)
+        monkeypatch.setattr(loading, "render", counted)
 
 
 def source(repo: Path, tmp_path: Path, **kw: Any) -> SourceOptions:

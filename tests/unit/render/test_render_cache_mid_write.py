@@ -1,6 +1,6 @@
 """A file rewritten while a directory is rendered never leaves a short render under the complete tree's key.
 
-The interleaving is made certain: `engine.render` is wrapped so that, once the cache has read and keyed the
+The interleaving is made certain: `loading.render` is wrapped so that, once the cache has read and keyed the
 tree, the wrapper rewrites a file in place (truncate, and the same bytes written back only after the render
 returns) or regenerates a directory (removed, and written back afterwards) — what an editor or a generator
 does. The tree is byte-identical before and after, so a later load is served the stored entry: it must
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from gitops_sync import engine
-from gitops_sync.engine import SourceOptions, load
+from gitops_sync.engine import SourceOptions, load, loading
 from gitops_sync.render import RenderOptions
 from gitops_sync.resource import DesiredObject
 from tests.unit.render.test_render_cache import make_repo
@@ -58,8 +58,8 @@ def regenerated(directory: Path) -> Iterator[None]:
 
 
 def interleave(monkeypatch: pytest.MonkeyPatch, during: Callable[[], Any]) -> list[int]:
-    """engine.render wrapped: the first call renders while `during()` (a context manager) holds."""
-    real = engine.render
+    """loading.render wrapped: the first call renders while `during()` (a context manager) holds."""
+    real = loading.render
     calls: list[int] = []
 
     def wrapped(root: Path, opts: RenderOptions, **kw: Any) -> list[DesiredObject]:
@@ -69,7 +69,7 @@ def interleave(monkeypatch: pytest.MonkeyPatch, during: Callable[[], Any]) -> li
         with during():
             return real(root, opts, **kw)
 
-    monkeypatch.setattr(engine, "render", wrapped)
+    monkeypatch.setattr(loading, "render", wrapped)
     return calls
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from gitops_sync.errors import SourceError
 from gitops_sync.source import fetch, mask_url
-from gitops_sync.source.checkout import _Remote
+from gitops_sync.source.remote import Remote
 
 ACTOR = git.Actor("Test", "test@example.invalid")
 USER, PASSWORD = "alice", "p@ss:w/rd-S3cret"  # '@', ':' and '/' as a real token may have them
@@ -55,7 +55,7 @@ def test_mask_url_hides_the_whole_userinfo(text: str, masked: str | None) -> Non
     ],
 )
 def test_remote_url_and_credentials_are_split(url: str, clean: str, user: str | None, password: str | None) -> None:
-    remote = _Remote.of(url)
+    remote = Remote.of(url)
     assert remote.url == clean
     assert remote.env.get("GITOPS_SYNC_CREDENTIAL_USERNAME") == user
     assert remote.env.get("GITOPS_SYNC_CREDENTIAL_PASSWORD") == password
@@ -64,7 +64,7 @@ def test_remote_url_and_credentials_are_split(url: str, clean: str, user: str | 
 
 def test_existing_git_config_env_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
-    env = _Remote.of("https://a:b@h/r.git").env
+    env = Remote.of("https://a:b@h/r.git").env
     assert env["GIT_CONFIG_COUNT"] == "3"
     assert env["GIT_CONFIG_KEY_1"] == env["GIT_CONFIG_KEY_2"] == "credential.helper"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from gitops_sync.daemon.reconcile.triggers import WebhookResult
 from gitops_sync.daemon.runtime.auth import Decision
-from gitops_sync.daemon.serving.http import Endpoints, _App
+from gitops_sync.daemon.serving.routes import Endpoints, Routes
 from gitops_sync.web import CSP, diff_html, page, view
 
 EVIL = '<script>alert("x")</script>'
@@ -287,7 +287,7 @@ def _app(
     *,
     doc: Callable[[], dict[str, Any]] = status_doc,
     tenants: tuple[str, str] | None = None,
-) -> _App:
+) -> Routes:
     """The page's WSGI app over `doc()`; every request gets `decision`, or asks `auth` (None: no auth);
     `tenants`: a fleet's per-tenant page (Endpoints.tenant_resource)."""
     endpoints = Endpoints(
@@ -298,10 +298,10 @@ def _app(
         webhook=lambda h, b: WebhookResult(False, 400, "no"),
         tenant_resource=tenants,
     )
-    return _App(endpoints, (lambda path, header: decision) if decision else auth, 1024, 2)
+    return Routes(endpoints, (lambda path, header: decision) if decision else auth, 1024, 2)
 
 
-def _call(app: _App, path: str, method: str = "GET") -> tuple[str, dict[str, str], bytes]:
+def _call(app: Routes, path: str, method: str = "GET") -> tuple[str, dict[str, str], bytes]:
     got: dict[str, Any] = {}
 
     def start_response(status: str, headers: list[tuple[str, str]]) -> None:
@@ -392,11 +392,11 @@ def test_diff_and_sync_offer_html_output() -> None:
             )
         ],
     )
-    from gitops_sync import cli
+    from gitops_sync.cli import output
 
     out = io.StringIO()
-    assert "html" in cli.OUTPUTS
-    cli._write(cs, "html", out)
+    assert "html" in output.OUTPUTS
+    output.write(cs, "html", out)
     html = out.getvalue()
     assert html.startswith("<!doctype html>") and "kubectl edit" in html and "&lt;script&gt;" in html
     assert "<script" not in html

@@ -10,7 +10,8 @@ import yaml
 
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.fleet import gitsync
-from gitops_sync.daemon.fleet.gitsync import InvalidSpec, parse, shard_of, status_of, with_transition_times
+from gitops_sync.daemon.fleet.gitsync import InvalidSpec, parse, shard_of, with_transition_times
+from gitops_sync.daemon.fleet.status import status_of
 from gitops_sync.engine import SourceOptions
 
 CRD = Path(__file__).resolve().parents[4] / "deploy" / "kubernetes" / "crd" / "gitsyncs.gitops-sync.io.yaml"
@@ -215,3 +216,26 @@ def test_every_spec_field_of_the_crd_is_described_for_kubectl_explain() -> None:
     assert spec.get("description")
     undescribed = [name for name, prop in spec["properties"].items() if not prop.get("description")]
     assert not undescribed, f"kubectl explain gitsync.spec says <no description> for {undescribed}"
+
+
+def test_detect_only_status_counts_gits_changes_as_planned_and_only_live_changes_as_drift() -> None:
+    """Issue 22: a Git change a detect-only pass left is planned, not drift; Ready's message names both."""
+    from gitops_sync.daemon.reconcile.outcome import SourceSnapshot
+    from gitops_sync.plan.changeset import GIT_CHANGED, LIVE_CHANGED, Action, Entry, FieldChange
+    from gitops_sync.resource import ObjectKey
+
+    def update(name: str, reason: str) -> Entry:
+        key = ObjectKey("", "ConfigMap", "team-a", name)
+        return Entry(key, "v1", Action.UPDATE, drift=[FieldChange(".data.v", "1", "2", reason=reason)])
+
+    gs = parse(obj({"repository": "r", "mode": "detect-only"}))
+    entries = (update("git", GIT_CHANGED), update("git2", GIT_CHANGED), update("live", LIVE_CHANGED))
+    snap = SourceSnapshot(entries=entries, first_sync=True, self_heal=False, loaded=True)
+    doc = status_of(gs, snap)
+    assert doc["counts"]["planned"] == 2 and doc["counts"]["drifted"] == 1
+    conds = {c["type"]: c for c in doc["conditions"]}
+    assert conds["Drifted"]["status"] == "True" and conds["Drifted"]["message"].startswith("1 object(s)")
+    assert conds["Ready"]["message"].endswith("(detect-only: 1 drifted, 2 planned)")
+    only_git = status_of(gs, SourceSnapshot(entries=entries[:2], first_sync=True, self_heal=False, loaded=True))
+    ready = {c["type"]: c for c in only_git["conditions"]}["Ready"]
+    assert ready["message"].endswith("(detect-only: 0 drifted, 2 planned)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gitops_sync.daemon.runtime.metrics import Metrics, object_state
+from gitops_sync.daemon.runtime.metrics import OBJECT_STATES, Metrics, object_state
 from gitops_sync.plan.changeset import Action, Entry, Terminating
 from gitops_sync.resource import ObjectKey
 
@@ -21,7 +21,7 @@ def test_a_source_has_one_revision_series_and_none_once_forgotten() -> None:
     m.set_source("a/web", entries, applied=True, forcing=True, revision="r2", healthy=True, ready=False)
     m.set_source("b/db", [], applied=True, forcing=True, revision="", healthy=False, ready=False)
     web = _series(m, "a/web")
-    assert len(web) == 9, web  # 6 states, revision, healthy, ready
+    assert len(web) == len(OBJECT_STATES) + 3, web  # each state, revision, healthy, ready
     assert [s for s in web if "revision=" in s] == [
         'gitops_sync_gitsync_last_applied_revision_info{revision="r2",source="a/web"} 1.0'
     ]
@@ -31,7 +31,7 @@ def test_a_source_has_one_revision_series_and_none_once_forgotten() -> None:
     m.forget_source("a/web")  # twice, or a source never exported: no error
     m.forget_source("c/never")
     assert _series(m, "a/web") == []
-    assert len(_series(m, "b/db")) == 8  # no revision applied yet: no revision series
+    assert len(_series(m, "b/db")) == len(OBJECT_STATES) + 2  # no revision applied yet: no revision series
 
 
 def test_terminating_objects_are_their_own_state_and_a_pending_prune_is_not_a_desired_object() -> None:

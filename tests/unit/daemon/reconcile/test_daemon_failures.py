@@ -3,17 +3,16 @@ real error, counted once, with a reason scripts can match; deletions that are re
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from gitops_sync.daemon.fleet import gitsync
+from gitops_sync.daemon.fleet import status as fleet_status
 from gitops_sync.daemon.fleetctl import row
 from gitops_sync.daemon.reconcile.failures import APPLY_FAILED, PRUNE_FAILED, RECONCILE_FAILED, failures_of
-from gitops_sync.daemon.reconcile.reconciler import SourceReconciler, SourceSpec
-from gitops_sync.engine import PassOptions, SourceOptions
+from gitops_sync.daemon.reconcile.outcome import SourceSnapshot
+from gitops_sync.engine import SourceOptions
 from gitops_sync.plan.changeset import NOT_SENT, PRUNE_REFUSED, Action, Consequence, Entry
 from gitops_sync.resource import ObjectKey
 
@@ -72,36 +71,27 @@ def test_the_reason_says_which_step_failed() -> None:
     assert not failures_of([Entry(MINE, "v1", Action.UNCHANGED)], [], {MINE})
 
 
-@dataclass
-class _Desired:
-    by_key: dict[ObjectKey, Any]
-    checkout: Any = None
+def _snapshot(entries: dict[ObjectKey, Entry], pass_errors: list[str]) -> SourceSnapshot:
+    """A source's snapshot after a pass (what `status_of` reads)."""
+    return SourceSnapshot(
+        entries=tuple(entries.values()),
+        pass_errors=tuple(pass_errors),
+        desired=frozenset({MINE, THEIRS}),
+        first_sync=True,
+        self_heal=True,
+        forcing=True,
+        applied=("r1", ""),
+        attempted="r2",
+        inventory_name="gitsync-app",
+        inventory_namespace="team-a",
+    )
 
 
-@dataclass
-class _Reconciler:
-    """The part of a SourceReconciler that `status_of` reads (its state after a pass)."""
-
-    entries: dict[ObjectKey, Entry]
-    pass_errors: list[str]
-    first_sync: bool = True
-    spec: SourceSpec = field(default_factory=lambda: SourceSpec(SourceOptions(repo="r"), PassOptions()))
-    state: Any = field(default_factory=threading.Lock)
-    forcing: bool = True
-    applied: tuple[str, str] | None = ("r1", "")
-    attempted: str = "r2"
-    current: _Desired = field(default_factory=lambda: _Desired({MINE: None, THEIRS: None}))
-    inventory_name: str = "gitsync-app"
-    inventory_namespace: str = "team-a"
-    load_error: str = ""
-    crashed: str = ""
-
-
-def status(r: _Reconciler, **kwargs: Any) -> dict[str, Any]:
+def status(r: SourceSnapshot, **kwargs: Any) -> dict[str, Any]:
     gs = gitsync.parse(
         {"metadata": {"name": "app", "namespace": "team-a", "generation": 2}, "spec": {"repository": "r"}}
     )
-    return gitsync.status_of(gs, cast(SourceReconciler, r), **kwargs)
+    return fleet_status.status_of(gs, r, **kwargs)
 
 
 def conditions(doc: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -109,7 +99,7 @@ def conditions(doc: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 def test_status_of_a_failed_object_names_it_once_with_a_reason_and_stalls() -> None:
-    doc = status(_Reconciler({MINE: Entry(MINE, "v1", Action.UNCHANGED), THEIRS: refused()}, [SKIPPED]))
+    doc = status(_snapshot({MINE: Entry(MINE, "v1", Action.UNCHANGED), THEIRS: refused()}, [SKIPPED]))
     assert doc["lastError"].startswith("ConfigMap/team-b/theirs (theirs.yaml#1): 403 Forbidden")
     assert doc["counts"]["error"] == 1 and [e["object"] for e in doc["errors"]] == ["ConfigMap/team-b/theirs"]
     c = conditions(doc)
@@ -120,7 +110,7 @@ def test_status_of_a_failed_object_names_it_once_with_a_reason_and_stalls() -> N
 
 
 def test_status_of_a_clean_source_has_no_errors() -> None:
-    doc = status(_Reconciler({MINE: Entry(MINE, "v1", Action.UNCHANGED)}, []))
+    doc = status(_snapshot({MINE: Entry(MINE, "v1", Action.UNCHANGED)}, []))
     assert doc["lastError"] == "" and doc["errors"] == [] and doc["counts"]["error"] == 0
     assert conditions(doc)["Ready"] == ("True", "ReconciliationSucceeded")
 
@@ -129,8 +119,8 @@ def test_status_of_a_refused_deletion_is_not_ready_whatever_the_last_pass_said()
     guard = Entry(
         GONE, "v1", Action.ERROR, message="prune refused: it still holds ConfigMap/old/by-hand", reason=PRUNE_REFUSED
     )
-    deletion = gitsync.Deletion(failures_of([guard], [], ()))
-    doc = status(_Reconciler({MINE: Entry(MINE, "v1", Action.UNCHANGED)}, []), deletion=deletion)
+    deletion = fleet_status.Deletion(failures_of([guard], [], ()))
+    doc = status(_snapshot({MINE: Entry(MINE, "v1", Action.UNCHANGED)}, []), deletion=deletion)
     assert conditions(doc)["Ready"] == ("False", PRUNE_REFUSED) and conditions(doc)["Stalled"][0] == "True"
     ready = next(x for x in doc["conditions"] if x["type"] == "Ready")
     assert ready["message"].startswith("deleting: Namespace/old: prune refused") and "by-hand" in ready["message"]
@@ -138,14 +128,16 @@ def test_status_of_a_refused_deletion_is_not_ready_whatever_the_last_pass_said()
 
 
 def test_status_of_a_deletion_waiting_for_its_objects() -> None:
-    waiting = gitsync.Deletion(failures_of([], [], ()), waiting="waiting for 1 object(s) to be gone: ConfigMap/a/x")
-    doc = status(_Reconciler({}, []), deletion=waiting)
-    assert conditions(doc)["Ready"] == ("False", gitsync.WAITING_FOR_TERMINATION)
-    assert conditions(doc)["Reconciling"] == ("True", gitsync.WAITING_FOR_TERMINATION)
+    waiting = fleet_status.Deletion(
+        failures_of([], [], ()), waiting="waiting for 1 object(s) to be gone: ConfigMap/a/x"
+    )
+    doc = status(_snapshot({}, []), deletion=waiting)
+    assert conditions(doc)["Ready"] == ("False", fleet_status.WAITING_FOR_TERMINATION)
+    assert conditions(doc)["Reconciling"] == ("True", fleet_status.WAITING_FOR_TERMINATION)
 
 
 def test_get_shows_the_reason_the_first_error_and_the_errors() -> None:
-    doc = status(_Reconciler({THEIRS: refused()}, [SKIPPED]))
+    doc = status(_snapshot({THEIRS: refused()}, [SKIPPED]))
     shown = row({"metadata": {"name": "app", "namespace": "team-a", "generation": 2}, "spec": {}, "status": doc})
     assert shown["ready"] == "False" and shown["reason"] == APPLY_FAILED
     assert shown["message"] == shown["lastError"] == doc["lastError"]
@@ -176,5 +168,5 @@ def test_status_fields_an_older_crd_does_not_declare_are_read_from_the_api_serve
         "500 Error: failed to create typed patch object (team-a/app; gitops-sync.io/v1alpha1, Kind=GitSync): "
         ".status.errors: field not declared in schema"
     )
-    assert gitsync.undeclared_status_fields(message) == {"errors"}
-    assert gitsync.undeclared_status_fields("500 Error: etcdserver: request timed out") == set()
+    assert fleet_status.undeclared_status_fields(message) == {"errors"}
+    assert fleet_status.undeclared_status_fields("500 Error: etcdserver: request timed out") == set()

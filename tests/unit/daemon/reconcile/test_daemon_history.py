@@ -7,18 +7,11 @@ from typing import Any
 from gitops_sync.conventions import MASK
 from gitops_sync.daemon.reconcile.history import OwnershipHistory, is_fight, tracked_paths
 from gitops_sync.resource import ObjectKey
+from tests.unit.fakes import FakeClock
 
 KEY = ObjectKey("apps", "Deployment", "ns", "web")
 REPLICAS = {"f:spec": {"f:replicas": {}}}
 IMAGE = {"f:spec": {"f:template": {"f:spec": {"f:containers": {'k:{"name":"web"}': {"f:image": {}}}}}}}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def mf(manager: str, fields: dict[str, Any], *, op: str = "Update", sub: str = "", at: str = "") -> dict[str, Any]:
@@ -63,18 +56,18 @@ def test_tracked_paths_skip_identity_and_bookkeeping() -> None:
 
 
 def test_helm_then_kubectl_scale_then_helm_then_kubectl_is_a_fight_with_both_managers() -> None:
-    clock = Clock()
-    h = OwnershipHistory(clock=clock)
+    clock = FakeClock()
+    h = OwnershipHistory(clock=clock.wall)
     both = {"f:spec": {"f:replicas": {}, "f:template": IMAGE["f:spec"]["f:template"]}}
     assert h.observe(KEY, PATHS, deployment(3, [mf("helm", both)], 1)) == []
-    clock.now += 10
+    clock.advance(10)
     scaled = [mf("helm", IMAGE), mf("kubectl", REPLICAS, sub="scale", at="2024-01-01T00:00:10Z")]
     assert h.observe(KEY, PATHS, deployment(10, scaled, 2)) == []
-    clock.now += 10
+    clock.advance(10)
     assert h.observe(KEY, PATHS, deployment(3, [mf("helm", both, at="2024-01-01T00:00:20Z")], 3)) == [], (
         "one return is not a fight yet: kubectl took it only once"
     )
-    clock.now += 10
+    clock.advance(10)
     fights = h.observe(KEY, PATHS, deployment(10, scaled, 4))
     assert len(fights) == 1
     f = fights[0]
@@ -92,12 +85,12 @@ def test_helm_then_kubectl_scale_then_helm_then_kubectl_is_a_fight_with_both_man
 
 
 def test_each_further_change_in_a_fight_is_reported_once() -> None:
-    clock = Clock()
-    h = OwnershipHistory(clock=clock)
+    clock = FakeClock()
+    h = OwnershipHistory(clock=clock.wall)
     seq = [("helm", 3), ("kubectl", 10), ("helm", 3), ("kubectl", 10), ("helm", 3)]
     reported = []
     for rv, (manager, value) in enumerate(seq, 1):
-        clock.now += 1
+        clock.advance(1)
         reported.append(len(h.observe(KEY, [".spec.replicas"], deployment(value, [mf(manager, REPLICAS)], rv))))
     assert reported == [0, 0, 0, 1, 1]
     # the same object seen again (status update): no new record, no new report
@@ -105,8 +98,8 @@ def test_each_further_change_in_a_fight_is_reported_once() -> None:
 
 
 def test_one_edit_reverted_by_self_heal_is_drift_not_a_fight_but_a_repeated_edit_is() -> None:
-    clock = Clock()
-    h = OwnershipHistory(clock=clock)
+    clock = FakeClock()
+    h = OwnershipHistory(clock=clock.wall)
     ours = mf("gitops-sync", REPLICAS, op="Apply")
     h.observe(KEY, [".spec.replicas"], deployment(3, [ours], 1))
     assert h.observe(KEY, [".spec.replicas"], deployment(5, [mf("kubectl-edit", REPLICAS)], 2)) == []
@@ -116,11 +109,11 @@ def test_one_edit_reverted_by_self_heal_is_drift_not_a_fight_but_a_repeated_edit
 
 
 def test_old_changes_fall_out_of_the_window() -> None:
-    clock = Clock()
-    h = OwnershipHistory(clock=clock, window=60)
+    clock = FakeClock()
+    h = OwnershipHistory(clock=clock.wall, window=60)
     for rv, (manager, value) in enumerate([("helm", 3), ("kubectl", 10), ("helm", 3)], 1):
         h.observe(KEY, [".spec.replicas"], deployment(value, [mf(manager, REPLICAS)], rv))
-        clock.now += 100  # each change more than a window apart
+        clock.advance(100)  # each change more than a window apart
     assert h.observe(KEY, [".spec.replicas"], deployment(10, [mf("kubectl", REPLICAS)], 4)) == []
     assert h.fights() == []
 
@@ -166,7 +159,7 @@ def test_is_fight_needs_two_managers_each_taking_the_field_twice() -> None:
 
 
 def test_status_history_keeps_fields_that_changed_unless_all_are_asked_for() -> None:
-    h = OwnershipHistory(clock=Clock())
+    h = OwnershipHistory(clock=FakeClock().wall)
     both = {"f:spec": {"f:replicas": {}, "f:template": IMAGE["f:spec"]["f:template"]}}
     h.observe(KEY, PATHS, deployment(3, [mf("helm", both)], 1))
     assert h.to_dict() == []  # seen once: no history worth a line in /status

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 from gitops_sync.daemon.reconcile.history import FieldRecord, OwnershipHistory
-from tests.unit.daemon.reconcile.test_daemon_history import KEY, PATHS, REPLICAS, Clock, deployment, mf
+from tests.unit.daemon.reconcile.test_daemon_history import KEY, PATHS, REPLICAS, deployment, mf
+from tests.unit.fakes import FakeClock
 
 
 def test_records_are_capped_at_max_records_keeping_the_newest() -> None:
-    clock = Clock()
-    h = OwnershipHistory(max_records=3, clock=clock)
+    clock = FakeClock()
+    h = OwnershipHistory(max_records=3, clock=clock.wall)
     for n in range(6):
-        clock.now += 1
+        clock.advance(1)
         h.observe(KEY, PATHS[:1], deployment(n, [mf("kubectl" if n % 2 else "helm", REPLICAS)], rv=n))
     values = [r.value for r in h.fields(KEY)[".spec.replicas"]]
     assert values == [3, 4, 5]
 
 
 def test_unchanged_values_add_no_record_and_records_have_no_instance_dict() -> None:
-    h = OwnershipHistory(clock=Clock())
+    h = OwnershipHistory(clock=FakeClock().wall)
     for rv in range(3):
         h.observe(KEY, PATHS[:1], deployment(2, [mf("helm", REPLICAS)], rv=rv))
     (record,) = h.fields(KEY)[".spec.replicas"]

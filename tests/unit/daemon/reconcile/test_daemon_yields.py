@@ -10,19 +10,12 @@ from gitops_sync.daemon.reconcile.yields import AUTOSCALER, FIGHT, Yield, Yields
 from gitops_sync.plan.autoscaler import Autoscaler, find_autoscaler, scaled_by_controller_manager
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import ObjectKey
+from tests.unit.fakes import FakeClock
 
 KEY = ObjectKey("apps", "Deployment", "ns", "web")
 REPLICAS = {"f:spec": {"f:replicas": {}}}
 REST = {"f:spec": {"f:selector": {}}}
 PATHS = [".spec.replicas"]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def mf(manager: str, fields: dict[str, Any], *, op: str = "Update", sub: str = "") -> dict[str, Any]:
@@ -61,17 +54,17 @@ OURS = mf("gitops-sync", REPLICAS, op="Apply")
 ROGUE = mf("kubectl", REPLICAS, sub="scale")
 
 
-def flip(history: OwnershipHistory, yields: Yields, clock: Clock, times: int) -> list[Any]:
+def flip(history: OwnershipHistory, yields: Yields, clock: FakeClock, times: int) -> list[Any]:
     """ours(2), rogue(5), ours(2), ...: `times` takes by the rogue; what `after_fight` returned each time."""
     got = []
     rv = 1
     history.observe(KEY, PATHS, live(2, OURS, rv))
     for _ in range(times):
-        clock.now += 1
+        clock.advance(1)
         rv += 1
         for fight in history.observe(KEY, PATHS, live(5, ROGUE, rv)):
             got.append(yields.after_fight(fight, target(2)))
-        clock.now += 1
+        clock.advance(1)
         rv += 1
         history.observe(KEY, PATHS, live(2, OURS, rv))
     return got
@@ -85,9 +78,9 @@ def test_takes_counts_runs_not_records() -> None:
 
 
 def test_third_take_within_the_window_yields_the_field_to_the_other_manager() -> None:
-    clock = Clock()
-    history = OwnershipHistory(clock=clock)
-    yields = Yields(threshold=3, window=600, field_manager="gitops-sync", clock=clock)
+    clock = FakeClock()
+    history = OwnershipHistory(clock=clock.wall)
+    yields = Yields(threshold=3, window=600, field_manager="gitops-sync", clock=clock.wall)
     got = flip(history, yields, clock, 3)
     assert got[0] is None, "the second take is a fight, not yet a yield"
     y = got[-1]
@@ -107,22 +100,22 @@ def test_third_take_within_the_window_yields_the_field_to_the_other_manager() ->
 
 
 def test_takes_spread_beyond_the_window_do_not_yield() -> None:
-    clock = Clock()
-    history = OwnershipHistory(clock=clock)
-    yields = Yields(threshold=3, window=3, field_manager="gitops-sync", clock=clock)
+    clock = FakeClock()
+    history = OwnershipHistory(clock=clock.wall)
+    yields = Yields(threshold=3, window=3, field_manager="gitops-sync", clock=clock.wall)
     assert [y for y in flip(history, yields, clock, 4) if y is not None] == []
 
 
 def test_expiry_and_git_change_resume_correcting() -> None:
-    clock = Clock()
-    history = OwnershipHistory(clock=clock)
-    yields = Yields(threshold=3, window=60, field_manager="gitops-sync", clock=clock)
+    clock = FakeClock()
+    history = OwnershipHistory(clock=clock.wall)
+    yields = Yields(threshold=3, window=60, field_manager="gitops-sync", clock=clock.wall)
     flip(history, yields, clock, 3)
     assert len(yields.all()) == 1
     assert yields.resume_changed({KEY: target(2)}) == [], "Git's value unchanged: still yielded"
-    clock.now += 30
+    clock.advance(30)
     assert yields.expired() == [] and 25 < (yields.next_expiry() or 0) <= 30
-    clock.now += 31
+    clock.advance(31)
     assert [y.path for y in yields.expired()] == [".spec.replicas"] and yields.all() == []
 
     flip(history, yields, clock, 3)
@@ -199,12 +192,12 @@ def _named(name: str, replicas: int) -> tuple[Target, dict[str, Any]]:
 
 def test_per_object_lookups_follow_every_way_in_and_out() -> None:
     """`has`, `of`, `suppressed` answer per object (an index, not a scan): each way out forgets only its own."""
-    clock = Clock()
-    yields = Yields(threshold=3, window=60, field_manager="gitops-sync", clock=clock)
+    clock = FakeClock()
+    yields = Yields(threshold=3, window=60, field_manager="gitops-sync", clock=clock.wall)
     pairs = {name: _named(name, 1) for name in ("a", "b", "c", "d")}
     for name, (t, scaled) in pairs.items():
         assert len(yields.for_autoscaler(t, scaled, Autoscaler("ns", name, 2, 4))) == 1
-    history = OwnershipHistory(clock=clock)
+    history = OwnershipHistory(clock=clock.wall)
     flip(history, yields, clock, 3)  # KEY (ns/web) yields its replicas to a fight
     keys = {name: t.key for name, (t, _) in pairs.items()}
     assert all(yields.has(k) for k in [*keys.values(), KEY])
@@ -218,7 +211,7 @@ def test_per_object_lookups_follow_every_way_in_and_out() -> None:
     assert not yields.has(keys["d"]) and yields.has(keys["c"])
     assert [y.key for y in yields.resume_changed({keys["c"]: _named("c", 7)[0], KEY: target(2)})] == [keys["c"]]
     assert yields.suppressed(keys["c"]) and not yields.suppressed(keys["a"])
-    clock.now += 61
+    clock.advance(61)
     assert [y.key for y in yields.expired()] == [KEY]
     assert [k for k in [*keys.values(), KEY] if yields.has(k) or yields.of(k)] == []
     assert yields.all() == []
@@ -227,3 +220,76 @@ def test_per_object_lookups_follow_every_way_in_and_out() -> None:
     assert not yields.suppressed(keys["c"])
     yields.forget([keys["c"]])
     assert not yields.suppressed(keys["c"])
+
+
+HPA_SCALE = mf("kube-controller-manager", REPLICAS, sub="scale")
+
+
+class Watch:
+    """The watch as the reconciler handles it (`on_watch`): each change observed a second after the last,
+    a yielded object's records noted, every fight the history reports (ours included) to `after_fight`."""
+
+    def __init__(self, yields: Yields, clock: FakeClock) -> None:
+        self.yields, self.clock = yields, clock
+        self.history = OwnershipHistory(clock=clock.wall)
+        self.rv = 0
+
+    def __call__(self, *changes: tuple[int, dict[str, Any]]) -> list[tuple[str, Yield | None]]:
+        """What `after_fight` returned for each fight, with the manager whose change it was."""
+        got = []
+        for replicas, owner in changes:
+            self.clock.advance(1)
+            self.rv += 1
+            fights = self.history.observe(KEY, PATHS, live(replicas, owner, self.rv))
+            if self.yields.has(KEY):
+                self.yields.noted_write(KEY, self.history.fields(KEY))
+            got += [(owner["manager"], self.yields.after_fight(f, target(2))) for f in fights]
+        return got
+
+
+def test_a_fight_yields_only_on_the_other_managers_take_never_to_ourselves() -> None:
+    """Our own third take back is a fight too: yielding then would hand the field to gitops-sync itself."""
+    clock = FakeClock()
+    yields = Yields(threshold=3, window=600, field_manager="gitops-sync", clock=clock.wall)
+    got = Watch(yields, clock)((2, OURS), (5, ROGUE), (2, OURS), (5, ROGUE), (2, OURS), (5, ROGUE))
+    assert [(who, y is not None) for who, y in got] == [
+        ("kubectl", False),  # two takes each: a fight, not yet a yield
+        ("gitops-sync", False),  # our third take: never a yield
+        ("kubectl", True),  # its third take
+    ]
+    (y,) = yields.all()
+    assert (y.manager, y.live, y.desired) == ("kubectl", 5, 2)
+
+
+def test_with_git_winning_over_autoscalers_an_hpa_is_fought_and_never_yielded_to() -> None:
+    for autoscaler_wins, yielded in ((False, []), (True, ["kube-controller-manager"])):
+        clock = FakeClock()
+        yields = Yields(
+            threshold=3, window=600, field_manager="gitops-sync", autoscaler_wins=autoscaler_wins, clock=clock.wall
+        )
+        watch = Watch(yields, clock)
+        watch(*[(2, OURS), (3, HPA_SCALE)] * 4)
+        assert [y.manager for y in yields.all()] == yielded, autoscaler_wins
+        assert [f.path for f in watch.history.fights()] == [".spec.replicas"], "the fight is still reported"
+
+
+def test_a_yield_lasts_a_window_from_the_other_managers_last_write_not_from_when_it_began() -> None:
+    """The other manager writing the yielded field again means it is still at work: the field stays yielded
+    until that manager has left it alone for a whole window."""
+    clock = FakeClock()
+    yields = Yields(threshold=3, window=60, field_manager="gitops-sync", clock=clock.wall)
+    watch = Watch(yields, clock)
+    assert watch(*[(2, OURS), (5, ROGUE)] * 3)[-1][1] is not None
+    clock.advance(49)
+    assert [y for _, y in watch((7, ROGUE))] == [None]  # kubectl scales again 50 s into the yield
+    assert [y.live for y in yields.of(KEY)] == [7]
+    clock.advance(20)  # 70 s after the yield began, 20 s after that write
+    assert yields.expired() == [] and 39 < (yields.next_expiry() or 0) <= 40
+    # our apply landed just before the yield took effect, and kubectl took the field back: a write again
+    clock.advance(29)
+    assert [y for _, y in watch((2, OURS), (5, ROGUE))] == [None, None], "the same yield, not reported again"
+    assert len(yields.all()) == 1
+    clock.advance(59)
+    assert yields.expired() == []
+    clock.advance(2)
+    assert [y.path for y in yields.expired()] == [".spec.replicas"] and not yields.has(KEY)

@@ -9,6 +9,7 @@ from gitops_sync.daemon.reconcile.access import ReadAccess
 from gitops_sync.errors import ServerError
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import ObjectKey
+from tests.unit.fakes import FakeClock
 
 CM = ResourceInfo("", "v1", "ConfigMap", "configmaps", True)
 
@@ -35,9 +36,9 @@ class _Reviews:
 
 
 def test_refusals_are_cached_and_worded_as_the_api_server_does() -> None:
-    now = [0.0]
+    clock = FakeClock()
     reviews = _Reviews({("mine", ""), ("theirs", "granted")})
-    access = ReadAccess(reviews, "system:serviceaccount:mine:tenant", clock=lambda: now[0])  # type: ignore[arg-type]
+    access = ReadAccess(reviews, "system:serviceaccount:mine:tenant", clock=clock)  # type: ignore[arg-type]
     targets = [_target("mine", "a"), _target("mine", "b"), _target("theirs", "granted"), _target("theirs", "c")]
     refused = access.refused(targets)
     assert list(refused) == [targets[3].key]
@@ -49,7 +50,7 @@ def test_refusals_are_cached_and_worded_as_the_api_server_does() -> None:
     assert first == 4  # mine (once for both), theirs, theirs/granted, theirs/c
     access.refused(targets)
     assert len(reviews.asked) == first  # within the TTL: no new review
-    now[0] = 11.0  # refusals expire first (10 s), grants later (30 s)
+    clock.advance(11)  # refusals expire first (10 s), grants later (30 s)
     access.refused(targets)
     assert len(reviews.asked) == first + 2
 

@@ -18,6 +18,7 @@ import pytest
 from gitops_sync.daemon.reconcile.triggers import verify_webhook
 from gitops_sync.daemon.runtime.auth import Decision, KubernetesAuth, TtlCache
 from gitops_sync.daemon.serving.http import Endpoints, HttpServer, ListenError
+from tests.unit.fakes import FakeClock
 
 REPO = Path(__file__).resolve().parents[4]
 
@@ -122,14 +123,14 @@ def test_head_has_no_body_and_wrong_methods_are_405(gated: tuple[HttpServer, Gat
 
 
 def test_ttl_cache_expires_and_keeps_at_most_size_entries() -> None:
-    now = [0.0]
-    cache: TtlCache[str, int] = TtlCache(2, clock=lambda: now[0])
+    clock = FakeClock(0.0)
+    cache: TtlCache[str, int] = TtlCache(2, clock=clock)
     cache.put("a", 1, ttl=10)
     cache.put("b", 2, ttl=1)
     assert cache.get("a") == 1  # a is now the most recently used
     cache.put("c", 3, ttl=10)  # evicts b, the least recently used
     assert (cache.get("b"), cache.get("a"), cache.get("c"), len(cache)) == (None, 1, 3, 2)
-    now[0] = 10.0
+    clock.advance(10)
     assert cache.get("a") is None and cache.get("c") is None and len(cache) == 0
 
 

@@ -6,14 +6,7 @@ import threading
 import time
 
 from gitops_sync.daemon.runtime.queue import Backoff, WorkQueue
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.fakes import FakeClock
 
 
 def test_a_burst_of_adds_for_one_key_is_one_item() -> None:
@@ -63,15 +56,15 @@ def test_delayed_key_is_not_ready_before_its_time_and_dedupes_with_a_direct_add(
     q.add_after("k", 5.0)
     assert len(q) == 1
     assert q.get_batch(timeout=0) == []
-    clock.now += 4.9
+    clock.advance(4.9)
     assert q.get_batch(timeout=0) == []
-    clock.now += 0.2
+    clock.advance(0.2)
     assert q.get_batch(timeout=0) == ["k"]
     q.done(["k"])
     # an earlier due time wins over a later one
     q.add_after("k", 10.0)
     q.add_after("k", 1.0)
-    clock.now += 1.0
+    clock.advance(1.0)
     assert q.get_batch(timeout=0) == ["k"]
 
 
@@ -149,3 +142,50 @@ def test_backoff_delays_cap_at_max_backoff() -> None:
     assert delays[:4] == [0.05, 0.1, 0.2, 0.4]
     assert max(delays) == 300.0 and delays[-1] == 300.0
     assert sum(1 for d in delays if d < 20) <= 9
+
+
+def test_backoff_is_counted_per_key_and_a_success_forgives_only_its_own_key() -> None:
+    """One source failing must not slow another's first retry, nor another's success reset its count."""
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(backoff_base=1.0, backoff_cap=60.0, clock=clock)
+    assert [q.add_rate_limited("broken") for _ in range(4)] == [1.0, 2.0, 4.0, 8.0]
+    assert q.add_rate_limited("flaky") == 1.0, "its own first failure: the base delay"
+    q.forget("flaky")  # flaky's next pass succeeded
+    assert q.failures("broken") == 4 and q.add_rate_limited("broken") == 16.0
+    assert q.failures("flaky") == 0 and q.add_rate_limited("flaky") == 1.0
+
+
+def test_a_burst_of_failures_of_one_key_is_one_retry_at_the_earliest_delay() -> None:
+    """Every object of a pass failing requeues the same key: the later due times fold into the first."""
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(backoff_base=1.0, backoff_cap=60.0, clock=clock)
+    assert [q.add_rate_limited("full") for _ in range(5)] == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert len(q) == 1
+    clock.advance(1.0)
+    assert q.get_batch(timeout=0) == ["full"]
+    q.done(["full"])
+    clock.advance(60.0)
+    assert q.get_batch(timeout=0) == [] and len(q) == 0, "no second retry from the folded delays"
+
+
+def test_a_delayed_add_falling_due_is_an_ordinary_add_merged_and_held_while_a_worker_has_the_key() -> None:
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
+    q.add("k")  # an event queued the key ...
+    q.add_after("k", 1.0)  # ... and a retry falls due before a worker took it
+    clock.advance(1.0)
+    assert q.get_batch(timeout=0) == ["k"], "one item, not two"
+    q.add_after("k", 1.0)  # a worker holds k; another retry falls due meanwhile
+    clock.advance(1.0)
+    assert q.get_batch(timeout=0) == [], "never handed out while a worker holds it"
+    q.done(["k"])
+    assert q.get_batch(timeout=0) == ["k"], "nor lost: handed out once the worker is done"
+    q.done(["k"])
+    assert len(q) == 0
+
+
+def test_a_key_failing_for_days_stays_at_the_cap() -> None:
+    """2**n overflows a float past n = 1023: the count grows on, the delay stays at the cap."""
+    q: WorkQueue[str] = WorkQueue(backoff_base=0.05, backoff_cap=300.0, clock=FakeClock())
+    delays = [q.add_rate_limited("k") for _ in range(2000)]
+    assert delays[-1] == 300.0 and q.failures("k") == 2000

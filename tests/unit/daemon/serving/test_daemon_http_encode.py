@@ -6,7 +6,7 @@ import datetime
 import json
 from typing import Any
 
-from gitops_sync.daemon.serving.http import encode_json
+from gitops_sync.daemon.serving.routes import encode_json
 
 
 def test_same_bytes_as_json_dumps_for_small_large_and_odd_documents() -> None:

@@ -6,18 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from gitops_sync.daemon.runtime.auth import Decision, KubernetesAuth, Resource
-from gitops_sync.daemon.serving.http import _App
+from gitops_sync.daemon.serving.routes import Routes
 from gitops_sync.errors import ClusterError
 from tests.unit.web.test_web_page import _app, fleet_doc
 
 GITSYNCS = ("gitops-sync.io", "gitsyncs")
 
 
-def app(auth: Any, tenants: tuple[str, str] | None = GITSYNCS) -> _App:
+def app(auth: Any, tenants: tuple[str, str] | None = GITSYNCS) -> Routes:
     return _app(auth=auth, doc=fleet_doc, tenants=tenants)
 
 
-def call(a: _App, path: str, token: str = "t") -> tuple[str, str]:
+def call(a: Routes, path: str, token: str = "t") -> tuple[str, str]:
     got: dict[str, Any] = {}
 
     def start_response(status: str, headers: list[tuple[str, str]]) -> None:

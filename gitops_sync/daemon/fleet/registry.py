@@ -1,0 +1,159 @@
+"""Every GitSync the fleet knows: its record, the object as last seen, who wants which object, dependsOn.
+
+The GitSync watch (controller.py) puts and drops records (`rebuild_needed` says when a changed GitSync
+gets a new reconciler rather than keeping its own); the scheduler's workers, the poller, the shard thread,
+the watch cache's threads (routing events to the sources that want an object) and HTTP read it. Its lock
+guards its three maps only and is never held while calling out (no request, no reconciler, no queue).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from gitops_sync.daemon.fleet import gitsync
+from gitops_sync.daemon.fleet.gitsync import GitSync
+from gitops_sync.daemon.fleet.sources import Source, SourceClient
+from gitops_sync.daemon.reconcile.reconciler import SourceReconciler
+from gitops_sync.plan.planner import Target
+from gitops_sync.resource import Manifest, ObjectKey
+
+
+def rebuild_needed(cur: Source | None, gs: GitSync) -> bool:
+    """A new reconciler (a fresh source: fetched again, its status kept) when the GitSync is new, was
+    refused, its spec changed (not `suspend`: gitsync._RUN_FIELDS) or it is another object of that name."""
+    return cur is None or bool(cur.invalid) or cur.gs.spec_doc != gs.spec_doc or cur.gs.uid != gs.uid
+
+
+class Registry:
+    """The GitSyncs known. Threads: the GitSync watch writes; workers, poller, shards, cache and HTTP
+    threads read. One lock for `sources`, `objects` and `wanted_by`, held only while they are read or
+    swapped."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sources: dict[str, Source] = {}
+        self._objects: dict[str, Manifest] = {}  # every GitSync as last seen (dependsOn reads their status)
+        self._wanted_by: dict[ObjectKey, set[str]] = {}
+
+    # -- records ----------------------------------------------------------------------------
+
+    def get(self, ref: str) -> Source | None:
+        with self._lock:
+            return self._sources.get(ref)
+
+    def put(self, ref: str, src: Source) -> Source | None:
+        """Store `src`; the record it replaces (its client is the caller's to close)."""
+        with self._lock:
+            old = self._sources.get(ref)
+            self._sources[ref] = src
+        return old
+
+    def replace_if(self, ref: str, old: Source, new: Source) -> bool:
+        """Store `new` only while `old` is still the record (the shard thread rebuilding a source must not
+        bring back one the watch just replaced or dropped)."""
+        with self._lock:
+            if self._sources.get(ref) is not old:
+                return False
+            new.gs = old.gs  # a suspend or a reconcile request meanwhile (`set_gs`) is kept
+            self._sources[ref] = new
+            return True
+
+    def set_gs(self, ref: str, gs: GitSync) -> GitSync | None:
+        """A GitSync changed in what does not rebuild it (`rebuild_needed`): its record takes the new
+        object; the one it replaces (None: no record)."""
+        with self._lock:
+            s = self._sources.get(ref)
+            if s is None:
+                return None
+            before, s.gs = s.gs, gs
+            return before
+
+    def drop(self, ref: str) -> Source | None:
+        """Forget the GitSync (deleted from the API): its record and its object."""
+        with self._lock:
+            self._objects.pop(ref, None)
+            return self._sources.pop(ref, None)
+
+    def is_current(self, ref: str, token: int) -> Source | None:
+        """The record of `ref` if its token is `token` (a fence asks whether its source still is)."""
+        with self._lock:
+            s = self._sources.get(ref)
+        return s if s is not None and s.token == token else None
+
+    def items(self) -> list[tuple[str, Source]]:
+        with self._lock:
+            return sorted(self._sources.items())
+
+    def refs(self, shard: int | None = None) -> list[str]:
+        with self._lock:
+            return [ref for ref, s in self._sources.items() if shard is None or s.shard == shard]
+
+    def clients(self) -> list[SourceClient]:
+        with self._lock:
+            return [s.client for s in self._sources.values() if s.client is not None]
+
+    # -- the GitSync objects ----------------------------------------------------------------
+
+    def seen(self, ref: str, obj: Manifest) -> None:
+        with self._lock:
+            self._objects[ref] = obj
+
+    def object(self, ref: str) -> Manifest | None:
+        with self._lock:
+            return self._objects.get(ref)
+
+    def object_refs(self) -> list[str]:
+        with self._lock:
+            return list(self._objects)
+
+    def last_status(self, ref: str) -> dict[str, Any]:
+        """The status the GitSync object holds now (as last seen by the watch): what a suspended one keeps."""
+        status = (self.object(ref) or {}).get("status")
+        return dict(status) if isinstance(status, dict) else {}
+
+    # -- dependsOn ----------------------------------------------------------------------------
+
+    def dependency_waiting(self, gs: GitSync) -> str:
+        """The first dependency that is not Ready (as its status says), or ""."""
+        with self._lock:
+            for ns, name in gs.depends_on:
+                obj = self._objects.get(f"{ns}/{name}")
+                if obj is None or not gitsync.is_ready(obj):
+                    return f"{ns}/{name}"
+        return ""
+
+    def dependents_waiting(self, ref: str) -> list[str]:
+        """The sources held back waiting for `ref`: its change may let them run."""
+        with self._lock:
+            return [
+                r
+                for r, s in self._sources.items()
+                if s.waiting_for and any(f"{ns}/{name}" == ref for ns, name in s.gs.depends_on)
+            ]
+
+    # -- interest ---------------------------------------------------------------------------
+
+    def reindex(self) -> list[Target]:
+        """Index who wants which object; the union of every source's targets (what the cache watches)."""
+        wanted: dict[ObjectKey, set[str]] = {}
+        targets: dict[ObjectKey, Target] = {}
+        with self._lock:
+            for ref, s in self._sources.items():
+                state = s.reconciler.current if s.reconciler else None
+                if state is None:
+                    continue
+                for t in state.targets:
+                    wanted.setdefault(t.key, set()).add(ref)
+                    targets.setdefault(t.key, t)
+            self._wanted_by = wanted
+        return list(targets.values())
+
+    def wanting(self, key: ObjectKey) -> list[tuple[str, SourceReconciler]]:
+        """(ref, reconciler) of every source that wants `key`, by ref."""
+        with self._lock:
+            refs = sorted(self._wanted_by.get(key, ()))
+            return [(r, s.reconciler) for r in refs if (s := self._sources.get(r)) and s.reconciler]
+
+
+__all__ = ["Registry", "rebuild_needed"]

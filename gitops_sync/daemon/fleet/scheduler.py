@@ -1,0 +1,107 @@
+"""Worker slots for the fleet's sources: one pass per source at a time, at most `--workers` at once.
+
+The dispatcher (controller.py) takes every ready key from the shared queue and `offer`s them here; a
+source already running keeps its new keys until its pass ends (`finish` hands them back to be queued
+again). A pass running longer than SLOW_PASS (a Git server that accepts and never answers holds a worker
+for the whole git timeout, 60 s a command) stops counting against `--workers`: up to SLOW_SLOTS (or
+`--workers`, if more) such slow passes run beside the ordinary ones, so sources stuck on a hung Git
+server never starve the others.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from gitops_sync.daemon.reconcile.reporter import QueueKey
+from gitops_sync.log import get_logger
+
+log = get_logger("gitops_sync.daemon")
+
+SLOW_PASS = 10.0
+SLOW_SLOTS = 8
+
+Run = Callable[[str, set[QueueKey]], None]
+Submit = Callable[[Run, str, set[QueueKey]], object]
+
+
+class Scheduler:
+    """Which source runs next. Threads: the dispatcher (`offer`, `start_waiting`), the workers (`finish`,
+    then `start_waiting`), the stop (`busy`, `shutdown`). Its lock guards `waiting`, `held` and `busy`."""
+
+    def __init__(
+        self,
+        workers: int,
+        run: Run,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        submit: Submit | None = None,
+    ) -> None:
+        self.workers = max(workers, 1)
+        self.pool_size = self.workers + max(self.workers, SLOW_SLOTS)
+        self._run = run
+        self._clock = clock
+        self._pool: ThreadPoolExecutor | None = None
+        if submit is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.pool_size, thread_name_prefix="source")
+            submit = self._pool.submit
+        self._submit = submit
+        self._lock = threading.Lock()
+        self._busy: dict[str, float] = {}  # source -> when its pass started
+        self._held: dict[str, set[QueueKey]] = {}  # keys of a running source, queued again when it ends
+        self._waiting: dict[str, set[QueueKey]] = {}  # sources due, in arrival order, until a worker is free
+
+    def offer(self, batch: Iterable[tuple[str, QueueKey]]) -> None:
+        with self._lock:
+            for ref, key in batch:
+                self._waiting.setdefault(ref, set()).add(key)
+
+    @property
+    def has_waiting(self) -> bool:
+        with self._lock:
+            return bool(self._waiting)
+
+    def start_waiting(self) -> None:
+        """Start the sources due, oldest first, while fewer than `workers` passes run that are not slow."""
+        with self._lock:
+            now = self._clock()
+            running = sum(1 for t in self._busy.values() if now - t < SLOW_PASS)
+            for ref in list(self._waiting):
+                if ref in self._busy:
+                    self._held.setdefault(ref, set()).update(self._waiting.pop(ref))
+                    continue
+                if running >= self.workers or len(self._busy) >= self.pool_size:
+                    return
+                keys = self._waiting.pop(ref)
+                self._busy[ref] = now
+                try:
+                    self._submit(self._run, ref, keys)
+                except RuntimeError:  # shutting down
+                    self._busy.pop(ref, None)
+                    return
+                running += 1
+
+    def finish(self, ref: str) -> set[QueueKey]:
+        """The pass of `ref` ended: the keys that came meanwhile (the caller queues them again)."""
+        with self._lock:
+            self._busy.pop(ref, None)
+            return self._held.pop(ref, set())
+
+    def busy(self) -> int:
+        with self._lock:
+            return len(self._busy)
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def drain(self, grace: float) -> None:
+        """Wait up to `grace` seconds for the passes in flight."""
+        deadline = time.monotonic() + grace
+        while self.busy() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+__all__ = ["SLOW_PASS", "SLOW_SLOTS", "Scheduler"]

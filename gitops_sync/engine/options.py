@@ -1,0 +1,44 @@
+"""What a pass is asked to do: where its source is (`SourceOptions`) and how it treats the cluster
+(`PassOptions`). The CLI's flags and a GitSync's spec become these; `loading` and `Engine.run` read them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gitops_sync.apply import cascade
+from gitops_sync.conventions import ConflictPolicy
+from gitops_sync.plan import ignore
+from gitops_sync.render import RenderOptions
+from gitops_sync.source.allow import LocalRepositories
+
+
+@dataclass
+class SourceOptions:
+    repo: str
+    revision: str | None = None
+    path: str | None = None
+    cache_dir: Path | None = None
+    render: RenderOptions = field(default_factory=RenderOptions)
+    timeout: float = 60.0  # seconds for each git command (fetch, checkout)
+    # The fleet's rule for local paths and file:// URLs (source/allow.py); None: any path (the CLI's own).
+    local_policy: LocalRepositories | None = None
+
+
+@dataclass
+class PassOptions:
+    namespace: str = "default"
+    prune: bool = False
+    allow_empty: bool = False
+    dry_run: bool = False
+    policy: ConflictPolicy = ConflictPolicy.REPORT
+    wait: bool = False
+    timeout: float = 300.0
+    name: str | None = None  # ApplySet (inventory) name; derived from the source when not given
+    inventory_namespace: str | None = None
+    adopt_shared: bool = False  # take over objects that are members of another ApplySet
+    prune_cascade: bool = False  # prune Namespaces/CRDs even when they hold objects prune does not remove
+    cascade_advice: str = cascade.CASCADE_ADVICE  # how a refusal says to override it (a GitSync: its field)
+    ignore: tuple[ignore.IgnoreRule, ...] = ()  # --ignore; the repository's .gitops-sync.yaml adds its own
+    # `sync`: refuse a commit older than one the inventory records (a descendant of ours); --allow-rollback
+    refuse_older: bool = False

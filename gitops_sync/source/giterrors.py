@@ -1,0 +1,127 @@
+"""Why a git command failed, in one line a user can act on: which host, and network, auth or a wrong URL.
+
+git's stderr is long and may quote a URL with its credentials: `stderr_tail` keeps the lines that name the
+cause, masked, and `explain` turns a failed fetch into a SourceError's message (the report and the daemon's
+status show it next).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+from gitops_sync.errors import SourceError
+from gitops_sync.formatting import last_lines
+from gitops_sync.source.cachelock import STALE_LOCK_AGE
+from gitops_sync.source.remote import host_of, is_remote, mask_url
+
+if TYPE_CHECKING:
+    import git
+
+_NETWORK = (
+    "could not resolve host",
+    "could not resolve hostname",
+    "name or service not known",
+    "connection refused",
+    "failed to connect",
+    "network is unreachable",
+    "no route to host",
+    "connection reset",
+    "could not read from remote repository",
+)
+_AUTH = (
+    "authentication failed",
+    "could not read username",
+    "could not read password",
+    "permission denied",
+    "terminal prompts disabled",
+    "host key verification failed",
+)
+
+
+def run_remote(repo: git.Repo, timeout: float, url: str, env: dict[str, str], *args: str) -> str:
+    """Run a git command against `url` (credentials in `env`), translating failures into a SourceError
+    naming the host."""
+    from git.exc import GitCommandError, GitCommandNotFound
+
+    try:
+        out: str = repo.git.execute(["git", *args], kill_after_timeout=timeout, env=env)
+    except GitCommandNotFound:
+        raise SourceError("the `git` command is not installed (GitPython needs it on PATH)") from None
+    except GitCommandError as err:
+        raise SourceError(explain(url, str(err.stderr or ""), timeout)) from None
+    return out
+
+
+def explain(url: str, stderr: str, timeout: float) -> str:
+    """A one-line reason a user can act on: which host, and whether it is network, auth or a wrong URL."""
+    masked = mask_url(url)
+    host = host_of(url)
+    detail = mask_url(stderr_tail(stderr)).replace(url, masked)
+    low = stderr.lower()
+    if "timeout: the command" in low or "timed out" in low:
+        return f"cannot reach {host}: no answer within {timeout:g}s fetching {masked}"
+    if ".lock': file exists" in low or ("unable to create" in low and ".lock" in low):
+        return (
+            f"a git lock file in the clone cache blocks fetching {masked} (another git process, or one that "
+            f"died; removed automatically once older than {STALE_LOCK_AGE:g}s): {detail}"
+        )
+    if "does not appear to be a git repository" in low:
+        denied = permission_problem(url)
+        if denied:
+            return f"permission denied reading {masked}: {denied}"
+    if any(m in low for m in ("does not appear to be a git repository", "repository not found", "404")):
+        return f"no Git repository at {masked}: {detail}"
+    if any(a in low for a in _AUTH) or re.search(r"\b40[13]\b", low):
+        return f"authentication failed for {masked} (host {host}): {detail}"
+    if any(n in low for n in _NETWORK):
+        return f"cannot reach {host} fetching {masked}: {detail}"
+    return f"git failed fetching {masked}: {detail}"
+
+
+def permission_problem(url: str) -> str:
+    """For a file:// or path remote git calls "not a git repository": is it really unreadable to us?
+
+    git runs as this process's user, so `os.access` answers what git could do. "" when readable or remote.
+    """
+    if url.startswith("file://"):
+        path = Path(unquote(urlsplit(url).path))
+    elif not is_remote(url):
+        path = Path(url).expanduser()
+    else:
+        return ""
+    uid = os.getuid()
+    for p in [*reversed(path.parents), path]:
+        try:
+            p.stat()
+        except PermissionError:
+            return f"uid {uid} may not read {p}"
+        except OSError:
+            return ""  # missing: git's own message is right
+        if p.is_dir() and not os.access(p, os.X_OK | (os.R_OK if p == path else 0)):
+            return f"uid {uid} may not read {p}"
+    for inner in (path / "HEAD", path / ".git" / "HEAD", path / "objects", path / ".git" / "objects"):
+        if inner.exists() and not os.access(inner, os.R_OK):
+            return f"uid {uid} may not read {inner}"
+    return ""
+
+
+def stderr_tail(text: object, lines: int = 5, key_lines: int = 6) -> str:
+    """Where git says why, credentials masked: its `fatal:`/`error:` lines and any naming a lock file (up to
+    `key_lines`), plus the last `lines` lines, in git's order. GitPython wraps stderr as `stderr: '...'`."""
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    body = str(text or "").strip()
+    if body.startswith("stderr:"):
+        body = body.removeprefix("stderr:").strip()
+        body = body[1:-1] if len(body) > 1 and body[0] == body[-1] == "'" else body
+    chosen = last_lines(body, lines, keep=_names_cause, keep_most=key_lines)
+    return mask_url(" | ".join(ln.strip() for ln in chosen))
+
+
+def _names_cause(line: str) -> bool:
+    line = line.strip()
+    return line.lower().startswith(("fatal:", "error:")) or ".lock" in line
