@@ -40,6 +40,7 @@ LAUNCHER = REPO / "deploy" / "local-cluster" / "cluster.py"
 CRDS = pytest.mark.xdist_group("crds")  # create or delete CRDs: the API's discovery changes under the others
 BROWSER = pytest.mark.xdist_group("browser")  # a headless chromium each: one at a time
 FIXED_NAMES = pytest.mark.xdist_group("fixed-names")  # fixed namespaces (demo, team-a) and /tmp paths
+REGISTRIES = pytest.mark.xdist_group("registries")  # the chart registries of one session: started once
 
 
 @dataclass(frozen=True)
