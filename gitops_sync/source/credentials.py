@@ -141,20 +141,13 @@ def _http(remote: Remote, creds: GitCredentials, ca_file: Path | None) -> Remote
     extra = [("http.sslCAInfo", str(ca_file))] if ca_file is not None else []
     if creds.bearer_token:
         pairs = [_NO_HELPERS, ("http.extraHeader", f"Authorization: Bearer {creds.bearer_token}"), *extra]
-        return Remote(remote.url, {**_plain(remote), **git_config_env(pairs)}, (creds.bearer_token,))
+        return Remote(remote.url, git_config_env(pairs), (creds.bearer_token,))  # the URL's login dropped
     if creds.password:
-        login = Remote.with_login(remote.url, creds.username or remote.login_user, creds.password, extra)
-        return replace(login, env={**_plain(remote), **login.env})
+        return Remote.with_login(remote.url, creds.username or remote.login_user, creds.password, extra)
     if remote.env:  # the URL's own login, and the CA
-        login = Remote.with_login(remote.url, remote.login_user, remote.env.get(PASSWORD_VAR, ""), extra)
-        return replace(remote, env={**_plain(remote), **login.env})
+        return Remote.with_login(remote.url, remote.login_user, remote.env.get(PASSWORD_VAR, ""), extra)
     pairs = [*([_NO_HELPERS] if creds.isolated else []), *extra]  # no helper of the controller's for a tenant
     return replace(remote, env={**remote.env, **git_config_env(pairs)}) if pairs else remote
-
-
-def _plain(remote: Remote) -> dict[str, str]:
-    """The remote's environment without its git configuration (replaced, not added to)."""
-    return {k: v for k, v in remote.env.items() if not k.startswith("GIT_CONFIG_")}
 
 
 def _ssh_command(creds: GitCredentials, workdir: Path) -> str:
