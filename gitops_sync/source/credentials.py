@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gitops_sync.errors import SourceError
-from gitops_sync.source.remote import PASSWORD_VAR, Remote, git_config_env, is_ssh
+from gitops_sync.source.remote import Remote, git_config_env, is_ssh
 
 # An empty `credential.helper` clears git's list: a tenant's fetch never uses what the controller stored.
 _NO_HELPERS = ("credential.helper", "")
@@ -137,17 +137,19 @@ def authenticated(url: str, credentials: GitCredentials | None) -> Iterator[Remo
 
 def _http(remote: Remote, creds: GitCredentials, ca_file: Path | None) -> Remote:
     """Basic auth through the credential helper, a bearer token as an `Authorization` header (git 2.39 has
-    no bearer credential type); both in the environment only. `ca_file`: the CA to check the server by."""
-    extra = [("http.sslCAInfo", str(ca_file))] if ca_file is not None else []
+    no bearer credential type); both in the environment only. `ca_file`: the CA to check the server by
+    (GIT_SSL_CAINFO: Debian's git 2.39 did not apply `http.sslCAInfo` given through GIT_CONFIG_*)."""
+    ca = {"GIT_SSL_CAINFO": str(ca_file)} if ca_file is not None else {}
     if creds.bearer_token:
-        pairs = [_NO_HELPERS, ("http.extraHeader", f"Authorization: Bearer {creds.bearer_token}"), *extra]
-        return Remote(remote.url, git_config_env(pairs), (creds.bearer_token,))  # the URL's login dropped
+        pairs = [_NO_HELPERS, ("http.extraHeader", f"Authorization: Bearer {creds.bearer_token}")]
+        return Remote(remote.url, {**git_config_env(pairs), **ca}, (creds.bearer_token,))  # the URL's login dropped
     if creds.password:
-        return Remote.with_login(remote.url, creds.username or remote.login_user, creds.password, extra)
-    if remote.env:  # the URL's own login, and the CA
-        return Remote.with_login(remote.url, remote.login_user, remote.env.get(PASSWORD_VAR, ""), extra)
-    pairs = [*([_NO_HELPERS] if creds.isolated else []), *extra]  # no helper of the controller's for a tenant
-    return replace(remote, env={**remote.env, **git_config_env(pairs)}) if pairs else remote
+        login = Remote.with_login(remote.url, creds.username or remote.login_user, creds.password)
+    elif remote.env:  # the URL's own login
+        login = remote
+    else:
+        login = replace(remote, env=git_config_env([_NO_HELPERS])) if creds.isolated else remote  # none of ours
+    return replace(login, env={**login.env, **ca})
 
 
 def _ssh_command(creds: GitCredentials, workdir: Path) -> str:

@@ -82,11 +82,10 @@ class Remote:
         return cls.with_login(f"{scheme}://{host}{slash}{path}", unquote(user), unquote(password))
 
     @classmethod
-    def with_login(cls, url: str, user: str, password: str, more: list[tuple[str, str]] | None = None) -> Remote:
-        """`url` (no userinfo) fetched as `user`/`password`, handed to git by a credential helper; `more`:
-        further git configuration for the same command."""
+    def with_login(cls, url: str, user: str, password: str) -> Remote:
+        """`url` (no userinfo) fetched as `user`/`password`, handed to git by a credential helper."""
         # an empty helper first clears the list: these credentials win over any stored ones
-        env = git_config_env([("credential.helper", ""), ("credential.helper", _HELPER), *(more or [])])
+        env = git_config_env([("credential.helper", ""), ("credential.helper", _HELPER)])
         env.update({_USER_VAR: user, PASSWORD_VAR: password})
         return cls(url, env, (password,) if password else ())
 

@@ -68,7 +68,7 @@ def test_given_credentials_win_over_the_urls_and_a_ca_is_a_file_for_the_fetch() 
     with authenticated("https://user:old-pw@git.example/r.git", creds) as remote:
         assert remote.env["GITOPS_SYNC_CREDENTIAL_USERNAME"] == "deploy"
         assert remote.env["GITOPS_SYNC_CREDENTIAL_PASSWORD"] == "new-pw"
-        ca = Path(_config(remote.env)["http.sslCAInfo"])
+        ca = Path(remote.env["GIT_SSL_CAINFO"])
         assert ca.is_file()
     assert not ca.exists()
 
