@@ -100,24 +100,16 @@ def test_the_gitsync_examples_run(
         keep()
         wait_ready(kube, namespace, "app", 90)
         assert cm_data(kube, namespace, "from-https") is not None
-        # The SSH example: a Secret from files, the GitSync switched to it (its ServiceAccount may read it too).
+        # The SSH example: a Secret from files and a second GitSync reading it.
         (tmp_path / "deploy_key").write_bytes(ssh_server.client_key.read_bytes())
         (tmp_path / "known_hosts").write_text(ssh_server.known_hosts)
-        kube.kubectl(
-            "patch",
-            "role",
-            "deployer-git-credentials",
-            "-n",
-            namespace,
-            "--type=json",
-            "-p",
-            '[{"op":"add","path":"/rules/0/resourceNames/-","value":"deploy-ssh"}]',
-        )
         script = blocks("sh")[1].replace("team-a", namespace).replace(SSH_URL, ssh_server.url(s_repo))
         r = subprocess.run(
             ["bash", "-euc", script], cwd=tmp_path, env=kube.env, capture_output=True, text=True, timeout=60
         )
         assert r.returncode == 0, r.stderr
-        keep()
-        wait_ready(kube, namespace, "app", 90)
+        heredoc = script.split("<<'EOF'\n", 1)[1].split("\nEOF", 1)[0]
+        keep_ssh = apply_with_secret_refs(kube, namespace, [json.dumps(yaml.safe_load(heredoc)) + "\n"])
+        keep_ssh()
+        wait_ready(kube, namespace, "app-ssh", 90)
         assert cm_data(kube, namespace, "from-ssh") is not None
