@@ -177,9 +177,6 @@ def parse(obj: Manifest) -> GitSync:
     if path is not None and (str(path).startswith("/") or ".." in str(path).split("/")):
         raise InvalidSpec(f"{where}: spec.path must be relative and stay inside the repository")
     annotations = meta.get("annotations") or {}
-    secret_ref = spec.get("secretRef") or {}
-    if not isinstance(secret_ref, dict) or not isinstance(secret_ref.get("name", ""), str):
-        raise InvalidSpec(f"{where}: spec.secretRef must be {{name: <a Secret in {ns}>}}")
     return GitSync(
         namespace=ns,
         name=name,
@@ -202,8 +199,16 @@ def parse(obj: Manifest) -> GitSync:
         spec_doc={k: v for k, v in spec.items() if k not in _RUN_FIELDS},
         deletion_policy=deletion_policy,
         prune_cascade=bool(spec.get("pruneCascade", False)),
-        secret_ref=str(secret_ref.get("name") or ""),
+        secret_ref=_secret_ref(spec, ns, where),
     )
+
+
+def _secret_ref(spec: dict[str, Any], ns: str, where: str) -> str:
+    """spec.secretRef.name ("" when none): always a Secret of the GitSync's own namespace."""
+    ref = spec.get("secretRef") or {}
+    if not isinstance(ref, dict) or not isinstance(ref.get("name", ""), str):
+        raise InvalidSpec(f"{where}: spec.secretRef must be {{name: <a Secret in {ns}>}}")
+    return str(ref.get("name") or "")
 
 
 def _depends_on(spec: dict[str, Any], ns: str, where: str) -> tuple[tuple[str, str], ...]:
