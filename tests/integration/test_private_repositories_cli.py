@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import KubeCluster
 from tests.gitservers import HttpsGitServer, SshGitServer, bare_repository, commit_to, https_server, keypair, ssh_server
+from tests.integration.daemon_support import Daemon, configmap, wait_until
+from tests.integration.test_fleet import cm_data
 
 __all__ = ["https_server", "ssh_server"]  # the module-scoped fixtures
 
@@ -223,3 +226,40 @@ def test_ssh_key_never_in_a_command_line(ssh_server: SshGitServer, ssh_repo: str
     assert [ln for ln in lines if ln.startswith("ssh ") and "StrictHostKeyChecking=yes" in ln], "no ssh seen"
     assert not [ln for ln in lines if key_text in ln]
     assert not [ln for ln in lines if "StrictHostKeyChecking=no" in ln]
+
+
+# -- run --repo ------------------------------------------------------------------------------------
+
+
+@pytest.mark.cluster
+def test_run_repo_follows_a_rotated_password_file_without_a_restart(
+    kube: KubeCluster, namespace: str, https_server: HttpsGitServer, tmp_path: Path, home: Path
+) -> None:
+    https_server.users = {"deploy": PASSWORD}
+    bare = bare_repository(https_server.repos, f"run-{namespace}", {"cm.yaml": configmap("run-cm", {"v": "1"})})
+    secret_file = tmp_path / "password"
+    secret_file.write_text(PASSWORD)
+    flags = ["--git-username", "deploy", "--git-password-file", str(secret_file), "--interval", "1"]
+    env = {**kube.env, "GIT_SSL_CAINFO": str(https_server.ca), "HOME": str(home)}
+    log = tmp_path / "run.log"
+    with Daemon(
+        ["--repo", https_server.url(bare), "-n", namespace, "--cache-dir", str(tmp_path / "c"), *flags], env, log
+    ) as d:
+        d.wait_ready(60)
+        wait_until("applied", lambda: cm_data(kube, namespace, "run-cm") == {"v": "1"}, 30)
+        https_server.users = {"deploy": PASSWORD + "-2"}  # rotated on the server, then in the file
+        secret_file.write_text(PASSWORD + "-2")
+        commit_to(bare, {"cm.yaml": configmap("run-cm", {"v": "2"})})
+        wait_until(
+            "the new commit, fetched with the new password",
+            lambda: cm_data(kube, namespace, "run-cm") == {"v": "2"},
+            30,
+        )
+        status = d.get("/status")[1].decode()
+    assert PASSWORD not in log.read_text() + status
+
+
+def test_the_fleet_refuses_credential_flags(tmp_path: Path, home: Path) -> None:
+    key = keypair(tmp_path / "k")
+    r = gitops("run", "--ssh-key-file", str(key), env={}, home=home)
+    assert r.returncode == 2 and "spec.secretRef" in r.stderr, r.stderr

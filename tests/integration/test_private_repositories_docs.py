@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import KubeCluster
@@ -20,6 +21,7 @@ from tests.integration.daemon_support import Daemon, configmap
 from tests.integration.test_fleet import cm_data, crd, wait_ready
 from tests.integration.test_private_repositories_fleet import apply_with_secret_refs, daemon_env, fleet
 
+pytestmark = pytest.mark.cluster
 __all__ = ["crd", "https_server", "ssh_server"]
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "private-repositories.md"

@@ -15,12 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import KubeCluster
 from tests.gitservers import HttpsGitServer, SshGitServer, bare_repository, commit_to, https_server, keypair, ssh_server
 from tests.integration.daemon_support import Daemon, configmap, wait_until
 from tests.integration.test_fleet import CRD, cm_data, condition, crd, gs_status, tenant_account, wait_ready
 from tests.integration.test_fleet_tenant import _pages
 
+pytestmark = pytest.mark.cluster
 __all__ = ["crd", "https_server", "ssh_server"]  # module-scoped fixtures, shared
 
 PASSWORD = "fleet-pw-3f9a1c7e55"
