@@ -120,6 +120,8 @@ def authenticated(url: str, credentials: GitCredentials | None) -> Iterator[Remo
     where = credentials.origin or "the credentials"
     if credentials.isolated and ssh and credentials.has_http:
         raise SourceError(f"{where} holds a password or token, but {remote.url} is an SSH URL (give identity)")
+    if credentials.isolated and ssh and not credentials.identity:  # else ssh would offer the controller's keys
+        raise SourceError(f"{where} holds no SSH identity, but {remote.url} is an SSH URL")
     if credentials.isolated and not ssh and credentials.identity:
         raise SourceError(f"{where} holds an SSH identity, but {remote.url} is not an SSH URL")
     if not (credentials.has_ssh if ssh else credentials.ca_cert):

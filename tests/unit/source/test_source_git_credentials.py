@@ -77,6 +77,9 @@ def test_a_tenants_https_fetch_without_a_password_asks_no_helper_of_the_controll
     creds = GitCredentials(identity=KEY, known_hosts=KNOWN, isolated=True)
     with pytest.raises(SourceError, match="not an SSH URL"), authenticated("https://g/r.git", creds):
         pass
+    only_hosts = GitCredentials(known_hosts=KNOWN, isolated=True)  # ssh would offer the controller's own keys
+    with pytest.raises(SourceError, match="no SSH identity"), authenticated("git@g:r.git", only_hosts):
+        pass
     with authenticated("https://g/r.git", GitCredentials(ca_cert="x", isolated=True)) as remote:
         assert _config(remote.env)["credential.helper"] == ""
 
