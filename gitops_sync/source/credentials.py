@@ -140,7 +140,7 @@ def authenticated(url: str, credentials: GitCredentials | None) -> Iterator[Remo
 def _http(remote: Remote, creds: GitCredentials, ca_file: Path | None) -> Remote:
     """Basic auth through the credential helper, a bearer token as an `Authorization` header (git 2.39 has
     no bearer credential type); both in the environment only. `ca_file`: the CA to check the server by
-    (GIT_SSL_CAINFO: Debian's git 2.39 did not apply `http.sslCAInfo` given through GIT_CONFIG_*)."""
+    (GIT_SSL_CAINFO: git lets that variable, when the controller's environment sets it, beat `http.sslCAInfo`)."""
     ca = {"GIT_SSL_CAINFO": str(ca_file)} if ca_file is not None else {}
     if creds.bearer_token:
         pairs = [_NO_HELPERS, ("http.extraHeader", f"Authorization: Bearer {creds.bearer_token}")]
