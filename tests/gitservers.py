@@ -14,6 +14,7 @@ import base64
 import getpass
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -315,6 +316,7 @@ def https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsGitS
 def main(argv: list[str]) -> int:
     """Start both servers with one repository each, print how to fetch them, serve until interrupted."""
     root = Path(argv[0] if argv else "gitservers").resolve()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop sshd on SIGTERM too (the `finally` below)
     ssh, https = SshGitServer(root / "ssh").start(), HttpsGitServer(root / "https").start()
     https.users["user"] = "secret"
     files = {"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: private}\ndata: {a: '1'}\n"}
