@@ -1,6 +1,6 @@
 """Private repositories through GitSync spec.secretRef, on the real API server and real Git servers.
 
-A tenant's GitSyncs fetch a private HTTPS repository (basic auth, the server's CA from the Secret) and a
+A tenant's GitSyncs fetch private HTTPS repositories (basic auth, a bearer token, the server's CA from the Secret) and a
 private SSH repository (key and known_hosts from the Secret), reading each Secret as the tenant's
 ServiceAccount; rotated credentials are used by the next poll without a restart; a Secret the
 ServiceAccount may not read (or that does not exist) is refused with reason CredentialsUnavailable; no
@@ -28,6 +28,7 @@ __all__ = ["crd", "https_server", "ssh_server"]  # module-scoped fixtures, share
 
 PASSWORD = "fleet-pw-3f9a1c7e55"
 ROTATED = "fleet-pw-rotated-b81d0e42"
+TOKEN = "fleet-bearer-6e0d2b97c4"
 
 
 def secret(name: str, namespace: str, data: dict[str, str]) -> str:
@@ -110,12 +111,14 @@ def test_private_https_and_ssh_repositories_with_rotated_credentials(
     ssh_server: SshGitServer,
 ) -> None:
     https_server.users = {"deploy": PASSWORD}
+    https_server.tokens = {TOKEN}
     ssh_server.authorize(ssh_server.client_key)
     h_repo = bare_repository(https_server.repos, f"{namespace}-h", {"cm.yaml": configmap("https-cm", {"v": "1"})})
+    t_repo = bare_repository(https_server.repos, f"{namespace}-t", {"cm.yaml": configmap("token-cm", {"v": "1"})})
     s_repo = bare_repository(ssh_server.repos, f"{namespace}-s", {"cm.yaml": configmap("ssh-cm", {"v": "1"})})
     key_text = ssh_server.client_key.read_text()
     tenant_account(kube, namespace)
-    allow_secrets(kube, namespace, "https-creds", "ssh-creds")
+    allow_secrets(kube, namespace, "https-creds", "ssh-creds", "token-creds")
     keep = apply_with_secret_refs(
         kube,
         namespace,
@@ -127,10 +130,12 @@ def test_private_https_and_ssh_repositories_with_rotated_credentials(
                     {"username": "deploy", "password": PASSWORD, "ca.crt": https_server.ca.read_text()},
                 ),
                 secret("ssh-creds", namespace, {"identity": key_text, "known_hosts": ssh_server.known_hosts}),
+                secret("token-creds", namespace, {"bearerToken": TOKEN, "ca.crt": https_server.ca.read_text()}),
                 *(
                     gitsync(name, namespace, url, serviceAccountName="tenant", secretRef={"name": ref})
                     for name, url, ref in (
                         ("web", https_server.url(h_repo), "https-creds"),
+                        ("tok", https_server.url(t_repo), "token-creds"),
                         ("api", ssh_server.url(s_repo), "ssh-creds"),
                     )
                 ),
@@ -144,6 +149,8 @@ def test_private_https_and_ssh_repositories_with_rotated_credentials(
         wait_ready(kube, namespace, "web", 90)
         keep()
         wait_ready(kube, namespace, "api", 90)
+        wait_ready(kube, namespace, "tok", 90)
+        assert cm_data(kube, namespace, "token-cm") == {"v": "1"}  # a bearer token from the Secret
         assert cm_data(kube, namespace, "https-cm") == {"v": "1"}
         assert cm_data(kube, namespace, "ssh-cm") == {"v": "1"}
         pid = d.proc.pid
@@ -194,7 +201,7 @@ def test_private_https_and_ssh_repositories_with_rotated_credentials(
             places[f"cache {path}"] = path.read_bytes().decode(errors="replace")
     key_lines = [ln for text in (key_text, new_key.read_text()) for ln in text.splitlines() if "PRIVATE KEY" not in ln]
     for where, text in places.items():
-        for value in (PASSWORD, ROTATED, *key_lines):
+        for value in (PASSWORD, ROTATED, TOKEN, *key_lines):
             assert value not in text, f"a credential leaked into {where}"
     assert "https-cm" in places["/status"]  # the places looked at are the right ones
     assert not os.listdir(tmp_path / "tmp"), "a key or CA file was left behind"
