@@ -208,14 +208,24 @@ def test_private_https_and_ssh_repositories_with_rotated_credentials(
 
 
 def test_a_tenant_cannot_use_a_secret_its_service_account_may_not_read(
-    kube: KubeCluster, crd: None, namespace: str, tmp_path: Path, https_server: HttpsGitServer
+    kube: KubeCluster,
+    crd: None,
+    namespace: str,
+    tmp_path: Path,
+    https_server: HttpsGitServer,
+    ssh_server: SshGitServer,
 ) -> None:
     https_server.users = {"deploy": PASSWORD}
+    ssh_server.authorize(ssh_server.client_key)
     repo = bare_repository(https_server.repos, f"{namespace}-b", {"cm.yaml": configmap("borrowed-cm", {"v": "1"})})
     url = https_server.url(repo)
+    s_url = ssh_server.url(bare_repository(ssh_server.repos, f"{namespace}-m", {"cm.yaml": configmap("mitm-cm", {})}))
+    impostor = keypair(tmp_path / "impostor")
+    wrong_host = f"[127.0.0.1]:{ssh_server.port} {' '.join(impostor.with_suffix('.pub').read_text().split()[:2])}\n"
     tenant_account(kube, namespace)
-    allow_secrets(kube, namespace, "tenant-creds")
+    allow_secrets(kube, namespace, "tenant-creds", "mitm-creds")
     admin = {"username": "deploy", "password": PASSWORD, "ca.crt": https_server.ca.read_text()}
+    mitm = {"identity": ssh_server.client_key.read_text(), "known_hosts": wrong_host}
     keep = apply_with_secret_refs(
         kube,
         namespace,
@@ -224,6 +234,8 @@ def test_a_tenant_cannot_use_a_secret_its_service_account_may_not_read(
                 secret("admin-creds", namespace, admin),  # the admin's, in the tenant's own namespace
                 gitsync("borrow", namespace, url, serviceAccountName="tenant", secretRef={"name": "admin-creds"}),
                 gitsync("missing", namespace, url, serviceAccountName="tenant", secretRef={"name": "tenant-creds"}),
+                secret("mitm-creds", namespace, mitm),  # known_hosts lists another key than the server's
+                gitsync("mitm", namespace, s_url, serviceAccountName="tenant", secretRef={"name": "mitm-creds"}),
             ]
         ),
     )
@@ -249,6 +261,13 @@ def test_a_tenant_cannot_use_a_secret_its_service_account_may_not_read(
         missing = refused("missing")
         assert f"Secret {namespace}/tenant-creds (spec.secretRef) not found" in missing["message"], missing
         assert cm_data(kube, namespace, "borrowed-cm") is None  # nothing fetched, nothing applied
+
+        def mismatch() -> bool:
+            keep()
+            return "host key mismatch" in condition(kube, namespace, "mitm", "Ready").get("message", "")
+
+        wait_until("mitm refused for its host key", mismatch, 60)
+        assert cm_data(kube, namespace, "mitm-cm") is None
         status = d.get("/status")[1].decode()
     texts = [json.dumps(gs_status(kube, namespace, "borrow")), status, log_path.read_text()]
     texts.append(json.dumps(kube.list("events", namespace)))
