@@ -19,10 +19,16 @@ from tests.conftest import KubeCluster
 from tests.gitservers import HttpsGitServer, SshGitServer, bare_repository, https_server, ssh_server
 from tests.integration.daemon_support import Daemon, configmap
 from tests.integration.test_fleet import cm_data, crd, wait_ready
-from tests.integration.test_private_repositories_fleet import apply_with_secret_refs, daemon_env, fleet
+from tests.integration.test_private_repositories_fleet import (
+    Servers,
+    apply_with_secret_refs,
+    daemon_env,
+    fleet,
+    servers,
+)
 
 pytestmark = pytest.mark.cluster
-__all__ = ["crd", "https_server", "ssh_server"]
+__all__ = ["crd", "https_server", "servers", "ssh_server"]
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "private-repositories.md"
 HTTPS_URL, SSH_URL = "https://git.example.com/team/deploy.git", "ssh://git@git.example.com/team/deploy.git"
@@ -60,15 +66,10 @@ def test_the_cli_examples_run(
 
 
 def test_the_gitsync_examples_run(
-    kube: KubeCluster,
-    crd: None,
-    namespace: str,
-    tmp_path: Path,
-    https_server: HttpsGitServer,
-    ssh_server: SshGitServer,
+    kube: KubeCluster, crd: None, namespace: str, tmp_path: Path, servers: Servers
 ) -> None:
+    https_server, ssh_server = servers
     https_server.users = {"deploy": TOKEN}
-    ssh_server.authorize(ssh_server.client_key)
     h_repo = bare_repository(https_server.repos, f"doc-{namespace}", {"a.yaml": configmap("from-https", {})})
     s_repo = bare_repository(ssh_server.repos, f"doc-{namespace}", {"a.yaml": configmap("from-ssh", {})})
     docs = [

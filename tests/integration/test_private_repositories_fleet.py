@@ -68,6 +68,17 @@ def allow_secrets(kube: KubeCluster, namespace: str, *names: str) -> None:
     )
 
 
+Servers = tuple[HttpsGitServer, SshGitServer]
+
+
+@pytest.fixture
+def servers(https_server: HttpsGitServer, ssh_server: SshGitServer) -> Servers:
+    """Both servers, as a test starts: the HTTPS one wants PASSWORD for deploy, sshd the client key."""
+    https_server.users, https_server.tokens = {"deploy": PASSWORD}, set()
+    ssh_server.authorize(ssh_server.client_key)
+    return https_server, ssh_server
+
+
 def apply_with_secret_refs(kube: KubeCluster, namespace: str, docs: list[str]) -> Callable[[], None]:
     """Apply `docs` so that their spec.secretRef stays; returns what a wait calls to keep it so. The shared
     cluster's CRD is cluster-wide: another branch's tests applying theirs (without spec.secretRef) prune the
@@ -103,16 +114,10 @@ def fleet(namespace: str, tmp_path: Path) -> list[str]:
 
 
 def test_private_https_and_ssh_repositories_with_rotated_credentials(
-    kube: KubeCluster,
-    crd: None,
-    namespace: str,
-    tmp_path: Path,
-    https_server: HttpsGitServer,
-    ssh_server: SshGitServer,
+    kube: KubeCluster, crd: None, namespace: str, tmp_path: Path, servers: Servers
 ) -> None:
-    https_server.users = {"deploy": PASSWORD}
+    https_server, ssh_server = servers
     https_server.tokens = {TOKEN}
-    ssh_server.authorize(ssh_server.client_key)
     h_repo = bare_repository(https_server.repos, f"{namespace}-h", {"cm.yaml": configmap("https-cm", {"v": "1"})})
     t_repo = bare_repository(https_server.repos, f"{namespace}-t", {"cm.yaml": configmap("token-cm", {"v": "1"})})
     s_repo = bare_repository(ssh_server.repos, f"{namespace}-s", {"cm.yaml": configmap("ssh-cm", {"v": "1"})})
@@ -208,15 +213,9 @@ def test_private_https_and_ssh_repositories_with_rotated_credentials(
 
 
 def test_a_tenant_cannot_use_a_secret_its_service_account_may_not_read(
-    kube: KubeCluster,
-    crd: None,
-    namespace: str,
-    tmp_path: Path,
-    https_server: HttpsGitServer,
-    ssh_server: SshGitServer,
+    kube: KubeCluster, crd: None, namespace: str, tmp_path: Path, servers: Servers
 ) -> None:
-    https_server.users = {"deploy": PASSWORD}
-    ssh_server.authorize(ssh_server.client_key)
+    https_server, ssh_server = servers
     repo = bare_repository(https_server.repos, f"{namespace}-b", {"cm.yaml": configmap("borrowed-cm", {"v": "1"})})
     url = https_server.url(repo)
     s_url = ssh_server.url(bare_repository(ssh_server.repos, f"{namespace}-m", {"cm.yaml": configmap("mitm-cm", {})}))
