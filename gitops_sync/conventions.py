@@ -18,6 +18,7 @@ __all__ = [
     "ATTEMPTED_REVISION",
     "BOOKKEEPING",
     "BOOKKEEPING_KEYS",
+    "CLUSTER_ID",
     "CREATE_ONLY",
     "CSA_MANAGER",
     "DEPLOYMENT_REVISION",
@@ -95,6 +96,10 @@ SOURCE: Final = "gitops-sync.io/source"
 # The normalised source (`gitops_sync.source.identity`) this inventory belongs to; absent on parents
 # written before source identities (legacy: accepted, and recorded on the next write).
 SOURCE_IDENTITY: Final = "gitops-sync.io/source-identity"
+# The cluster the parent was written on: its kube-system namespace UID (cluster/connection.py). A parent
+# that records another cluster than the one a pass reaches (copied by a backup tool, restored elsewhere) is
+# never pruned from; absent on parents written before it (recorded on the next write).
+CLUSTER_ID: Final = "gitops-sync.io/cluster-id"
 
 # ---- ours, on a GitSync (the fleet controller's custom resource) ---------------------------------------
 # Set by `gitops-sync reconcile` (any value, a time by convention): fetch and reconcile now.

@@ -36,6 +36,8 @@ class ClusterArgs:
     name: str | None  # ApplySet (inventory) name
     inventory_namespace: str | None
     ignore: tuple[IgnoreRule, ...] = ()  # --ignore rules (the repository's .gitops-sync.yaml adds its own)
+    # `sync`/`diff`: every --context given, in order (several: one pass per cluster); `context` is the first
+    contexts: tuple[str, ...] = ()
 
 
 def _apply(fn: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
@@ -62,8 +64,9 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
         from gitops_sync.engine import SourceOptions  # the pipeline: only once a command runs
         from gitops_sync.render import RenderOptions
 
+        repo = kw.pop("repo") or ""
         kw["source"] = SourceOptions(
-            repo=kw.pop("repo") or "",
+            repo=repo,
             revision=kw.pop("revision"),
             path=kw.pop("subpath"),
             cache_dir=kw.pop("cache_dir"),
@@ -72,15 +75,18 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
                 helm_release=kw.pop("helm_release"),
                 namespace=kw["namespace"],
                 kustomize_allow_external=kw.pop("kustomize_allow_external"),
+                # `run` without --repo serves GitSyncs of many tenants: none may use the operator's chart credentials
+                chart_credentials_env=bool(repo),
             ),
-            credentials=_git_credentials(
-                username=kw.pop("git_username"),
-                password_file=kw.pop("git_password_file"),
-                bearer_token_file=kw.pop("git_bearer_token_file"),
-                ssh_key_file=kw.pop("ssh_key_file"),
-                known_hosts=kw.pop("known_hosts"),
+            credentials=_git_credentials(  # a caller passing the flags by hand may leave these out
+                username=kw.pop("git_username", None),
+                password_file=kw.pop("git_password_file", None),
+                bearer_token_file=kw.pop("git_bearer_token_file", None),
+                ssh_key_file=kw.pop("ssh_key_file", None),
+                known_hosts=kw.pop("known_hosts", None),
             ),
         )
+        _take_secret_options(kw)
         return fn(*args, **kw)
 
     return _apply(wrapper, _source_flags(repo_required))  # type: ignore[no-any-return]
@@ -135,6 +141,7 @@ def _source_flags(repo_required: bool) -> list[Callable[[Any], Any]]:
             is_flag=True,
             help="Let kustomizations use remote bases (URLs, git refs) and paths outside the repository.",
         ),
+        *secret_options,
         click.option(
             "-n",
             "--namespace",
@@ -186,6 +193,70 @@ def _credential_flags() -> list[Callable[[Any], Any]]:
     ]
 
 
+def _files(flag: str, help: str) -> Callable[[F], F]:
+    """A repeatable flag naming files."""
+    return click.option(flag, multiple=True, type=click.Path(path_type=Path), help=help)
+
+
+# Keys for SOPS-encrypted manifests (gitops_sync/render/sops.py) and for commit signatures (source/verify.py).
+secret_options = [
+    _files(
+        "--sops-age-key-file",
+        "age identities for SOPS-encrypted manifests (repeatable; default: $SOPS_AGE_KEY_FILE; "
+        "$SOPS_AGE_KEY adds identities inline).",
+    ),
+    _files(
+        "--sops-pgp-key-file",
+        "Armored OpenPGP private key for SOPS-encrypted manifests (repeatable; imported into a private "
+        "GNUPGHOME for the run).",
+    ),
+    click.option(
+        "--verify-commits",
+        is_flag=True,
+        help="Render only a commit signed by a trusted key (--allowed-signers, --trusted-pgp-keys); exit 2 "
+        "otherwise, nothing applied or pruned.",
+    ),
+    click.option(
+        "--verify-tag",
+        is_flag=True,
+        help="--revision must be an annotated tag signed by a trusted key (with --verify-commits: its commit too); "
+        "exit 2 otherwise.",
+    ),
+    click.option(
+        "--allowed-signers",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="SSH allowed-signers file (ssh-keygen(1) format) for --verify-commits and --verify-tag.",
+    ),
+    _files("--trusted-pgp-keys", "Armored OpenPGP public keys for --verify-commits and --verify-tag (repeatable)."),
+]
+
+
+def _take_secret_options(kw: dict[str, Any]) -> None:
+    """The keys of `secret_options`, read now (a missing file fails before any fetch), into kw["source"]; a
+    caller passing the source flags by hand may leave them out."""
+    from gitops_sync.render import sops
+    from gitops_sync.source import verify
+
+    source = kw["source"]
+    age, pgp = kw.pop("sops_age_key_file", ()), kw.pop("sops_pgp_key_file", ())
+    signers, pgp_keys = kw.pop("allowed_signers", None), kw.pop("trusted_pgp_keys", ())
+    commits, tags = kw.pop("verify_commits", False), kw.pop("verify_tag", False)
+    if (signers or pgp_keys) and not (commits or tags):
+        raise click.UsageError(
+            "--allowed-signers and --trusted-pgp-keys are the keys of --verify-commits / --verify-tag: add one"
+        )
+    if not source.repo:  # the fleet: a GitSync never gets the controller's keys (its own come with its spec)
+        if age or pgp or commits or tags:
+            raise click.UsageError(
+                "--sops-*-key-file, --verify-commits and --verify-tag apply to a --repo source, not to GitSyncs"
+            )
+        return
+    source.render.decryption = sops.from_cli(age, pgp, os.environ)
+    if commits or tags:
+        source.verify = verify.from_cli(signers, pgp_keys, commits=commits, tags=tags)
+
+
 def _ignore_rules(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[IgnoreRule]:
     from gitops_sync.plan.ignore import parse_flag
 
@@ -197,12 +268,22 @@ def _ignore_rules(_ctx: click.Context, _param: click.Parameter, values: tuple[st
 
 def cluster_options(fn: F) -> F:
     """--kubeconfig --context --field-manager --concurrency --name --inventory-namespace -> `cluster=`."""
+    return _cluster_options(fn, many=False)
 
+
+def multi_cluster_options(fn: F) -> F:
+    """`cluster_options` with --context repeatable (`sync`, `diff`: one pass per cluster)."""
+    return _cluster_options(fn, many=True)
+
+
+def _cluster_options(fn: F, *, many: bool) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kw: Any) -> Any:
+        contexts = _contexts(kw.pop("context"))
         kw["cluster"] = ClusterArgs(
             kubeconfig=kw.pop("kubeconfig"),
-            context=kw.pop("context"),
+            context=contexts[0] if contexts else None,
+            contexts=contexts,
             field_manager=kw.pop("field_manager"),
             concurrency=kw.pop("concurrency"),
             name=kw.pop("inv_name"),
@@ -219,7 +300,7 @@ def cluster_options(fn: F) -> F:
             envvar="KUBECONFIG",
             help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster).",
         ),
-        click.option("--context", envvar="GITOPS_SYNC_CONTEXT", default=None, help="kubeconfig context."),
+        _context_option(many=many),
         click.option(
             "--field-manager",
             envvar="GITOPS_SYNC_FIELD_MANAGER",
@@ -255,6 +336,26 @@ def cluster_options(fn: F) -> F:
         ),
     ]
     return _apply(wrapper, options)  # type: ignore[no-any-return]
+
+
+def _contexts(given: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """Every --context given, each once, in order: a repeatable option's tuple or one option's value."""
+    if isinstance(given, tuple):
+        return tuple(dict.fromkeys(given))
+    return (given,) if given else ()
+
+
+def _context_option(*, many: bool) -> Callable[[F], F]:
+    """--context: one (`run`), or repeatable (`sync`, `diff`)."""
+    if not many:
+        return click.option("--context", envvar="GITOPS_SYNC_CONTEXT", default=None, help="kubeconfig context.")
+    return click.option(
+        "--context",
+        envvar="GITOPS_SYNC_CONTEXT",
+        multiple=True,
+        help="kubeconfig context; repeat it (or list them in GITOPS_SYNC_CONTEXT, space-separated) for one pass "
+        "per cluster, one report grouped by cluster, the exit code the worst of them.",
+    )
 
 
 def safety_options(adopt_shared_help: str) -> Callable[[F], F]:

@@ -42,7 +42,8 @@ from typing import Any, Protocol
 from gitops_sync import __version__, jsoncodec
 from gitops_sync.errors import RenderError
 from gitops_sync.log import get_logger
-from gitops_sync.render import RenderOptions, Snapshot
+from gitops_sync.render import RenderOptions, Snapshot, sops
+from gitops_sync.render.charts import CHART_SOURCE_FILE
 from gitops_sync.render.snapshot import read as read_snapshot
 from gitops_sync.resource import DesiredObject
 from gitops_sync.source import Checkout
@@ -52,6 +53,9 @@ log = get_logger(__name__)
 FORMAT = 2  # of the key and the entry; a change makes every old entry a miss
 _KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 _SYMLINK_MODE = "120000"
+# Render options the key leaves out: paths the key covers otherwise, and SOPS keys (a render that decrypted
+# anything is never written to disk, and a process's keys never change while it keeps one in memory).
+_NOT_IN_KEY = ("repo_root", "helm_values", "decryption")
 
 
 class Store(Protocol):
@@ -179,7 +183,11 @@ class RenderCache:
             return cached
         self.misses += 1
         objects, storable = _render_once(checkout, opts, tree, values, render)
-        if storable:
+        # Charts pulled from repositories (helm-chart.yaml, Chart.yaml dependencies): a version range or a tag
+        # resolves anew on each pass, so the files do not decide the render: never stored (issue 24).
+        pulled = any("chart" in o.extra or "chart_dependencies" in o.extra for o in objects)
+        # Decrypted Secrets never reach the disk; the daemon's memory holds them anyway (its desired state).
+        if storable and not pulled and (isinstance(self.store, MemoryStore) or not sops.any_decrypted(objects)):
             self.store.put(key, objects)
         return objects
 
@@ -191,12 +199,13 @@ class RenderCache:
         if uses_kustomize and opts.kustomize_allow_external:
             return None  # remote bases and outside paths change without a commit: the files do not decide
         uses_helm = "Chart.yaml" in names
-        values = _read_values(opts.helm_values) if uses_helm else []
+        # --helm-values apply to charts from repositories too (whose renders are never stored: no helm version)
+        values = _read_values(opts.helm_values) if uses_helm or CHART_SOURCE_FILE in names else []
         parts = {
             "format": FORMAT,
             "gitops-sync": __version__,
             "source": source,
-            "options": {k: str(v) for k, v in sorted(asdict(opts).items()) if k not in ("repo_root", "helm_values")},
+            "options": {k: str(v) for k, v in sorted(asdict(opts).items()) if k not in _NOT_IN_KEY},
             "tools": tool_versions(opts, kustomize=uses_kustomize, helm=uses_helm),
             "values": [v.part for v in values],
         }

@@ -1,9 +1,11 @@
 """Shared pytest fixtures.
 
 Cluster fixtures (deploy/local-cluster): `kube` (session) gives a real control plane, `namespace` (function) a
-fresh namespace in it. Tests using them are marked `@pytest.mark.cluster`. A test reads the cluster's state
-with `kube.get` / `kube.find` / `kube.list` (gitops-sync's own Client, a few milliseconds a look), and runs
-`kube.kubectl` where kubectl itself is what it tests, or is the actor (an edit, a scale, a README command).
+fresh namespace in it; `second_kube` (session) a second control plane side by side, always started here (for
+many-cluster tests; one at a time on this machine). Tests using them are marked `@pytest.mark.cluster`. A
+test reads the cluster's state with `kube.get` / `kube.find` / `kube.list` (gitops-sync's own Client, a few
+milliseconds a look), and runs `kube.kubectl` where kubectl itself is what it tests, or is the actor (an edit,
+a scale, a README command).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class KubeCluster:
     bin_dir: Path
     env: dict[str, str] = field(repr=False)
     started_here: bool  # False when an already running cluster (KUBECONFIG) is reused
+    state_dir: Path | None = None  # the launcher's state dir (pids, logs) of a cluster started here
 
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
@@ -174,18 +177,37 @@ def kube() -> Iterator[KubeCluster]:
         if _reachable(kubeconfig, bin_dir / "kubectl"):
             yield KubeCluster(kubeconfig, bin_dir, _env_for(kubeconfig, bin_dir), started_here=False)
             return
-    # Under the launcher's cache, so `.ci/run` can stop it even if this process is killed before teardown.
+    state = _session_state_dir("pytest-")
+    yield from _own_cluster(state)
+
+
+def _session_state_dir(prefix: str) -> Path:
+    """A state dir for a cluster of this session, under the launcher's cache, so `.ci/run` can stop it even
+    if this process is killed before teardown; not created (the launcher creates it, `down` removes it)."""
     sessions = REPO / ".cache" / "local-cluster" / "sessions"
     sessions.mkdir(parents=True, exist_ok=True)
-    state = Path(tempfile.mkdtemp(prefix="pytest-", dir=sessions))
-    state.rmdir()  # the launcher creates (and `down` removes) its state dir
+    state = Path(tempfile.mkdtemp(prefix=prefix, dir=sessions))
+    state.rmdir()
+    return state
+
+
+def _own_cluster(state: Path) -> Iterator[KubeCluster]:
+    """`cluster.py --dir state up --auto-ports` (the binaries of LOCAL_CLUSTER_CACHE), `down` afterwards."""
     try:
         _launcher("--dir", str(state), "up", "--auto-ports")
         kubeconfig, bin_dir = state / "kubeconfig", state / "bin"
-        yield KubeCluster(kubeconfig, bin_dir, _env_for(kubeconfig, bin_dir), started_here=True)
+        yield KubeCluster(kubeconfig, bin_dir, _env_for(kubeconfig, bin_dir), started_here=True, state_dir=state)
     finally:
         _launcher("--dir", str(state), "down")
         shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def second_kube(kube: KubeCluster) -> Iterator[KubeCluster]:
+    """Another control plane beside `kube` (its own etcd, API server, ports, CA and kube-system UID), started
+    for this session (~10 s with the binaries built) and stopped at its end. Tests may freeze or stop its
+    components (`state_dir` holds the pids): no other test shares it."""
+    yield from _own_cluster(_session_state_dir("pytest-second-"))
 
 
 @pytest.fixture
@@ -195,7 +217,9 @@ def namespace(kube: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str
     name = f"t-{stem}-{uuid.uuid4().hex[:6]}"
     kube.kubectl("create", "namespace", name)
     # Pods are refused until the service-account controller has created the namespace's `default` SA.
-    kube.kubectl("wait", "--for=create", f"--namespace={name}", "serviceaccount/default", "--timeout=30s")
+    from tests.integration.daemon_support import wait_until
+
+    wait_until(f"serviceaccount/default in {name}", lambda: kube.find("serviceaccount", "default", name), 30, 0.05)
     try:
         yield name
     finally:

@@ -18,10 +18,13 @@ import base64
 import contextlib
 import fcntl
 import hashlib
+import hmac
 import http.client
+import http.server
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -149,60 +152,107 @@ def go_needed() -> str:
     return "?"
 
 
-def build_stamp(flags: str) -> str:
+# Optional tool sets, each its own Go module beside this file with its own stamp, built only on request
+# (`build --with NAME`, or by the command that needs it): `make cluster-build` never pays for them.
+EXTRAS: dict[str, dict[str, str]] = {
+    # the CNCF distribution registry (OCI charts and artifacts), and a bcrypt htpasswd line maker for it
+    "registry": {
+        "registry": "github.com/distribution/distribution/v3/cmd/registry",
+        "registry-htpasswd": "./htpasswd",
+    },
+    # the reference SOPS CLI (encrypted Secrets in Git, issue 25) and age-keygen for its keys
+    "sops": {"sops": "github.com/getsops/sops/v3/cmd/sops", "age-keygen": "filippo.io/age/cmd/age-keygen"},
+}
+EXTRA_OUTPUT_NAME = {"registry-htpasswd": "htpasswd"}
+
+
+def build_stamp(flags: str, module_dir: Path = HERE) -> str:
     go = shutil.which("go")
     if not go:
         raise ClusterError(f"component go build: `go` is not on PATH (Go {go_needed()} or newer is needed)")
     goversion = subprocess.run([go, "version"], capture_output=True, text=True, check=False).stdout.strip()
     h = hashlib.sha256()
-    for part in ((HERE / "go.mod").read_bytes(), (HERE / "go.sum").read_bytes(), flags.encode(), goversion.encode()):
+    for part in (
+        (module_dir / "go.mod").read_bytes(),
+        (module_dir / "go.sum").read_bytes(),
+        flags.encode(),
+        goversion.encode(),
+    ):
         h.update(hashlib.sha256(part).digest())
+    if module_dir != HERE:  # an extra's own sources count too (the control plane has none of its own)
+        for src in sorted(module_dir.rglob("*.go")):
+            h.update(hashlib.sha256(src.read_bytes()).digest())
     return h.hexdigest()
 
 
 def build(cache_dir: Path, force: bool = False) -> Path:
     """Build all seven binaries into <cache>/bin unless the stamp says they are current. Returns the bin dir."""
+    return _build_set(cache_dir, "", HERE, PACKAGES, GO_OUTPUT_NAME, ldflags(), force)
+
+
+def build_extra(cache_dir: Path, name: str, force: bool = False) -> Path:
+    """Build one optional tool set (EXTRAS) from its own module into <cache>/bin, stamped apart."""
+    if name not in EXTRAS:
+        raise ClusterError(f"unknown tool set {name!r} (known: {', '.join(EXTRAS)})")
+    return _build_set(cache_dir, name, HERE / name, EXTRAS[name], EXTRA_OUTPUT_NAME, "-s -w", force)
+
+
+def _build_set(
+    cache_dir: Path,
+    name: str,
+    module_dir: Path,
+    packages: dict[str, str],
+    output_names: dict[str, str],
+    flags: str,
+    force: bool,
+) -> Path:
     bin_dir = cache_dir / "bin"
-    stamp_file = bin_dir / ".stamp"
-    flags = ldflags()
-    stamp = build_stamp(flags)
+    stamp_file = bin_dir / (f".stamp-{name}" if name else ".stamp")
+    stamp = build_stamp(flags, module_dir)
+    what = ", ".join(packages)
 
     def current() -> bool:
         return (
             stamp_file.is_file()
             and stamp_file.read_text().strip() == stamp
-            and all(os.access(bin_dir / name, os.X_OK) for name in PACKAGES)
+            and all(os.access(bin_dir / binary, os.X_OK) for binary in packages)
         )
 
     if current() and not force:
-        log(f"binaries are current ({bin_dir})")
+        log(f"binaries are current ({bin_dir}{': ' + what if name else ''})")
         return bin_dir
     cache_dir.mkdir(parents=True, exist_ok=True)
     with open(cache_dir / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent build of the same tree waits for this one
         if current() and not force:
             return bin_dir
-        build_log = cache_dir / "build.log"
+        build_log = cache_dir / (f"build-{name}.log" if name else "build.log")
         out_dir = Path(tempfile.mkdtemp(prefix="bin.", dir=cache_dir))
-        cmd = ["go", "build", "-trimpath", "-ldflags", flags, "-o", str(out_dir) + "/", *PACKAGES.values()]
-        log(f"building {', '.join(PACKAGES)} (log: {build_log}); a cold build takes tens of minutes")
+        cmd = ["go", "build", "-trimpath", "-ldflags", flags, "-o", str(out_dir) + "/", *packages.values()]
+        log(f"building {what} (log: {build_log}); a cold build takes minutes")
         t0 = time.monotonic()
         with open(build_log, "w") as out:
             out.write("$ " + shlex.join(cmd) + "\n")
             out.flush()
             rc = subprocess.run(
-                cmd, cwd=HERE, env=go_env(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False
+                cmd,
+                cwd=module_dir,
+                env=go_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                check=False,
             ).returncode
         if rc != 0:
             shutil.rmtree(out_dir, ignore_errors=True)
             raise ClusterError(
-                f"component go build failed (exit {rc}) building {', '.join(PACKAGES)}; "
-                f"tail of {build_log}:\n{tail(build_log, 40)}"
+                f"component go build failed (exit {rc}) building {what}; tail of {build_log}:\n{tail(build_log, 40)}"
             )
         bin_dir.mkdir(parents=True, exist_ok=True)
-        for name in PACKAGES:
+        for binary, pkg in packages.items():
             # rename, never overwrite in place: processes running the old binary keep their inode
-            os.replace(out_dir / GO_OUTPUT_NAME.get(name, name), bin_dir / name)
+            built = output_names.get(binary, pkg.rstrip("/").rsplit("/", 1)[-1])
+            os.replace(out_dir / built, bin_dir / binary)
         shutil.rmtree(out_dir, ignore_errors=True)
         stamp_file.write_text(stamp + "\n")
         log(f"built in {time.monotonic() - t0:.1f} s into {bin_dir}")
@@ -980,6 +1030,243 @@ def status(cfg: Config) -> int:
     return 0 if good else 1
 
 
+# ---------------------------------------------------------------------------------------------- registries
+
+# Chart sources for tests and demos (issue 24): the CNCF distribution registry (OCI, `helm push`) and an HTTPS
+# chart repository (a directory indexed by `helm repo index`), both on loopback, both behind TLS from their own
+# CA and one basic-auth user. State in their own dir (`--dir`, default <repo>/.local-registry), apart from the
+# cluster's: either runs without the other.
+REGISTRY_PORTS = {"registry": 15000, "chart-repo": 15443}
+REGISTRY_USER = "gitops"
+
+
+def registry_config(args: argparse.Namespace) -> Config:
+    state = Path(args.dir or os.environ.get("LOCAL_REGISTRY_DIR") or REPO / ".local-registry").resolve()
+    cache = Path(args.cache_dir or os.environ.get("LOCAL_CLUSTER_CACHE") or REPO / ".cache" / "local-cluster")
+    ports = dict(REGISTRY_PORTS)
+    saved = state / "registry.json"
+    if saved.is_file() and args.command != "registry-up":
+        with contextlib.suppress(ValueError, OSError, KeyError):
+            ports.update(json.loads(saved.read_text())["ports"])
+    elif getattr(args, "auto_ports", False):
+        ports = {name: free_port() for name in ports}
+    return Config(state_dir=state, cache_dir=cache.resolve(), ports=ports, timeout=args.timeout)
+
+
+def https_status(port: int, path: str, ca: Path) -> int | None:
+    """The status of an unauthenticated GET, verifying the server against our CA; None when nothing answers."""
+    conn = http.client.HTTPSConnection(
+        "127.0.0.1", port, context=ssl.create_default_context(cafile=str(ca)), timeout=2.0
+    )
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def registry_up(cfg: Config) -> None:
+    """Start the OCI registry and the chart repository; write <state>/registry.json (what clients need)."""
+    lock = lock_state(cfg)
+    try:
+        saved = cfg.state_dir / "registry.json"
+        with contextlib.suppress(ValueError, OSError, KeyError):
+            running = Config(cfg.state_dir, cfg.cache_dir, json.loads(saved.read_text())["ports"], cfg.timeout)
+            if registry_healthy(running):  # whatever ports were asked now: never restart them under their users
+                log(f"the registries from {cfg.state_dir} are already up: starting nothing")
+                return
+        if cfg.state_dir.exists():
+            registry_down(cfg, locked=True)
+        for comp, port in cfg.ports.items():
+            if port_in_use(port):
+                raise ClusterError(f"component {comp}: port 127.0.0.1:{port} is already in use; try --auto-ports")
+        bin_dir = build_extra(cfg.cache_dir, "registry")
+        _registry_up(cfg, bin_dir)
+    finally:
+        lock.close()
+
+
+def _registry_up(cfg: Config, bin_dir: Path) -> None:
+    t0 = time.monotonic()
+    for d in (cfg.state_dir, cfg.logs, cfg.pids, cfg.state_dir / "charts", cfg.state_dir / "registry-data"):
+        d.mkdir(parents=True, exist_ok=True)
+    (cfg.state_dir / STATE_MARKER).write_text("created by deploy/local-cluster/cluster.py registry-up\n")
+    pki = cfg.pki
+    pki.mkdir(exist_ok=True)
+    make_cert(
+        pki,
+        "ca",
+        "/CN=local-registry-ca",
+        "basicConstraints=critical,CA:TRUE\n"
+        "keyUsage=critical,keyCertSign,cRLSign,digitalSignature\nsubjectKeyIdentifier=hash",
+        ca=True,
+    )
+    make_cert(
+        pki,
+        "server",
+        "/CN=local-registry",
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost",
+    )
+    password = secrets.token_urlsafe(18)
+    pw_file = cfg.state_dir / "password"
+    pw_file.touch(mode=0o600)
+    pw_file.write_text(password + "\n")
+    line = subprocess.run(
+        [str(bin_dir / "registry-htpasswd"), REGISTRY_USER],
+        input=password + "\n",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if line.returncode != 0:
+        raise ClusterError(f"component registry: htpasswd failed: {line.stderr.strip()}")
+    (cfg.state_dir / "htpasswd").write_text(line.stdout)
+    digest = hashlib.sha256(f"{REGISTRY_USER}:{password}".encode()).hexdigest()
+    (cfg.state_dir / "chart-repo.auth").write_text(digest + "\n")
+    (cfg.state_dir / "registry.yml").write_text(
+        json.dumps(  # JSON is YAML: no YAML writer needed
+            {
+                "version": 0.1,
+                "log": {"level": "info", "accesslog": {"disabled": False}},
+                "storage": {
+                    "filesystem": {"rootdirectory": str(cfg.state_dir / "registry-data")},
+                    "delete": {"enabled": True},
+                },
+                "http": {
+                    "addr": f"127.0.0.1:{cfg.ports['registry']}",
+                    "secret": secrets.token_hex(16),
+                    "tls": {"certificate": str(pki / "server.crt"), "key": str(pki / "server.key")},
+                },
+                "auth": {"htpasswd": {"realm": "local-registry", "path": str(cfg.state_dir / "htpasswd")}},
+            },
+            indent=1,
+        )
+    )
+    commands = {
+        "registry": [str(bin_dir / "registry"), "serve", str(cfg.state_dir / "registry.yml")],
+        "chart-repo": [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "serve-chart-repo",
+            f"--root={cfg.state_dir / 'charts'}",
+            f"--port={cfg.ports['chart-repo']}",
+            f"--cert={pki / 'server.crt'}",
+            f"--key={pki / 'server.key'}",
+            f"--auth-file={cfg.state_dir / 'chart-repo.auth'}",
+        ],
+    }
+    procs: list[Proc] = []
+    try:
+        for name, args in commands.items():
+            procs.append(start_process(cfg, name, args))
+        s = Starter(cfg, {p.name: p for p in procs}, t0=t0)
+        deadline = t0 + cfg.timeout
+        ca = pki / "ca.crt"
+        # 401 from both: TLS verifies against our CA and the password is asked for
+        s.wait("GET /v2/ 401", "registry", lambda: https_status(cfg.ports["registry"], "/v2/", ca) == 401, deadline)
+        s.wait(
+            "GET / 401", "chart-repo", lambda: https_status(cfg.ports["chart-repo"], "/index.yaml", ca) == 401, deadline
+        )
+    except BaseException:
+        stop(procs)
+        raise
+    info = {
+        "ports": cfg.ports,
+        "oci": f"127.0.0.1:{cfg.ports['registry']}",
+        "chart_repo": f"https://127.0.0.1:{cfg.ports['chart-repo']}",
+        "chart_dir": str(cfg.state_dir / "charts"),
+        "ca_file": str(ca),
+        "username": REGISTRY_USER,
+        "password_file": str(pw_file),
+    }
+    (cfg.state_dir / "registry.json").write_text(json.dumps(info, indent=1) + "\n")
+    log(f"registries ready in {time.monotonic() - t0:.1f} s: oci://{info['oci']}, {info['chart_repo']}")
+
+
+def start_process(cfg: Config, name: str, args: list[str]) -> Proc:
+    """Start one process in a session of its own, logging to <state>/logs/<name>.log; record its pid."""
+    with open(cfg.logs / f"{name}.log", "ab") as logf:
+        popen = subprocess.Popen(
+            args,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cfg.state_dir,
+            start_new_session=True,
+        )
+    (cfg.pids / f"{name}.pid").write_text(json.dumps({"pid": popen.pid, "exe": args[0]}) + "\n")
+    return Proc(name=name, pid=popen.pid, exe=args[0], popen=popen)
+
+
+def registry_healthy(cfg: Config) -> bool:
+    procs = read_pids(cfg)
+    ca = cfg.pki / "ca.crt"
+    return (
+        {p.name for p in procs} == set(REGISTRY_PORTS)
+        and all(p.alive() for p in procs)
+        and https_status(cfg.ports["registry"], "/v2/", ca) == 401
+        and https_status(cfg.ports["chart-repo"], "/index.yaml", ca) == 401
+    )
+
+
+def registry_down(cfg: Config, locked: bool = False) -> None:
+    lock = None if locked else lock_state(cfg)
+    try:
+        procs = read_pids(cfg)
+        stop([p for p in procs if not pid_alive(p.pid) or p.is_ours()])
+        if cfg.state_dir.exists():
+            if not (cfg.state_dir / STATE_MARKER).is_file():
+                raise ClusterError(f"{cfg.state_dir} has no {STATE_MARKER}: not a registry state dir, not removing it")
+            shutil.rmtree(cfg.state_dir)
+            log(f"removed {cfg.state_dir}")
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def serve_chart_repo(root: Path, port: int, cert: Path, key: Path, auth_file: Path) -> None:
+    """A static HTTPS server of `root` (index.yaml and chart archives) with one basic-auth user.
+
+    Python's http.server rather than a Go static server module: no build, and it is test infrastructure only
+    (helm asks it for two kinds of file). The password is known only as sha256("user:password")."""
+    expected = auth_file.read_text().strip()
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            super().__init__(*a, directory=str(root), **kw)
+
+        def _allowed(self) -> bool:
+            header = self.headers.get("Authorization", "")
+            if header.startswith("Basic "):
+                with contextlib.suppress(ValueError):
+                    given = hashlib.sha256(base64.b64decode(header[6:], validate=True)).hexdigest()
+                    if hmac.compare_digest(given, expected):
+                        return True
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="local-chart-repo"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return False
+
+        def do_GET(self) -> None:
+            if self._allowed():
+                super().do_GET()
+
+        def do_HEAD(self) -> None:
+            if self._allowed():
+                super().do_HEAD()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    server.serve_forever()
+
+
 # ---------------------------------------------------------------------------------------------- main
 
 
@@ -998,6 +1285,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the binaries (skipped when current); prints the bin dir")
     b.add_argument("--force", action="store_true", help="run go build even when the stamp matches")
+    b.add_argument(
+        "--with",
+        dest="extras",
+        action="append",
+        choices=sorted(EXTRAS),
+        default=[],
+        help="also build an optional tool set from its own module (registry: OCI registry for charts; "
+        "sops: sops and age-keygen)",
+    )
     u = sub.add_parser("up", help="start the cluster (building first when needed)")
     u.add_argument(
         "--auto-ports",
@@ -1009,11 +1305,42 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("down", help="stop every process by pid and remove the state dir")
     sub.add_parser("status", help="pid, port and health of each component")
     sub.add_parser("env", help="print the export lines for KUBECONFIG and PATH")
+    ru = sub.add_parser(
+        "registry-up",
+        help="start the OCI registry and the HTTPS chart repository (state: --dir, default <repo>/.local-registry)",
+    )
+    ru.add_argument("--auto-ports", action="store_true", help="pick free loopback ports instead of 15000 and 15443")
+    sub.add_parser("registry-down", help="stop the registries by pid and remove their state dir")
+    sub.add_parser("registry-info", help="print <state>/registry.json: addresses, CA file, user, password file")
+    serve = sub.add_parser("serve-chart-repo", help="(internal) the chart repository server registry-up starts")
+    serve.add_argument("--root", type=Path, required=True)
+    serve.add_argument("--port", type=int, required=True)
+    serve.add_argument("--cert", type=Path, required=True)
+    serve.add_argument("--key", type=Path, required=True)
+    serve.add_argument("--auth-file", type=Path, required=True)
     args = parser.parse_args(argv)
     try:
+        if args.command == "serve-chart-repo":
+            serve_chart_repo(args.root, args.port, args.cert, args.key, args.auth_file)
+            return 0
+        if args.command.startswith("registry-"):
+            rcfg = registry_config(args)
+            if args.command == "registry-up":
+                registry_up(rcfg)
+                sys.stdout.write((rcfg.state_dir / "registry.json").read_text())
+            elif args.command == "registry-down":
+                registry_down(rcfg)
+            elif not (rcfg.state_dir / "registry.json").is_file():
+                raise ClusterError(f"no registries in {rcfg.state_dir}: run `cluster.py registry-up` first")
+            else:
+                sys.stdout.write((rcfg.state_dir / "registry.json").read_text())
+            return 0
         cfg = make_config(args)
         if args.command == "build":
-            print(build(cfg.cache_dir, force=args.force))
+            bin_dir = build(cfg.cache_dir, force=args.force)
+            for extra in args.extras:
+                build_extra(cfg.cache_dir, extra, force=args.force)
+            print(bin_dir)
         elif args.command == "up":
             up(cfg)
         elif args.command == "down":

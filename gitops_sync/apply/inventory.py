@@ -19,6 +19,7 @@ from gitops_sync.cluster.discovery import Discovery, ResourceInfo
 from gitops_sync.conventions import (
     APPLIED_REVISION,
     ATTEMPTED_REVISION,
+    CLUSTER_ID,
     FIELD_MANAGER,
     GROUP_KINDS,
     ID_LABEL,
@@ -61,6 +62,24 @@ class Inventory:
     identity: str = ""  # the source identity this pass records on the parent
     uid: str = ""
     resource_version: str = ""  # of the parent as this pass last read or wrote it: its writes are guarded by it
+    cluster_id: str = (
+        ""  # the kube-system UID of the cluster this pass reaches ("" unknown: neither recorded nor checked)
+    )
+
+    @property
+    def recorded_cluster(self) -> str:
+        """The cluster the parent records (its kube-system UID), "" on a parent written before it was recorded."""
+        return self.recorded.get(CLUSTER_ID, "")
+
+    def foreign_cluster(self) -> str:
+        """Why this pass must not prune from this parent, "" when it may: the parent records another cluster
+        than the one this pass reaches (copied there by a backup tool, or restored from another cluster's)."""
+        if not (self.exists and self.cluster_id and self.recorded_cluster) or self.recorded_cluster == self.cluster_id:
+            return ""
+        return (
+            f"the inventory ConfigMap {self.namespace}/{self.name} records cluster {self.recorded_cluster} (the UID of "
+            f"its kube-system namespace), but this connection reaches cluster {self.cluster_id}"
+        )
 
     @property
     def id(self) -> str:
@@ -95,6 +114,9 @@ class Inventory:
                     ATTEMPTED_REVISION: attempted,
                     SOURCE: source,
                     **({SOURCE_IDENTITY: self.identity} if self.identity else {}),
+                    # the recorded cluster is kept (another cluster's too: its prunes stay refused until a
+                    # person removes it); a parent without one records the cluster of this pass
+                    **({CLUSTER_ID: cluster} if (cluster := self.recorded_cluster or self.cluster_id) else {}),
                 },
             },
         }
@@ -103,12 +125,15 @@ class Inventory:
         return body
 
 
-def load(client: Client, name: str, namespace: str, identity: str = "", default_name: str = "") -> Inventory:
+def load(
+    client: Client, name: str, namespace: str, identity: str = "", default_name: str = "", *, cluster_id: str = ""
+) -> Inventory:
     """Read the parent. Refused (SourceMismatchError) when it records a source identity other than ours.
 
     `default_name` is this source's own default, suggested when an explicit --name hit another source.
+    `cluster_id`: the cluster this pass reaches (its kube-system UID), recorded and checked (`foreign_cluster`).
     """
-    inv = Inventory(name=name, namespace=namespace, identity=identity)
+    inv = Inventory(name=name, namespace=namespace, identity=identity, cluster_id=cluster_id)
     live = client.get_or_none(inv.parent_path)
     if live is None:
         return inv

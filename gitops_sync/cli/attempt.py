@@ -98,3 +98,9 @@ def load_source(attempt: Attempt, source: SourceOptions) -> tuple[Checkout, list
     attempt.redact.add(o.manifest for o in objects)
     attempt.rendered = True
     return checkout, objects
+
+
+def describe_unexpected(exc: BaseException) -> str:
+    """`KeyError: 'x'`: an exception none of ours, in one line (its class and its message's first line)."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return type(exc).__name__ + (f": {first}" if first else "")

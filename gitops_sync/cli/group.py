@@ -14,7 +14,7 @@ from typing import Any, ClassVar, NoReturn
 import click
 
 from gitops_sync import __version__
-from gitops_sync.cli.attempt import Attempt, current_attempt
+from gitops_sync.cli.attempt import Attempt, current_attempt, describe_unexpected
 from gitops_sync.cli.output import stdout_reader_may_leave, write
 from gitops_sync.errors import GitOpsError
 from gitops_sync.options import LogChoices, log_choices, log_options
@@ -98,8 +98,7 @@ class _Commands(click.Group):
             _fail(current_attempt(ctx), "interrupted")
         except Exception as exc:  # the last line of defence: never a raw traceback
             attempt = current_attempt(ctx)
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            what = type(exc).__name__ + (f": {first}" if first else "")
+            what = describe_unexpected(exc)
             hint = "" if _debug(ctx) else " (--log-level debug prints the traceback)"
             if _debug(ctx):
                 click.echo(_masked_traceback(attempt, exc), err=True, nl=False)

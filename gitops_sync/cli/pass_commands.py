@@ -16,18 +16,19 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from gitops_sync.cli.attempt import Attempt, load_source, start_attempt
+from gitops_sync.cli.attempt import Attempt, describe_unexpected, load_source, start_attempt
 from gitops_sync.cli.group import ENV_EPILOG
 from gitops_sync.cli.output import F, output_options, progress, stdout_reader_may_leave, write
 from gitops_sync.conventions import ConflictPolicy
+from gitops_sync.errors import GitOpsError
 from gitops_sync.log import get_logger
 from gitops_sync.options import (
     DURATION,
     ClusterArgs,
     LogChoices,
-    cluster_options,
     conflict_option,
     log_options,
+    multi_cluster_options,
     safety_options,
     source_options,
 )
@@ -36,9 +37,14 @@ from gitops_sync.options import (
 # function: `--version`, `--help` and shell completion start in ~30 ms instead of ~0.1 s.
 if TYPE_CHECKING:
     from gitops_sync.cluster.client import Client
+    from gitops_sync.cluster.connection import ClusterConnection
     from gitops_sync.engine import PassOptions, SourceOptions
     from gitops_sync.plan.changeset import ChangeSet
     from gitops_sync.plan.planner import Target
+    from gitops_sync.resource import DesiredObject
+    from gitops_sync.source import Checkout
+
+    Loaded = tuple[Checkout, list[DesiredObject]]
 
 log = get_logger("gitops_sync")
 
@@ -114,19 +120,19 @@ def _lock_options(fn: F) -> F:
     )(wrapper)
 
 
-def _run_pass(
-    attempt: Attempt,
-    src: SourceOptions,
-    opts: PassOptions,
-    cluster: ClusterArgs,
-    budget: Budget,
-    lock: LockArgs | None,
-    *,
-    apply: bool,
-) -> ChangeSet:
-    from gitops_sync.cluster.client import Client
-    from gitops_sync.engine import Engine, inventory_of
-    from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError
+@dataclass(frozen=True)
+class ClusterPass:
+    """One cluster's part of a `sync`/`diff`: which context, which cluster it reached, its change set."""
+
+    context: str  # "" for the kubeconfig's current context
+    server: str  # the API server URL ("" when the connection could not be made)
+    cluster_id: str  # its kube-system UID ("" unknown)
+    cs: ChangeSet
+
+
+def _load(attempt: Attempt, src: SourceOptions, opts: PassOptions, cluster: ClusterArgs, budget: Budget) -> Loaded:
+    """Fetch and render once, whatever the number of clusters; name the inventory in the options."""
+    from gitops_sync.engine import inventory_of
 
     attempt.logs.configure()
     if budget.deadline is not None:
@@ -136,12 +142,42 @@ def _run_pass(
     opts.name = cluster.name  # None: the engine derives it from the repository and --path
     opts.inventory_namespace = cluster.inventory_namespace
     attempt.inventory = inventory_of(checkout, opts)
-    on_terminal = attempt.output == "table" and sys.stderr.isatty()
+    return checkout, objects
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every cluster's pass of one command shares: the rendered source, the options, the limits."""
+
+    attempt: Attempt
+    loaded: Loaded
+    opts: PassOptions
+    budget: Budget
+    lock: LockArgs | None
+    apply: bool
+
+
+def _pass_on(run: _Run, cluster: ClusterArgs, *, bars_allowed: bool = True) -> ClusterPass:
+    """One pass against the cluster of `cluster.context`, through a connection of its own (its pool, breaker,
+    discovery: cluster/connection.py), recording that cluster on the inventory."""
+    from gitops_sync.cluster.connection import ClusterConnection
+    from gitops_sync.engine import Engine
+    from gitops_sync.errors import ApiTimeoutError, ApiUnavailableError
+
+    attempt, opts, budget, lock, apply = run.attempt, run.opts, run.budget, run.lock, run.apply
+    checkout, objects = run.loaded
+    on_terminal = bars_allowed and attempt.output == "table" and sys.stderr.isatty()
     pool = max(cluster.concurrency * 2, 10)
-    with Client(cluster.kubeconfig, cluster.context, pool_size=pool, timeout=budget.request_timeout) as client:
+    with ClusterConnection.open(
+        cluster.kubeconfig, cluster.context, pool_size=pool, timeout=budget.request_timeout
+    ) as conn:
+        client = conn.client
         client.set_deadline(budget.deadline, started=budget.started)
-        engine = Engine(client, field_manager=cluster.field_manager, concurrency=cluster.concurrency)
-        targets = engine.resolve(objects, opts)
+        engine = Engine(
+            client, field_manager=cluster.field_manager, concurrency=cluster.concurrency, discovery=conn.discovery
+        )
+        targets = engine.resolve(objects, opts)  # the first cluster access: a server down fails here, as ever
+        engine.cluster_id = cluster_id = _cluster_id(conn)
 
         def one_pass(targets: list[Target]) -> ChangeSet:
             with progress(enabled=apply and on_terminal, applying=len(targets), waiting=len(targets)) as bars:
@@ -160,7 +196,19 @@ def _run_pass(
                 cs = one_pass(engine.resolve(objects, opts))
         stats = client.stats
         log.info("requests", reads=stats.reads, writes=stats.writes, dry_runs=stats.dry_runs, throttled=stats.throttled)
-    return cs
+    return ClusterPass(cluster.context or "", client.host, cluster_id, cs)
+
+
+def _cluster_id(conn: ClusterConnection) -> str:
+    """The cluster's kube-system UID, "" when it cannot be read (no permission; the server gone since
+    discovery: the pass's own requests report that)."""
+    from gitops_sync.errors import ClusterError
+
+    try:
+        return conn.identity().uid
+    except ClusterError as exc:
+        log.info("cluster identity unknown", reason=str(exc))
+        return ""
 
 
 @contextmanager
@@ -218,18 +266,61 @@ def _report_pass(
     from gitops_sync import report
 
     apply = command == "sync"
+    if len(cluster.contexts) > 1 and output == "html":
+        raise click.BadParameter("one page per cluster: run once per --context for html", param_hint="-o html")
     attempt = start_attempt(command, logs=logs, output=output, source=source, dry_run=opts.dry_run)
-    cs = _run_pass(attempt, source, opts, cluster, budget, lock, apply=apply)
-    code = report.exit_code_sync(cs) if apply else report.exit_code_diff(cs)
+    run = _Run(attempt, _load(attempt, source, opts, cluster, budget), opts, budget, lock, apply)
+    color = None if sys.stdout.isatty() else False
+    if len(cluster.contexts) <= 1:
+        cs = _pass_on(run, cluster).cs
+        code = _exit_code(cs, apply=apply)
+        with stdout_reader_may_leave(code):
+            write(cs, output, sys.stdout, color=color, verbose=verbose)
+        sys.exit(code)
+    passes = _on_every_cluster(run, cluster)
+    codes = [_exit_code(p.cs, apply=apply) for p in passes]
+    code = max(codes)  # the worst of the clusters: 2 an error anywhere, else 1 differences anywhere
+    groups = [(_cluster_head(p, c), p.cs) for p, c in zip(passes, codes, strict=True)]
     with stdout_reader_may_leave(code):
-        write(cs, output, sys.stdout, color=None if sys.stdout.isatty() else False, verbose=verbose)
+        report.write_clusters(groups, output, sys.stdout, color=color, verbose=verbose, exit_code=code)
     sys.exit(code)
+
+
+def _exit_code(cs: ChangeSet, *, apply: bool) -> int:
+    from gitops_sync import report
+
+    return report.exit_code_sync(cs) if apply else report.exit_code_diff(cs)
+
+
+def _cluster_head(p: ClusterPass, code: int) -> dict[str, Any]:
+    """What the report says of one cluster before its change set (and `-o json` as its fields)."""
+    return {"context": p.context, "server": p.server, "clusterId": p.cluster_id, "exitCode": code}
+
+
+def _on_every_cluster(run: _Run, cluster: ClusterArgs) -> list[ClusterPass]:
+    """One pass per --context, side by side (a thread each, a connection each): a cluster that is down, hung
+    or refuses the kubeconfig ends in its own error report (exit 2) and never stops or slows the others."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def on(context: str) -> ClusterPass:
+        try:
+            one = replace(cluster, context=context, contexts=(context,))
+            return _pass_on(replace(run, opts=replace(run.opts)), one, bars_allowed=False)
+        except Exception as exc:  # any failure is this cluster's report, never the others'
+            ours = isinstance(exc, GitOpsError)
+            what = str(exc) if ours else describe_unexpected(exc)
+            message = run.attempt.mask(f"context {context}: {what}", ours=ours)
+            click.echo(f"error: {message}", err=True)
+            return ClusterPass(context, "", "", run.attempt.failed(message))
+
+    with ThreadPoolExecutor(max_workers=len(cluster.contexts), thread_name_prefix="cluster") as pool:
+        return list(pool.map(on, cluster.contexts))
 
 
 @click.command(epilog=ENV_EPILOG)
 @log_options
 @source_options
-@cluster_options
+@multi_cluster_options
 @output_options
 @budget_options
 @click.option("--prune", is_flag=True, help="Delete objects this source applied earlier that have left Git.")
@@ -296,7 +387,7 @@ def sync(
 @click.command(epilog=ENV_EPILOG)
 @log_options
 @source_options
-@cluster_options
+@multi_cluster_options
 @output_options
 @budget_options
 @click.option("--prune", is_flag=True, help="Also list objects that --prune would delete.")

@@ -34,6 +34,9 @@ def render(logs: LogChoices, source: SourceOptions, namespace: str, show_secrets
     with stdout_reader_may_leave(0):
         click.echo(f"# revision: {checkout.revision or '(plain directory)'}")
         click.echo(f"# namespace: {namespace} (-n: for namespaced objects that name none)")
+        # charts from repositories (helm-chart.yaml): the version each range resolved to and the archive's digest
+        for c in sorted({tuple(o.extra["chart"].values()) for o in objects if "chart" in o.extra}):
+            click.echo(f"# chart: {c[1]} {c[2]} from {c[0]} ({c[3]})")
         for manifest in manifests:
             document = to_yaml([manifest])
             key = ObjectKey.of(manifest)

@@ -25,7 +25,7 @@ from gitops_sync import __version__, jsoncodec
 from gitops_sync.cluster import wire
 from gitops_sync.cluster.breaker import Breaker
 from gitops_sync.cluster.stats import Query, RequestStats, is_dry_run, is_write
-from gitops_sync.cluster.throttle import MAX_RETRIES, throttle_wait
+from gitops_sync.cluster.throttle import MAX_RETRIES, RateLimit, throttle_wait
 from gitops_sync.errors import (
     ApiError,
     ApiTimeoutError,
@@ -40,6 +40,8 @@ from gitops_sync.resource import resource_version
 
 if TYPE_CHECKING:
     import urllib3
+
+    from gitops_sync.cluster.kubeconfig import Connection
 
 log = get_logger(__name__)
 
@@ -105,10 +107,15 @@ class Client:
         user_agent: str = f"gitops-sync/{__version__}",
         max_retries: int = MAX_RETRIES,
         sleep: Callable[[float], None] = time.sleep,
+        connection: Connection | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         from gitops_sync.cluster import kubeconfig as _kubeconfig  # urllib3: not for commands without a cluster
 
-        self._conn = _kubeconfig.connect(kubeconfig, context, pool_size)
+        # `connection`: made by the caller (a kubeconfig given as data: cluster/connection.py)
+        self._conn = connection or _kubeconfig.connect(kubeconfig, context, pool_size)
+        # requests per second to this API server, client-side (None: as many as the pool carries)
+        self.rate_limit = rate_limit
         self.host = self._conn.host
         self.user_agent = user_agent  # the audit log tells our requests apart by it
         self.timeout = timeout
@@ -242,6 +249,8 @@ class Client:
         if gate is not None:
             gate.check("checked before the request was made")
         self.breaker.check()
+        if self.rate_limit is not None:
+            self.rate_limit.take(self.deadline)
         url, headers = self._prepare(method, path, query, content_type, accept)
         data = None if body is None else (body if isinstance(body, bytes) else jsoncodec.dumps(body))
         outgoing = _Outgoing(method, path, query, body, url, headers, data, gate)

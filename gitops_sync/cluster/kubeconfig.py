@@ -63,29 +63,64 @@ class Connection:
     loader: str  # "native" or "official": which one read the kubeconfig (logged at debug level, tested)
 
 
-def connect(kubeconfig: str | os.PathLike[str] | None, context: str | None, pool_size: int) -> Connection:
+def connect(
+    kubeconfig: str | os.PathLike[str] | None,
+    context: str | None,
+    pool_size: int,
+    *,
+    document: dict[str, Any] | None = None,
+) -> Connection:
     """The connection of `context` (default: the current one) in `kubeconfig` (default: $KUBECONFIG, a list
-    of files, or ~/.kube/config; in a pod without either, the service account). Raises ClusterError."""
-    in_cluster = kubeconfig is None and not os.environ.get("KUBECONFIG") and _in_cluster()
-    native = None if in_cluster or any(os.environ.get(v) for v in _PROXY_VARIABLES) else _native(kubeconfig, context)
-    conn = native(pool_size) if native is not None else official(kubeconfig, context, pool_size, in_cluster=in_cluster)
+    of files, or ~/.kube/config; in a pod without either, the service account), or in `document` (a
+    kubeconfig already parsed, e.g. from a Secret: then no file, variable or service account is read for
+    it). Raises ClusterError."""
+    if document is not None:
+        try:
+            entries: _Merged | None = entries_of([(document, Path("."))])
+        except (ValueError, TypeError, KeyError, AttributeError):
+            entries = None  # the official loader says what is wrong with it
+        in_cluster = False
+    else:
+        in_cluster = kubeconfig is None and not os.environ.get("KUBECONFIG") and _in_cluster()
+        entries = None if in_cluster else _readable_entries(kubeconfig)
+    native = None if in_cluster or any(os.environ.get(v) for v in _PROXY_VARIABLES) else _native(entries, context)
+    if native is not None:
+        conn = native(pool_size)
+    else:
+        conn = official(kubeconfig, context, pool_size, in_cluster=in_cluster, document=document)
     wire.install(conn.pool)  # whichever loader made the pool, a write's fence is asked again at the socket
     return conn
 
 
-def _native(kubeconfig: str | os.PathLike[str] | None, context: str | None) -> Callable[[int], Connection] | None:
+def _readable_entries(kubeconfig: str | os.PathLike[str] | None) -> _Merged | None:
+    """`read_entries`, None when it cannot: the official loader reads the files again and words the error."""
+    try:
+        return read_entries(kubeconfig)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError):
+        return None
+
+
+def selected(entries: _Merged, context: str | None) -> tuple[dict[str, Any], _Entry, _Entry] | None:
+    """The context `context` (default: the current one) with its cluster and user entries (each with the
+    directory of its file), or None when the kubeconfig names no such context."""
+    contexts, clusters, users, current = entries
+    ctx = contexts.get(context or current or "")
+    if not isinstance(ctx, dict):
+        return None
+    cluster = clusters.get(str(ctx.get("cluster", ""))) or ({}, Path("."))
+    user = users.get(str(ctx.get("user", ""))) or ({}, Path("."))
+    return ctx, cluster, user
+
+
+def _native(entries: _Merged | None, context: str | None) -> Callable[[int], Connection] | None:
     """A factory of the connection, or None when the official loader must read this kubeconfig."""
     try:
-        entries = _merged(kubeconfig)
         if entries is None:
             return None
-        contexts, clusters, users, current = entries
-        name = context or current
-        ctx = contexts.get(name or "")
-        if ctx is None:
+        chosen = selected(entries, context)
+        if chosen is None:
             return None
-        cluster, cluster_dir = clusters[str(ctx.get("cluster", ""))]
-        user, user_dir = users.get(str(ctx.get("user", ""))) or ({}, Path("."))
+        _ctx, (cluster, cluster_dir), (user, user_dir) = chosen
         if not isinstance(cluster, dict) or not isinstance(user, dict):
             return None
         if set(cluster) - _CLUSTER_KEYS or set(user) - _USER_KEYS or not _str(cluster.get("server")):
@@ -117,7 +152,7 @@ def context_namespace(kubeconfig: str | os.PathLike[str] | None, context: str | 
     """The `namespace` of the kubeconfig context (default: the current one), as kubectl reads it; None when
     it names none or the kubeconfig cannot be read here (the connection's own errors say why, later)."""
     try:
-        entries = _merged(kubeconfig)
+        entries = read_entries(kubeconfig)
         if entries is None:
             return None
         contexts, _, _, current = entries
@@ -128,22 +163,33 @@ def context_namespace(kubeconfig: str | os.PathLike[str] | None, context: str | 
     return namespace if isinstance(namespace, str) and namespace else None
 
 
-_Entries = dict[str, tuple[Any, Path]]
+_Entry = tuple[Any, Path]  # an entry of a kubeconfig section, with the directory of its file
+_Entries = dict[str, _Entry]
+_Merged = tuple[dict[str, Any], _Entries, _Entries, str]  # contexts, clusters, users, current context
 
 
-def _merged(kubeconfig: str | os.PathLike[str] | None) -> tuple[dict[str, Any], _Entries, _Entries, str] | None:
+def read_entries(kubeconfig: str | os.PathLike[str] | None) -> _Merged | None:
     """contexts, clusters and users (each with the directory of its file, for relative paths) and the current
-    context, merged over the files as kubectl does: the first file naming an entry wins."""
+    context, merged over the files as kubectl does: the first file naming an entry wins. Raises OSError or
+    yaml.YAMLError as read; None when no file holds a kubeconfig."""
     given = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or "~/.kube/config"
     paths = [Path(p).expanduser() for p in given.split(os.pathsep) if p]
+    docs: list[tuple[Any, Path]] = []
+    for path in paths:
+        if path.is_file():
+            docs.append(
+                (yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)), path.parent)
+            )
+    return entries_of(docs)
+
+
+def entries_of(docs: list[tuple[Any, Path]]) -> _Merged | None:
+    """The merged entries of parsed kubeconfig documents (None: none, or one that is not a mapping)."""
     found: dict[str, _Entries] = {"contexts": {}, "clusters": {}, "users": {}}
     inner = {"contexts": "context", "clusters": "cluster", "users": "user"}
     current = ""
     read = 0
-    for path in paths:
-        if not path.is_file():
-            continue
-        doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    for doc, base in docs:
         if doc is None:
             continue
         if not isinstance(doc, dict):
@@ -152,7 +198,7 @@ def _merged(kubeconfig: str | os.PathLike[str] | None) -> tuple[dict[str, Any], 
         current = current or str(doc.get("current-context") or "")
         for section, key in inner.items():
             for item in doc.get(section) or []:
-                found[section].setdefault(str(item["name"]), (item.get(key) or {}, path.parent))
+                found[section].setdefault(str(item["name"]), (item.get(key) or {}, base))
     if not read:
         return None
     contexts = {name: value for name, (value, _) in found["contexts"].items()}
@@ -218,7 +264,12 @@ def _str(value: Any) -> str:
 
 
 def official(
-    kubeconfig: str | os.PathLike[str] | None, context: str | None, pool_size: int, *, in_cluster: bool
+    kubeconfig: str | os.PathLike[str] | None,
+    context: str | None,
+    pool_size: int,
+    *,
+    in_cluster: bool,
+    document: dict[str, Any] | None = None,
 ) -> Connection:
     """The official client's loader: every kind of kubeconfig (exec plugins refresh their token through
     `headers()`), the in-cluster service account, proxies from the environment."""
@@ -229,6 +280,10 @@ def official(
     try:
         if in_cluster:
             k8s_config.load_incluster_config(client_configuration=configuration)
+        elif document is not None:
+            k8s_config.load_kube_config_from_dict(
+                document, context=context, client_configuration=configuration, persist_config=False
+            )
         else:
             k8s_config.load_kube_config(
                 config_file=str(kubeconfig) if kubeconfig else None,
@@ -237,7 +292,11 @@ def official(
                 persist_config=False,
             )
     except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
-        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        where = (
+            "(given as data)"
+            if document is not None
+            else kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        )
         raise ClusterError(f"cannot load kubeconfig {where}: {exc}") from exc
     configuration.connection_pool_maxsize = pool_size
     configuration.retries = 0

@@ -34,8 +34,12 @@ class Engine:
         field_manager: str = FIELD_MANAGER,
         concurrency: int = 8,
         discovery: Discovery | None = None,
+        cluster_id: str = "",
     ) -> None:
         self.client = client
+        # the kube-system UID of the cluster `client` reaches (cluster/connection.py): recorded on the
+        # inventory parent, and a parent recording another cluster is never pruned from ("" unknown)
+        self.cluster_id = cluster_id
         self.discovery = discovery or Discovery(client)
         self.manager = ResourceManager(client, self.discovery, field_manager=field_manager, concurrency=concurrency)
         self.field_manager = field_manager
@@ -107,7 +111,7 @@ class Engine:
         waits for it to finish (deletionPolicy Delete, MirrorPrune), so it counts as gone and the parent goes.
         """
         cs = ChangeSet(inventory=name, inventory_namespace=namespace, source_identity=identity)
-        inv = inventory.load(self.client, name, namespace, identity)
+        inv = inventory.load(self.client, name, namespace, identity, cluster_id=self.cluster_id)
         if not inv.exists or not inv.recorded.get(conventions.APPLIED_REVISION):
             return cs, False
         opts = PassOptions(

@@ -14,6 +14,7 @@ from gitops_sync.rendercache import DiskStore, RenderCache
 from gitops_sync.resource import DesiredObject
 from gitops_sync.source import Checkout, fetch
 from gitops_sync.source.checkout import cache_root
+from gitops_sync.source.verify import verify_checkout
 
 
 def fetch_source(source: SourceOptions) -> Checkout:
@@ -34,9 +35,13 @@ def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Check
 
     `cache`: renders of a commit already rendered are served from it (gitops_sync.rendercache)."""
     checkout = fetch_source(source)
+    if source.verify is not None:  # before the render: an unverified commit is never rendered nor applied
+        checkout = replace(checkout, signer=verify_checkout(checkout, source.verify))
     # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths; a submodule
     # whose files are not there is never rendered as an empty directory.
     opts = replace(source.render, repo_root=checkout.repo_root or checkout.root, holes=checkout.holes)
+    if opts.chart_cache is None:  # charts from repositories (helm-chart.yaml) are kept by digest beside the clones
+        opts = replace(opts, chart_cache=cache_root(source.cache_dir))
     if cache is None:
         return checkout, render(checkout.root, opts)
     return checkout, cache.render(checkout, opts, render)

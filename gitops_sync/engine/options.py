@@ -13,6 +13,7 @@ from gitops_sync.plan import ignore
 from gitops_sync.render import RenderOptions
 from gitops_sync.source.allow import LocalRepositories
 from gitops_sync.source.credentials import GitCredentials
+from gitops_sync.source.verify import TrustedKeys
 
 
 @dataclass
@@ -28,6 +29,8 @@ class SourceOptions:
     # Git credentials beyond the URL's own, asked for on every fetch (a rotated Secret is read again):
     # the CLI's flags (a constant), a GitSync's spec.secretRef (read as its ServiceAccount). None: none.
     credentials: Callable[[], GitCredentials | None] | None = field(default=None, compare=False, repr=False)
+    # --verify-commits / --verify-tag: signed by one of these keys before it is rendered (source/verify.py).
+    verify: TrustedKeys | None = None
 
 
 @dataclass

@@ -42,7 +42,12 @@ log = get_logger(__name__)
 def read_inventory(engine: Engine, s: PassState) -> None:
     """Our inventory parent, and what it recorded before this pass writes anything."""
     s.inventory = inventory.load(
-        engine.client, s.cs.inventory, s.cs.inventory_namespace, s.cs.source_identity, s.identity.inventory_name()
+        engine.client,
+        s.cs.inventory,
+        s.cs.inventory_namespace,
+        s.cs.source_identity,
+        s.identity.inventory_name(),
+        cluster_id=engine.cluster_id,
     )
     s.old_kinds, s.old_namespaces = set(s.inv.group_kinds), set(s.inv.namespaces)
 

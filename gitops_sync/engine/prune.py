@@ -107,6 +107,16 @@ class Prune:
         """Every member of the inventories; None (the reason in the errors) when they cannot be trusted."""
         members: dict[ObjectKey, Manifest] = {}
         client = self.engine.client
+        for inv in self.invs:
+            foreign = inv.foreign_cluster()
+            if foreign:
+                self.cs.errors.append(
+                    f"prune refused: {foreign}. The parent was copied from another cluster (a backup restored "
+                    "here, a migration) or the kubeconfig now points at another cluster: nothing is deleted. If "
+                    f"this cluster is where its members live, remove the annotation ({conventions.CLUSTER_ID}) "
+                    "and the next pass records this cluster"
+                )
+                return None
         try:
             for inv in self.invs:
                 if inv.exists:

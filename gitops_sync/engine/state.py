@@ -72,6 +72,7 @@ class PassState:
         name, namespace, identity_text = inventory_of(checkout, opts)
         cs = ChangeSet(
             revision=checkout.revision,
+            signer=checkout.signer,
             source=checkout_label(checkout),
             dry_run=dry_run,
             inventory=name,

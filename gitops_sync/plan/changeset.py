@@ -363,6 +363,7 @@ class Consequence(str):
 @dataclass
 class ChangeSet:
     revision: str = ""
+    signer: str = ""  # who signed the revision (and its tag), when --verify-commits / --verify-tag checked
     source: str = ""
     entries: list[Entry] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # pass-level errors (render, source, wait)
@@ -415,6 +416,7 @@ class ChangeSet:
     def to_dict(self) -> dict[str, Any]:
         return {
             "revision": self.revision,
+            **({"signedBy": self.signer} if self.signer else {}),
             "source": self.source,
             "inventory": {
                 "name": self.inventory,

@@ -8,19 +8,24 @@ objects go on to the planner, the messages to reports, logs and the daemon's /st
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import sys
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from gitops_sync.errors import RenderError
-from gitops_sync.render import _kustomize, _tools, locate
+from gitops_sync.render import _kustomize, _tools, chart_deps, chart_pull, charts, locate, sops
 from gitops_sync.render._kustomize import KUSTOMIZATION_FILES
+from gitops_sync.render._objects import is_list as _is_list
+from gitops_sync.render._objects import object_label as _label
+from gitops_sync.render._objects import validate as _validate
 from gitops_sync.render._yaml import NodeBudget, load_config, load_json, load_yaml, read_bounded
 from gitops_sync.render.snapshot import Snapshot
-from gitops_sync.resource import DesiredObject, Manifest, ObjectKey, split_api_version
+from gitops_sync.resource import DesiredObject, ObjectKey
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -51,6 +56,16 @@ class RenderOptions:
     # of a fetched commit, or one not checked out in a work tree. Rendering one (walking into it, a symlink
     # or a kustomization reaching it) is an error naming it, never an empty directory.
     holes: tuple[str, ...] = ()
+    # Charts from repositories (helm-chart.yaml, render/charts.py): where pulled archives are kept by digest
+    # (the engine passes <clone cache>/; None: a temporary directory per render, so nothing is reused), and the
+    # operator's credentials file (None: $GITOPS_SYNC_CHART_CREDENTIALS, else no credentials).
+    chart_cache: Path | None = None
+    chart_credentials: Path | None = None
+    # False: $GITOPS_SYNC_CHART_CREDENTIALS is not read (fleet mode: a tenant's helm-chart.yaml must not be
+    # fetched with credentials the operator configured for someone else; Secret references are to come).
+    chart_credentials_env: bool = True
+    # Keys for SOPS-encrypted manifest files (render/sops.py); none: such a file is an error naming it.
+    decryption: sops.Decryption = field(default_factory=sops.Decryption)
 
 
 def render(
@@ -77,6 +92,8 @@ def render(
         raise RenderError(f"cannot read: {err.strerror or type(err).__name__}", file=where) from None
     except Exception as err:  # a bug or an input nobody foresaw: name the file, never echo the value
         raise RenderError(f"cannot render ({type(err).__name__})", file=walker.current or walker.name("")) from None
+    finally:
+        walker.decryptor.close()  # the render's private GNUPGHOME, if a SOPS file needed one
     return _unique(walker.objects)
 
 
@@ -91,9 +108,12 @@ class _Walker:
     real_root: Path = field(init=False)
     budget: NodeBudget = field(init=False)
     current: str = ""  # the file or directory being rendered, for errors nobody foresaw
+    pulled_dependencies: list[dict[str, str]] = field(default_factory=list)  # of the chart _helm rendered last
     top: str = field(init=False)  # the rendered directory as the repository names it (`--path`), or ""
+    decryptor: sops.Session = field(init=False)  # SOPS files' decryption (render/sops.py); `render` closes it
 
     def __post_init__(self) -> None:
+        self.decryptor = sops.Session(self.opts.decryption)
         self.budget = NodeBudget(self.opts.max_yaml_nodes, self.opts.max_render_nodes, self.opts.max_depth)
         self.boundary = (self.opts.repo_root or self.root).resolve()
         self.real_root = self.root.resolve()
@@ -138,18 +158,17 @@ class _Walker:
         entries = self._list(directory, rel)
         names = {e.name for e in entries}
         kustomization = next((n for n in KUSTOMIZATION_FILES if n in names), None)
+        if charts.CHART_SOURCE_FILE in names:
+            self._chart_source(directory, rel)
+            return
         if kustomization is not None or "Chart.yaml" in names:
             self._check_tree_links(directory, rel)
             tool = "kustomize" if kustomization is not None else "helm"
             label = f"{self.name(rel)} ({tool})"
             output = self._kustomize(directory, label) if tool == "kustomize" else self._helm(directory, rel, label)
-            # A tool's output is the rendering of a whole tree: bounded by bytes and by the render's budget.
-            budget = replace(self.budget, per_file=sys.maxsize)
-            docs = load_yaml(output, label, budget)
-            self.budget.used = budget.used
             sources = locate.helm_sources(output) if tool == "helm" else {}
-            for number, value in docs:
-                self._add(value, label, f"{label}#{number}", tool_dir=rel or ".", source=sources.get(number, ""))
+            pulled = self.pulled_dependencies if tool == "helm" else []  # Chart.yaml dependencies fetched for it
+            self._add_output(output, label, rel or ".", sources, {"chart_dependencies": pulled} if pulled else {})
             return
         for entry in entries:
             if entry.name.startswith("."):
@@ -207,13 +226,22 @@ class _Walker:
             data = self.snapshot.files[rel]
             if len(data) > limit:
                 raise RenderError(f"file is larger than the {limit}-byte limit", file=rel)
-        if rel.lower().endswith(".json"):
-            docs = load_json(data, rel, self.budget)
-        else:
-            docs = load_yaml(data, rel, self.budget)
+        docs = self._parse(data, rel)
+        secret = sops.encrypted(docs)
+        if secret:  # decrypted in memory; only Secrets, marked so that no cache writes them (render/sops.py)
+            docs = self._parse(self.decryptor.decrypt(data, rel, docs), rel)
         for number, value in docs:
             origin = f"{rel}#{number}"
+            if secret:
+                sops.check_decrypted(value, origin)
             self._add(value, origin, origin)
+            if secret:
+                sops.mark(self.objects[-1])
+
+    def _parse(self, data: bytes, rel: str) -> list[tuple[int, Any]]:
+        if rel.lower().endswith(".json"):
+            return load_json(data, rel, self.budget)
+        return load_yaml(data, rel, self.budget)
 
     def _add(self, value: Any, origin: str, where: str, *, tool_dir: str = "", source: str = "") -> None:
         """Expand `kind: List` (and `*List` with items), validate, collect.
@@ -247,12 +275,67 @@ class _Walker:
 
     def _helm(self, directory: Path, rel: str, label: str) -> str:
         self._check_chart(directory, rel)
+        values = self._user_values(label)
+        release = self.opts.helm_release or directory.resolve().name
+        limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
+        with tempfile.TemporaryDirectory(prefix="gitops-sync-deps-") as scratch:
+            opts = self.opts
+            access = functools.partial(charts.load_access, opts.chart_credentials, env=opts.chart_credentials_env)
+            cache = opts.chart_cache or Path(scratch) / "cache"
+            built = chart_deps.vendor(directory, rel, self.boundary, Path(scratch), access, cache, opts.helm)
+            self.pulled_dependencies = built.pulled if built is not None else []
+            chart = built.directory if built is not None else directory
+            return _tools.helm_template(self.opts.helm, chart, release, self.opts.namespace, values, label, limits)
+
+    def _user_values(self, label: str) -> list[Path]:
+        """The --helm-values files (for every chart), checked like the repository's own values files."""
         values = [self._values_file(given, label) for given in self.opts.helm_values]
         for given, path in zip(self.opts.helm_values, values, strict=True):
             self._check_values(path, str(given))
-        release = self.opts.helm_release or directory.resolve().name
+        return values
+
+    def _chart_source(self, directory: Path, rel: str) -> None:
+        """A chart from a repository (helm-chart.yaml): resolved, pulled (or served from the cache by
+        digest), checked and rendered; the directory holds its declaration and values files, nothing else is
+        rendered from it. Every object's origin names chart, version and digest (reports show it)."""
+        file_rel = _join(rel, charts.CHART_SOURCE_FILE)
+        self.current = file_rel
+        self._check_tree_links(directory, rel)
+        spec = charts.load_spec(directory / charts.CHART_SOURCE_FILE, file_rel)
+        values = charts.values_paths(spec, directory, file_rel, self.boundary)
+        for given, path in zip(spec.values_files, values, strict=True):
+            self._check_values(path, _join(rel, given))
+        access = charts.load_access(self.opts.chart_credentials, env=self.opts.chart_credentials_env)
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
-        return _tools.helm_template(self.opts.helm, directory, release, self.opts.namespace, values, label, limits)
+        output, pulled, label = chart_pull.render_source(
+            spec,
+            file_rel,
+            self.name(rel),
+            (values, self._user_values(file_rel)),
+            charts.access_for(spec.repo, access),
+            self.opts.chart_cache,
+            self.opts.helm,
+            spec.namespace or self.opts.namespace,
+            limits,
+            self._check_chart,
+        )
+        # What the chart is (never where its templates are: they are not in Git, so no `source`).
+        self._add_output(output, label, "", {}, {"chart": pulled.report()})
+
+    def _add_output(
+        self, output: str, label: str, tool_dir: str, sources: dict[int, str], extra: dict[str, Any]
+    ) -> None:
+        """A tool's output, the rendering of a whole tree: bounded by bytes and by the render's budget. `extra`
+        goes on each of its objects (what was pulled for them, for reports)."""
+        budget = replace(self.budget, per_file=sys.maxsize)
+        docs = load_yaml(output, label, budget)
+        self.budget.used = budget.used
+        before = len(self.objects)
+        for number, value in docs:
+            sops.refuse_in_tool_output(value, f"{label}#{number}")
+            self._add(value, label, f"{label}#{number}", tool_dir=tool_dir, source=sources.get(number, ""))
+        for obj in self.objects[before:]:
+            obj.extra.update(extra)
 
     def _check_chart(self, directory: Path, rel: str) -> None:
         """helm parses a chart's YAML itself: its Chart.yaml (and lock and requirements files) and
@@ -280,7 +363,7 @@ class _Walker:
         """A values file read by helm: bounded as a manifest is (its own node budget: nothing is built)."""
         nodes = self.opts.max_yaml_nodes
         data = read_bounded(path, name, self.opts.max_file_bytes)
-        load_yaml(data, name, NodeBudget(nodes, nodes, self.opts.max_depth))
+        sops.refuse_values(load_yaml(data, name, NodeBudget(nodes, nodes, self.opts.max_depth)), name)
 
     def _values_file(self, given: Path, label: str) -> Path:
         """A --helm-values file: the user's own (absolute, or relative to the current directory) is
@@ -347,100 +430,6 @@ class _SnapshotEntry:
         return self.rel in self.snapshot.links
 
 
-def _is_list(value: dict[str, Any]) -> bool:
-    """`kind: List`, or `FooList` with an `items` array (kinds ending in List are reserved for lists)."""
-    kind = value.get("kind")
-    if kind == "List":
-        return isinstance(value.get("items"), list | None)
-    return isinstance(kind, str) and kind.endswith("List") and isinstance(value.get("items", False), list)
-
-
-def _label(value: Any) -> str | None:
-    """`Kind/name` (or whichever is known) for error messages; only strings, never a nested value."""
-    if not isinstance(value, dict):
-        return None
-    meta = value.get("metadata")
-    name = meta.get("name") or meta.get("generateName") if isinstance(meta, dict) else None
-    parts = [p[:253] for p in (value.get("kind"), name) if isinstance(p, str) and p]
-    return "/".join(parts) or None
-
-
-# Maps of strings checked here, by (group, kind): the API server would reject them too, but its message
-# (or a stage before it) could quote a Secret's value.
-_STRING_MAPS = {("", "Secret"): ("data", "stringData")}
-
-
-def _validate(value: Any, where: str) -> Manifest:
-    """What server-side apply needs: apiVersion, kind and a fixed metadata.name, as strings; labels,
-    annotations and Secret data as maps of strings. Messages name keys and types, never values."""
-    if not isinstance(value, dict):
-        raise RenderError(f"expected a Kubernetes object (a mapping), found {_type_name(value)}", file=where)
-    problems = [f"missing {f}" for f in ("apiVersion", "kind") if not _non_empty_str(value.get(f))]
-    meta = value.get("metadata")
-    meta = {} if meta is None else meta
-    if not isinstance(meta, dict):
-        problems.append(f"metadata must be a mapping (found {_type_name(meta)})")
-    else:
-        if not _non_empty_str(meta.get("name")):
-            problems.append(_name_problem(meta))
-        if not isinstance(meta.get("namespace") or "", str):
-            problems.append(f"metadata.namespace must be a string (found {_type_name(meta.get('namespace'))})")
-        for name in ("labels", "annotations"):
-            problems += _string_map_problems(meta.get(name), f"metadata.{name}")
-    api_version, kind = value.get("apiVersion"), value.get("kind")
-    if isinstance(api_version, str) and isinstance(kind, str):
-        for name in _STRING_MAPS.get((split_api_version(api_version)[0], kind), ()):
-            problems += _string_map_problems(value.get(name), name)
-    if problems:
-        raise RenderError("; ".join(problems), file=where, obj=_label(value))
-    return value
-
-
-def _string_map_problems(value: Any, what: str) -> list[str]:
-    """A map of string keys to string values (null: absent, as the API server reads it)."""
-    if value is None:
-        return []
-    if not isinstance(value, dict):
-        return [f"{what} must be a mapping of strings (found {_type_name(value)})"]
-    wrong = [
-        f"{what}.{key} must be a string (found {_type_name(v)})"
-        for key, v in value.items()
-        if not isinstance(v, str) and v is not None
-    ]
-    if len(wrong) > 3:
-        wrong[3:] = [f"and {len(wrong) - 3} more in {what}"]
-    return wrong
-
-
-def _type_name(value: Any) -> str:
-    """What a value is, in YAML's words (never the value itself: it may be a Secret's)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
-
-
-def _name_problem(meta: dict[str, Any]) -> str:
-    if meta.get("generateName"):
-        return "metadata.generateName is not supported: apply needs a fixed metadata.name"
-    if meta.get("name") not in (None, ""):
-        return "metadata.name must be a string"
-    return "missing metadata.name"
-
-
-def _non_empty_str(value: Any) -> bool:
-    return isinstance(value, str) and bool(value.strip())
-
-
 def _unique(objects: list[DesiredObject]) -> list[DesiredObject]:
     """Two manifests for one object would fight each other on every sync: refuse, naming both places."""
     seen: dict[ObjectKey, DesiredObject] = {}
@@ -448,6 +437,8 @@ def _unique(objects: list[DesiredObject]) -> list[DesiredObject]:
         first = seen.setdefault(obj.key, obj)
         if first is not obj:
             raise RenderError(
-                f"duplicate object {obj.key}: also defined in {first.origin}", file=obj.origin, obj=_label(obj.manifest)
+                f"duplicate object {obj.key}: also defined in {first.origin}",
+                file=obj.origin,
+                obj=_label(obj.manifest),
             )
     return objects

@@ -66,13 +66,26 @@ def helm_template(
     return _run(cmd, "helm", label, limits, ())
 
 
-def _run(cmd: list[str], tool: str, label: str, limits: Limits, secrets: Collection[str]) -> str:
+def helm(helm: str, args: Sequence[str], label: str, limits: Limits, env: dict[str, str]) -> str:
+    """Any other helm command (`helm pull` for charts.py), bounded alike, in the environment given (which
+    points helm at private config files: credentials never reach its argv)."""
+    return _run([helm, *args], "helm", label, limits, (), env)
+
+
+def _run(
+    cmd: list[str], tool: str, label: str, limits: Limits, secrets: Collection[str], env: dict[str, str] | None = None
+) -> str:
     # No cwd change: a relative binary or PATH entry must mean what it means for the caller.
     # A session of its own: on timeout or too much output the whole group is killed, not just the tool.
     name = " ".join(cmd[:2])
     try:
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=env,
         )
     except FileNotFoundError:
         raise RenderError(f"`{cmd[0]}` not found, needed for {label}: {_HOW_TO_GET[tool]}") from None

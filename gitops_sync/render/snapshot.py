@@ -22,7 +22,7 @@ from pathlib import Path
 
 from gitops_sync.render._kustomize import KUSTOMIZATION_FILES
 
-TOOL_FILES = frozenset((*KUSTOMIZATION_FILES, "Chart.yaml"))
+TOOL_FILES = frozenset((*KUSTOMIZATION_FILES, "Chart.yaml", "helm-chart.yaml"))
 
 
 @dataclass(frozen=True)

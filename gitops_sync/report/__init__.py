@@ -67,6 +67,36 @@ def write(
         table(cs, console, verbose=verbose, limit=_TERMINAL_VALUE_LIMIT if on_terminal else None)
 
 
+def write_clusters(
+    groups: list[tuple[dict[str, Any], ChangeSet]], fmt: str, out: TextIO, *, exit_code: int, **kwargs: Any
+) -> None:
+    """The report of one pass per cluster (`sync --context a --context b`), grouped by cluster: each group's
+    head (`context`, `server`, `clusterId`, `exitCode`) then its change set; json: one document
+    `{"exitCode": worst, "clusters": [{<head>, "report": <change set>}]}`."""
+    if fmt == "json":
+        doc = {"exitCode": exit_code, "clusters": [{**head, "report": cs.to_dict()} for head, cs in groups]}
+        out.write(_json_text(doc, out) + "\n")
+        return
+    for n, (head, cs) in enumerate(groups):
+        title = _cluster_title(head)
+        if fmt == "markdown":
+            out.write(f"{'' if n == 0 else chr(10)}## Cluster {_md(title)}\n\n")
+        else:
+            out.write(f"{'' if n == 0 else chr(10)}== cluster {title} ==\n")
+        out.flush()
+        write(cs, fmt, out, **kwargs)
+    if fmt != "markdown":
+        worst = ", ".join(f"{h['context'] or '(current)'} {h['exitCode']}" for h, _ in groups)
+        out.write(f"\nexit {exit_code} (the worst of: {worst})\n")
+
+
+def _cluster_title(head: dict[str, Any]) -> str:
+    """`prod at https://10.0.0.1:6443 (kube-system uid 4f1c…): exit 0`."""
+    where = f" at {head['server']}" if head.get("server") else " (not reached)"
+    uid = f" (kube-system uid {head['clusterId']})" if head.get("clusterId") else ""
+    return f"{head['context'] or '(current context)'}{where}{uid}: exit {head['exitCode']}"
+
+
 @functools.cache
 def _console_class() -> type[Console]:
     """rich's Console, except for a reader that closed the pipe: rich would exit 1 on its own (SystemExit
@@ -123,6 +153,7 @@ def _headline(cs: ChangeSet) -> str:
     s = cs.summary()
     parts = [f"{s[a.value]} {a.value}" for a in Action if s[a.value]]
     rev = short_revision(cs.revision) if cs.revision else "(no revision)"
+    rev += f" (signed by {cs.signer})" if cs.signer else ""
     mode = " (dry run)" if cs.dry_run else ""
     return f"{cs.source} at {rev}{mode}: " + (", ".join(parts) or "nothing to do")
 
@@ -291,4 +322,4 @@ def exit_code_sync(cs: ChangeSet) -> int:
     return 1 if cs.has_conflicts or cs.has_pending else 0
 
 
-__all__ = ["Entry", "exit_code_diff", "exit_code_sync", "markdown", "table", "write"]
+__all__ = ["Entry", "exit_code_diff", "exit_code_sync", "markdown", "table", "write", "write_clusters"]

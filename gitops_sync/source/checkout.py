@@ -76,6 +76,8 @@ class Checkout:
     # of a materialised commit (its gitlink is an empty directory: submodules are never fetched), one not
     # checked out in a work tree. The render refuses to read one (RenderOptions.holes).
     holes: tuple[str, ...] = field(default=(), compare=False)
+    # Who signed the commit (or tag), when --verify-commits / --verify-tag checked (source/verify.py); reported.
+    signer: str = field(default="", compare=False)
 
 
 def fetch(

@@ -12,7 +12,6 @@ from typing import Any
 
 import git
 import pytest
-from conftest import KubeCluster
 from daemon_support import (
     REPO_ROOT,
     Daemon,
@@ -23,6 +22,8 @@ from daemon_support import (
     sync_once,
     wait_until,
 )
+
+from tests.conftest import KubeCluster
 
 pytestmark = pytest.mark.cluster
 

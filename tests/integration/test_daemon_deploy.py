@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import KubeCluster
 from daemon_support import (
     Daemon,
     GitRepo,
@@ -21,6 +20,8 @@ from daemon_support import (
     sa_kubeconfig,
     wait_until,
 )
+
+from tests.conftest import KubeCluster
 
 pytestmark = pytest.mark.cluster
 

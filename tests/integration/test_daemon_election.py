@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
 from daemon_support import Daemon, GitRepo, configmap, deployment, kubectl_edit_env, wait_until
 
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.lease import ApiLeaseStore, LeaderConfig, LeaderElector, lease_name
 from gitops_sync.engine import default_inventory_name
 from gitops_sync.errors import ConflictError
+from tests.conftest import KubeCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -14,11 +14,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import KubeCluster
 from daemon_support import Daemon, GitRepo, as_list, configmap, relocate, rendered, sa_kubeconfig, wait_until
 
 from gitops_sync.cluster.client import Client
 from gitops_sync.daemon.runtime.auth import KubernetesAuth
+from tests.conftest import KubeCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -55,6 +55,24 @@ def generation(kube: KubeCluster, ns: str, name: str) -> int:
     return int(kube.get("deployment", name, ns)["metadata"]["generation"])
 
 
+def settled_generation(kube: KubeCluster, ns: str, name: str, quiet: float = 1.0) -> int:
+    """The Deployment's generation once it has not moved for `quiet` seconds.
+
+    The control plane bumps it once more ~0.2 s after the HPA's scale, with no field changing hands (the
+    managedFields stay as they are): a kubectl read (~0.2 s) came after that; a read of a few ms can
+    come before it, and the "no spec change" check below must start from the settled value."""
+    seen = [(generation(kube, ns, name), time.monotonic())]
+
+    def settled() -> bool:
+        now = generation(kube, ns, name)
+        if now != seen[-1][0]:
+            seen.append((now, time.monotonic()))
+        return time.monotonic() - seen[-1][1] >= quiet
+
+    wait_until(f"the generation of {name} to settle", settled, 10.0, interval=0.05)
+    return seen[-1][0]
+
+
 def replica_history(d: Daemon, name: str) -> list[Any]:
     """The values of .spec.replicas the daemon's watch saw, in order (/status history)."""
     for obj in d.status()["history"]:
@@ -71,7 +89,7 @@ def test_real_hpa_scaling_above_git_is_yielded_to_at_once_not_fought(
     with start(kube, tmp_path, repo.path, namespace) as d:
         wait_until("the HPA to scale", lambda: replicas(kube, namespace, "web") == 2, 40.0, interval=0.2)
         wait_until("the yield", lambda: d.status()["yields"], 5.0)
-        before = generation(kube, namespace, "web")
+        before = settled_generation(kube, namespace, "web")
         time.sleep(40.0)
         seen = replica_history(d, "web")
         print(f"replicas seen by the watch, 40 s after the HPA scaled: {seen}")

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
 
+from tests.conftest import KubeCluster
 from tests.integration.daemon_support import deployment
 
 pytestmark = pytest.mark.cluster

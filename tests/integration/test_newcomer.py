@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
 from daemon_support import Daemon, GitRepo, configmap, wait_until
 from test_sync import gs
+
+from tests.conftest import KubeCluster
 
 pytestmark = pytest.mark.cluster
 

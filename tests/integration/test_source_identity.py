@@ -15,13 +15,13 @@ from typing import Any
 
 import git
 import pytest
-from conftest import KubeCluster
 from daemon_support import Daemon, GitRepo, configmap, wait_until
 
 from gitops_sync.apply.inventory import applyset_id
 from gitops_sync.cluster.lease import lease_name
 from gitops_sync.conventions import ADOPTED, PART_OF, SOURCE, SOURCE_IDENTITY
 from gitops_sync.source.identity import legacy_inventory_name
+from tests.conftest import KubeCluster
 
 pytestmark = pytest.mark.cluster
 

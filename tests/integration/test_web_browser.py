@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
 
+from tests.conftest import KubeCluster
 from tests.integration.daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, deployment, sync_once, wait_until
 from tests.integration.test_fleet import crd, fleet_args, gitsync, wait_ready
 

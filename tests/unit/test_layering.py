@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "gitops_sync.errors": 1,
     "gitops_sync.resource": 1,
     "gitops_sync.log": 1,
+    "gitops_sync.gnupg": 1,  # a private HOME/GNUPGHOME for sops (render) and git verify-commit (source)
     "gitops_sync.source": 2,
     "gitops_sync.render": 2,
     "gitops_sync.cluster": 2,

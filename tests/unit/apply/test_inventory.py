@@ -19,6 +19,7 @@ from gitops_sync.cluster.discovery import ResourceInfo
 from gitops_sync.conventions import (
     APPLIED_REVISION,
     ATTEMPTED_REVISION,
+    CLUSTER_ID,
     GROUP_KINDS,
     ID_LABEL,
     NAMESPACES,
@@ -198,3 +199,40 @@ def test_find_parent_names_the_owner_of_a_foreign_id_reading_metadata_only() -> 
     for call in api.sent():
         assert call.headers["Accept"] == METADATA_ONLY
         assert call.query == {"labelSelector": f"{ID_LABEL}=applyset-theirs-v1", "limit": "1"}
+
+
+# -- the cluster the parent records -------------------------------------------------------------------
+
+
+def test_a_parent_without_a_cluster_records_ours_on_the_next_write_and_keeps_it() -> None:
+    api = FakeApi(default={}).on("GET", PARENT, parent({SOURCE_IDENTITY: "repo//apps", ATTEMPTED_REVISION: "r1"}))
+    client = fake_client(api)
+    inv = inventory.load(client, "inv", "gitops", "repo//apps", cluster_id="uid-a")
+    assert inv.recorded_cluster == "" and inv.foreign_cluster() == ""  # an old parent: used as it is
+    inventory.save(client, inv, {"ConfigMap"}, {"gitops"}, field_manager="fm", revision="r1", source="s")
+    assert api.sent()[-1].body["metadata"]["annotations"][CLUSTER_ID] == "uid-a"
+    assert inv.recorded_cluster == "uid-a"
+    writes = len(api.sent())
+    inventory.save(client, inv, {"ConfigMap"}, {"gitops"}, field_manager="fm", revision="r1", source="s")
+    assert len(api.sent()) == writes, "recorded: no second write"
+
+
+def test_a_parent_recording_another_cluster_is_foreign_and_keeps_its_record() -> None:
+    api = FakeApi(default={}).on("GET", PARENT, parent({SOURCE_IDENTITY: "repo//apps", CLUSTER_ID: "uid-a"}))
+    client = fake_client(api)
+    inv = inventory.load(client, "inv", "gitops", "repo//apps", cluster_id="uid-b")
+    why = inv.foreign_cluster()
+    assert "records cluster uid-a" in why and "reaches cluster uid-b" in why
+    inventory.save(client, inv, {"ConfigMap"}, {"gitops"}, field_manager="fm", revision="r2", source="s")
+    assert api.sent()[-1].body["metadata"]["annotations"][CLUSTER_ID] == "uid-a", "never overwritten by a pass"
+    assert inv.foreign_cluster()  # still refused after the write
+    same = inventory.load(client, "inv", "gitops", "repo//apps", cluster_id="uid-a")
+    unknown = inventory.load(client, "inv", "gitops", "repo//apps")  # may not read kube-system: not checked
+    assert same.foreign_cluster() == "" and unknown.foreign_cluster() == ""
+    unknown_write = Inventory("inv", "gitops", identity="repo//apps")
+    assert (
+        CLUSTER_ID
+        not in unknown_write.parent_manifest(set(), set(), attempted="r", applied="", source="s")["metadata"][
+            "annotations"
+        ]
+    )
