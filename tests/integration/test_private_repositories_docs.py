@@ -18,14 +18,8 @@ import yaml
 from tests.conftest import KubeCluster
 from tests.gitservers import HttpsGitServer, SshGitServer, bare_repository, https_server, ssh_server
 from tests.integration.daemon_support import Daemon, configmap
-from tests.integration.test_fleet import cm_data, crd, wait_ready
-from tests.integration.test_private_repositories_fleet import (
-    Servers,
-    apply_with_secret_refs,
-    daemon_env,
-    fleet,
-    servers,
-)
+from tests.integration.test_fleet import cm_data, crd
+from tests.integration.test_private_repositories_fleet import Kept, Servers, daemon_env, fleet, servers
 
 pytestmark = pytest.mark.cluster
 __all__ = ["crd", "https_server", "servers", "ssh_server"]
@@ -97,11 +91,10 @@ def test_the_gitsync_examples_run(
     kube.kubectl(
         "create", "rolebinding", "deploys", "-n", namespace, "--role=deploys", f"--serviceaccount={namespace}:deployer"
     )
-    keep = apply_with_secret_refs(kube, namespace, docs)
+    kept = Kept(kube, namespace, docs)
     with Daemon(fleet(namespace, tmp_path), daemon_env(kube, tmp_path), tmp_path / "fleet.log") as d:
         d.wait_ready(60)
-        keep()
-        wait_ready(kube, namespace, "app", 90)
+        kept.ready("app")
         assert cm_data(kube, namespace, "from-https") is not None
         # The SSH example: a Secret from files and a second GitSync reading it.
         (tmp_path / "deploy_key").write_bytes(ssh_server.client_key.read_bytes())
@@ -112,7 +105,5 @@ def test_the_gitsync_examples_run(
         )
         assert r.returncode == 0, r.stderr
         heredoc = script.split("<<'EOF'\n", 1)[1].split("\nEOF", 1)[0]
-        keep_ssh = apply_with_secret_refs(kube, namespace, [json.dumps(yaml.safe_load(heredoc)) + "\n"])
-        keep_ssh()
-        wait_ready(kube, namespace, "app-ssh", 90)
+        Kept(kube, namespace, [json.dumps(yaml.safe_load(heredoc)) + "\n"]).ready("app-ssh")
         assert cm_data(kube, namespace, "from-ssh") is not None

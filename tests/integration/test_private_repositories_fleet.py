@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ import pytest
 from tests.conftest import KubeCluster
 from tests.gitservers import HttpsGitServer, SshGitServer, bare_repository, commit_to, https_server, keypair, ssh_server
 from tests.integration.daemon_support import Daemon, configmap, wait_until
-from tests.integration.test_fleet import CRD, cm_data, condition, crd, gs_status, tenant_account, wait_ready
+from tests.integration.test_fleet import CRD, cm_data, condition, crd, gs_status, tenant_account
 from tests.integration.test_fleet_tenant import _pages
+from tests.integration.test_private_repositories_cli import cmdlines_during
 
 pytestmark = pytest.mark.cluster
 __all__ = ["crd", "https_server", "ssh_server"]  # module-scoped fixtures, shared
@@ -79,27 +81,40 @@ def servers(https_server: HttpsGitServer, ssh_server: SshGitServer) -> Servers:
     return https_server, ssh_server
 
 
-def apply_with_secret_refs(kube: KubeCluster, namespace: str, docs: list[str]) -> Callable[[], None]:
-    """Apply `docs` so that their spec.secretRef stays; returns what a wait calls to keep it so. The shared
-    cluster's CRD is cluster-wide: another branch's tests applying theirs (without spec.secretRef) prune the
-    field, so the CRD and the GitSyncs are applied again whenever it went."""
-    names = [json.loads(d)["metadata"]["name"] for d in docs if '"GitSync"' in d and "secretRef" in d]
+class Kept:
+    """GitSyncs whose spec.secretRef is applied again whenever it went. The shared cluster's CRD is
+    cluster-wide: another branch's tests applying theirs (without spec.secretRef) prune the field; this
+    branch's CRD and the GitSyncs (never the Secrets: a test may have rotated them) are then applied again."""
 
-    def kept() -> bool:
-        return all("secretRef" in kube.get("gitsync", n, namespace)["spec"] for n in names)
-
-    def again() -> bool:
-        if kept():
-            return True
+    def __init__(self, kube: KubeCluster, namespace: str, docs: list[str]) -> None:
+        self.kube, self.namespace = kube, namespace
+        self.gitsyncs = [d for d in docs if '"GitSync"' in d and "secretRef" in d]
         kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-        kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
         kube.kubectl("apply", "-f", "-", input="---\n".join(docs))
-        return kept()
+        wait_until("GitSyncs stored with spec.secretRef", self._restored, 60, interval=1)
 
-    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    kube.kubectl("apply", "-f", "-", input="---\n".join(docs))
-    wait_until("GitSyncs stored with spec.secretRef", again, 60, interval=1)
-    return lambda: wait_until("spec.secretRef kept", again, 60, interval=1) and None
+    def _kept(self) -> bool:
+        names = [json.loads(d)["metadata"]["name"] for d in self.gitsyncs]
+        return all("secretRef" in self.kube.get("gitsync", n, self.namespace)["spec"] for n in names)
+
+    def _restored(self) -> bool:
+        if self._kept():
+            return True
+        self.kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+        self.kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
+        self.kube.kubectl("apply", "-f", "-", input="---\n".join(self.gitsyncs))
+        return self._kept()
+
+    def until(self, what: str, check: Callable[[], object], timeout: float = 90) -> None:
+        """wait_until, spec.secretRef restored before each look."""
+        wait_until(what, lambda: self._restored() and check(), timeout, interval=0.3)
+
+    def ready(self, name: str, timeout: float = 90) -> None:
+        self.until(f"gitsync/{name} Ready", lambda: ready(self.kube, self.namespace, name), timeout)
+
+
+def ready(kube: KubeCluster, namespace: str, name: str) -> bool:
+    return condition(kube, namespace, name, "Ready").get("status") == "True"
 
 
 def daemon_env(kube: KubeCluster, tmp_path: Path) -> dict[str, str]:
@@ -124,7 +139,7 @@ def test_private_https_and_ssh_repositories_with_rotated_credentials(
     key_text = ssh_server.client_key.read_text()
     tenant_account(kube, namespace)
     allow_secrets(kube, namespace, "https-creds", "ssh-creds", "token-creds")
-    keep = apply_with_secret_refs(
+    kept = Kept(
         kube,
         namespace,
         (
@@ -150,15 +165,22 @@ def test_private_https_and_ssh_repositories_with_rotated_credentials(
     log_path = tmp_path / "fleet.log"
     with Daemon(fleet(namespace, tmp_path), daemon_env(kube, tmp_path), log_path) as d:
         d.wait_ready(60)
-        keep()
-        wait_ready(kube, namespace, "web", 90)
-        keep()
-        wait_ready(kube, namespace, "api", 90)
-        wait_ready(kube, namespace, "tok", 90)
+        for name in ("web", "api", "tok"):
+            kept.ready(name)
         assert cm_data(kube, namespace, "token-cm") == {"v": "1"}  # a bearer token from the Secret
         assert cm_data(kube, namespace, "https-cm") == {"v": "1"}
         assert cm_data(kube, namespace, "ssh-cm") == {"v": "1"}
         pid = d.proc.pid
+        # The controller's own fetches, looked at while they run (each request slowed): no secret in argv.
+        https_server.delay = 0.4
+        try:
+            lines = cmdlines_during(lambda: time.sleep(5))  # two polls or more of each GitSync
+        finally:
+            https_server.delay = 0
+        assert [ln for ln in lines if "remote-https" in ln], "no fetch of the controller was seen"
+        assert [ln for ln in lines if ln.startswith("ssh ") and "IdentitiesOnly=yes" in ln], "no ssh was seen"
+        key_body = key_text.splitlines()[1]
+        assert not [ln for ln in lines if PASSWORD in ln or TOKEN in ln or key_body in ln]
 
         # Rotation: the servers now want new credentials; the Secrets are updated; the next poll uses them.
         https_server.users = {"deploy": ROTATED}
@@ -166,12 +188,10 @@ def test_private_https_and_ssh_repositories_with_rotated_credentials(
         ssh_server.authorize(new_key)
         commit_to(h_repo, {"cm.yaml": configmap("https-cm", {"v": "2"})})
         commit_to(s_repo, {"cm.yaml": configmap("ssh-cm", {"v": "2"})})
-        wait_until(
+        kept.until(
             "web fails with the old password",
-            lambda: condition(kube, namespace, "web", "Ready").get("status") == "False",
-            60,
+            lambda: "authentication failed" in condition(kube, namespace, "web", "Ready").get("message", ""),
         )
-        assert "authentication failed" in condition(kube, namespace, "web", "Ready")["message"]
         kube.kubectl(
             "apply",
             "-f",
@@ -189,9 +209,8 @@ def test_private_https_and_ssh_repositories_with_rotated_credentials(
                 ]
             ),
         )
-        keep()
-        wait_until("the rotated password is used", lambda: cm_data(kube, namespace, "https-cm") == {"v": "2"}, 60)
-        wait_until("the rotated key is used", lambda: cm_data(kube, namespace, "ssh-cm") == {"v": "2"}, 60)
+        kept.until("the rotated password is used", lambda: cm_data(kube, namespace, "https-cm") == {"v": "2"})
+        kept.until("the rotated key is used", lambda: cm_data(kube, namespace, "ssh-cm") == {"v": "2"})
         assert d.proc.pid == pid and d.proc.poll() is None  # no restart
         places = {
             "GitSync web": json.dumps(gs_status(kube, namespace, "web")),
@@ -225,7 +244,7 @@ def test_a_tenant_cannot_use_a_secret_its_service_account_may_not_read(
     allow_secrets(kube, namespace, "tenant-creds", "mitm-creds")
     admin = {"username": "deploy", "password": PASSWORD, "ca.crt": https_server.ca.read_text()}
     mitm = {"identity": ssh_server.client_key.read_text(), "known_hosts": wrong_host}
-    keep = apply_with_secret_refs(
+    kept = Kept(
         kube,
         namespace,
         (
@@ -247,25 +266,23 @@ def test_a_tenant_cannot_use_a_secret_its_service_account_may_not_read(
         d.wait_ready(60)
 
         def refused(name: str) -> dict[str, Any]:
-            keep()
             c = condition(kube, namespace, name, "Ready")
             return c if c.get("reason") == "CredentialsUnavailable" else {}
 
-        wait_until("borrow refused", lambda: refused("borrow"), 60)
+        kept.until("borrow refused", lambda: refused("borrow"))
         borrow = refused("borrow")
         assert borrow["status"] == "False"
         assert f"Secret {namespace}/admin-creds" in borrow["message"], borrow
         assert f"ServiceAccount {namespace}/tenant may not get it" in borrow["message"], borrow
-        wait_until("missing refused", lambda: refused("missing"), 60)
+        kept.until("missing refused", lambda: refused("missing"))
         missing = refused("missing")
         assert f"Secret {namespace}/tenant-creds (spec.secretRef) not found" in missing["message"], missing
         assert cm_data(kube, namespace, "borrowed-cm") is None  # nothing fetched, nothing applied
 
         def mismatch() -> bool:
-            keep()
             return "host key mismatch" in condition(kube, namespace, "mitm", "Ready").get("message", "")
 
-        wait_until("mitm refused for its host key", mismatch, 60)
+        kept.until("mitm refused for its host key", mismatch)
         assert cm_data(kube, namespace, "mitm-cm") is None
         status = d.get("/status")[1].decode()
     texts = [json.dumps(gs_status(kube, namespace, "borrow")), status, log_path.read_text()]
