@@ -31,7 +31,7 @@ from gitops_sync.daemon.runtime.events import EventRecorder, EventSpec
 from gitops_sync.daemon.runtime.manager import Requests
 from gitops_sync.daemon.runtime.metrics import Metrics
 from gitops_sync.engine import Engine
-from gitops_sync.errors import ApiError, ClusterError, RepositoryNotAllowed
+from gitops_sync.errors import ApiError, ClusterError, CredentialsUnavailable, RepositoryNotAllowed
 from gitops_sync.log import get_logger
 from gitops_sync.plan.changeset import ChangeSet
 from gitops_sync.plan.masking import Redactor
@@ -224,7 +224,7 @@ class SourceReconciler(PassRunner):
         try:
             checkout, objects = self.desired.load()
         except Exception as exc:
-            reason = exc.reason if isinstance(exc, RepositoryNotAllowed) else SOURCE_FAILED
+            reason = exc.reason if isinstance(exc, (RepositoryNotAllowed, CredentialsUnavailable)) else SOURCE_FAILED
             self._source_failed(masked(exc, self.desired.redactor()), self.desired.failed_revision(exc), reason)
             return False
         new_digest = digest(checkout.revision, objects)
