@@ -26,6 +26,13 @@ class RepositoryNotAllowed(SourceError):
     reason = "RepositoryNotAllowed"  # of the GitSync's Ready condition and Event: what a script matches
 
 
+class CredentialsUnavailable(SourceError):
+    """A GitSync's spec.secretRef cannot be used: not found, not readable as its ServiceAccount, or missing a
+    key. The message names the Secret and why, never a value."""
+
+    reason = "CredentialsUnavailable"  # of the GitSync's Ready condition and Event: what a script matches
+
+
 class RenderError(GitOpsError):
     """The manifests cannot be turned into objects (invalid YAML, missing kind, duplicates, ...)."""
 

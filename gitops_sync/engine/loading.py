@@ -31,6 +31,7 @@ def fetch_source(source: SourceOptions) -> Checkout:
         cache_dir=source.cache_dir,
         timeout=source.timeout,
         local_policy=source.local_policy,
+        credentials=source.credentials() if source.credentials is not None else None,
     )
 
 

@@ -31,7 +31,13 @@ from gitops_sync.daemon.runtime.events import EventRecorder, EventSpec
 from gitops_sync.daemon.runtime.manager import Requests
 from gitops_sync.daemon.runtime.metrics import Metrics
 from gitops_sync.engine import Engine
-from gitops_sync.errors import ApiError, ChartRepositoryNotAllowed, ClusterError, RepositoryNotAllowed
+from gitops_sync.errors import (
+    ApiError,
+    ChartRepositoryNotAllowed,
+    ClusterError,
+    CredentialsUnavailable,
+    RepositoryNotAllowed,
+)
 from gitops_sync.log import get_logger
 from gitops_sync.plan.changeset import ChangeSet
 from gitops_sync.plan.masking import Redactor
@@ -227,7 +233,8 @@ class SourceReconciler(PassRunner):
         try:
             checkout, objects = self.desired.load()
         except Exception as exc:
-            reason = exc.reason if isinstance(exc, (RepositoryNotAllowed, ChartRepositoryNotAllowed)) else SOURCE_FAILED
+            reasoned = (RepositoryNotAllowed, CredentialsUnavailable, ChartRepositoryNotAllowed)
+            reason = exc.reason if isinstance(exc, reasoned) else SOURCE_FAILED
             self._source_failed(masked(exc, self.desired.redactor()), self.desired.failed_revision(exc), reason)
             return False
         new_digest = digest(checkout.revision, objects)
