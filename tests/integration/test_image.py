@@ -27,7 +27,8 @@ from gitops_sync import __version__
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import GitRepo, configmap, wait_until
 
-pytestmark = pytest.mark.cluster
+# One worker builds and runs the image (make test: -n 2 --dist loadgroup): the builds share .cache/image.
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("image")]
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = f"localhost/gitops-sync-test:{__version__}"

@@ -18,6 +18,7 @@ from typing import Any
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.daemon.fleet import gitsync
+from gitops_sync.daemon.fleet.credentials import SecretCredentials
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
 from gitops_sync.daemon.fleet.status import Deletion
 from gitops_sync.daemon.process.controller import DaemonOptions, FencedClient
@@ -152,8 +153,12 @@ class SourceFactory:
         access = None
         if gs.impersonate:  # its reads of the shared cache are checked as its ServiceAccount (access.py)
             access = ReadAccess(self._client(gs, lambda: True), gs.impersonate)  # a review changes nothing
+        credentials = None
+        if gs.secret_ref:  # read at every fetch, as the GitSync's ServiceAccount when it has one
+            reader = self._client(gs, lambda: True)  # a GET changes nothing
+            credentials = SecretCredentials(reader, gs.namespace, gs.secret_ref, gs.impersonate)
         r = SourceReconciler(
-            gs.source_spec(self.source_options, debounce=opts.debounce),
+            gs.source_spec(self.source_options, debounce=opts.debounce, credentials=credentials),
             engine=engine,
             queue=Scoped(self.queue, gs.ref),
             shared=self.shared,
