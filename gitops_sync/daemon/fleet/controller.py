@@ -25,6 +25,7 @@ from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.cluster.kubeconfig import context_namespace
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.fleet import gitsync
+from gitops_sync.daemon.fleet.clusters import KubeConfigError, RemoteClusters
 from gitops_sync.daemon.fleet.documents import Documents, requests_of
 from gitops_sync.daemon.fleet.finalizer import Finalizer
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
@@ -33,6 +34,7 @@ from gitops_sync.daemon.fleet.registry import Registry, rebuild_needed
 from gitops_sync.daemon.fleet.scheduler import Scheduler
 from gitops_sync.daemon.fleet.shards import ShardSet, vacant_message
 from gitops_sync.daemon.fleet.sources import FleetKey, Scoped, Source, SourceFactory
+from gitops_sync.daemon.fleet.status import CLUSTER_UNREACHABLE
 from gitops_sync.daemon.fleet.watch import GitSyncWatch
 from gitops_sync.daemon.fleet.writer import StatusWriter
 from gitops_sync.daemon.process.controller import DaemonOptions, Process
@@ -74,6 +76,8 @@ class Fleet(Process[FleetKey]):
             opts, self.aux, self._lease_namespace(), self._on_shard, self._requeue_shard, self._on_vacant
         )
         self.registry = Registry()
+        # GitSyncs with spec.kubeConfig: one connection and watch cache per target cluster (clusters.py).
+        self.remotes = RemoteClusters(self.client, self._on_remote_event, backoff_cap=opts.watch_backoff_cap)
         # GitSync events are handled one at a time, in order: the watch's, and the poller's second look at
         # a refused repository (which must never bring back a GitSync the watch has just deleted).
         self._events = threading.Lock()
@@ -96,6 +100,7 @@ class Fleet(Process[FleetKey]):
             may_write=self._may_write,
             active=self.shards.can_write,
             on_loaded=self._reindex,
+            remotes=self.remotes,
         )
         self.writer = StatusWriter(
             self.client, self.registry, self.metrics, field_manager=opts.field_manager, fence=self._shard_fence
@@ -143,6 +148,7 @@ class Fleet(Process[FleetKey]):
         self._components(
             self.http, self.probe, lambda: [self.client, *self.registry.clients()], events_timeout=lambda: 3
         )
+        m.add(Group.CACHES, "remote-clusters", stop=self.remotes.stop)
         m.add(Group.ELECTION, "shard-leases", stop=self._release)
         m.spawn(Group.WORKERS, "dispatcher", self._dispatch, stop=self._drain)
         m.spawn(Group.TRIGGERS, "gitsync-watch", self.gitsyncs.run, stop=self.gitsyncs.stop)
@@ -209,8 +215,11 @@ class Fleet(Process[FleetKey]):
         src = self.registry.get(ref)
         if src is None or src.reconciler is None or src.reconciler.current is None:
             return
-        fresh = self.factory.build(src.gs, src.shard).carry(src)  # `written` not: the holder wrote since
-        _close(src if self.registry.replace_if(ref, src, fresh) else fresh)
+        try:
+            fresh = self.factory.build(src.gs, src.shard).carry(src)  # `written` not: the holder wrote since
+        except KubeConfigError:
+            return  # its kubeconfig went bad meanwhile: the GitSync's next event or poll says so
+        self._close(src if self.registry.replace_if(ref, src, fresh) else fresh)
 
     def _shard_fence(self, shard: int) -> Callable[[], bool]:
         """What the controller's own writes for a shard's GitSync (status, finalizer) ask right up to the
@@ -255,7 +264,12 @@ class Fleet(Process[FleetKey]):
         finalizing = gitsync.is_deleting(obj) or (gitsync.FINALIZER in gitsync.finalizers(obj)) != gs.wants_finalizer
         cur = self.registry.get(ref)
         if rebuild_needed(cur, gs):
-            _close(self.registry.put(ref, self.factory.build(gs, shard).carry(cur)))
+            try:
+                built = self.factory.build(gs, shard).carry(cur)
+            except KubeConfigError as exc:  # its Secret unreadable as its ServiceAccount, or refused
+                self._refuse(ref, gs, shard, str(exc), exc.reason)
+                return
+            self._close(self.registry.put(ref, built))
             log.info(
                 "GitSync loaded",
                 gitsync=ref,
@@ -304,7 +318,7 @@ class Fleet(Process[FleetKey]):
             log.info("GitSync deleted: no longer reconciled", gitsync=ref)
             self.metrics.forget_source(ref)
             self._reindex()
-            _close(old)
+            self._close(old)
         self._requeue_dependents(ref)
 
     def _refuse(self, ref: str, gs: GitSync, shard: int, why: str, reason: str) -> None:
@@ -317,7 +331,7 @@ class Fleet(Process[FleetKey]):
             log.error("GitSync refused", gitsync=ref, reason=reason, error=why)
             if cur is not None and cur.reconciler is not None:  # it ran until now: drop its interest and client
                 self._reindex()
-                _close(cur)
+                self._close(cur)
         self.queue.add((ref, FULL))  # its status (written only if it changed), an Event, the finalizer
 
     def _report_refused(self, ref: str, src: Source) -> None:
@@ -344,8 +358,15 @@ class Fleet(Process[FleetKey]):
             )
 
     def _reindex(self) -> None:
-        """Watch the union of what every source wants; route each object's events to its sources."""
-        self.cache.set_interest(self.registry.reindex())
+        """Watch the union of what every source wants, on each cluster; route each object's events to the
+        sources of its cluster that want it."""
+        by_cluster = self.registry.reindex_clusters()
+        self.cache.set_interest(by_cluster.get("", []))
+        self.remotes.set_interest(by_cluster)
+
+    def _close(self, src: Source | None) -> None:
+        if src is not None:
+            self.factory.release(src)
 
     def _requeue_dependents(self, ref: str) -> None:
         for r in self.registry.dependents_waiting(ref):
@@ -394,12 +415,60 @@ class Fleet(Process[FleetKey]):
             self.writer.write(ref)  # written only if it changed (a new reconcile request is answered)
             asks.add_after(FULL, 5.0)
             return asks.take()
+        if src.remote is not None and not self._cluster_answers(ref, src, asks):
+            return asks.take()
         outcome = src.reconciler.handle(keys)
+        if src.remote is not None and src.remote.conn.breaker.is_down:  # it stopped answering during the pass
+            self._cluster_answers(ref, src, asks)
         # A pass, or a failed fetch/render: either may change the status (written only if it did). A work
         # tree read once and not yet confirmed (`settling`) answers no reconcile request: the pass after its
         # second look does, or `reconcile` would report the state from before the change.
         self.writer.write(ref, passed=bool(keys & {SOURCE, FULL}) and not outcome.settling)
         return outcome.requests
+
+    def _cluster_answers(self, ref: str, src: Source, asks: Requests[QueueKey]) -> bool:
+        """A remote source's cluster answers (its identity recorded for the inventory); else its status says
+        ClusterUnreachable naming the cluster (a Warning Event when that starts), no pass, another look in
+        5 s. A down or hung cluster fails here at once once its breaker is open: it holds no worker."""
+        rc = src.remote
+        assert rc is not None and src.reconciler is not None
+        why = rc.reachable()
+        if why != src.unreachable:
+            src.unreachable = why
+            if why:
+                log.warning("target cluster unreachable", gitsync=ref, cluster=rc.name, error=why)
+                self.shared.events.record(
+                    EventSpec(
+                        key=src.gs.key,
+                        api_version=gitsync.API_VERSION,
+                        reason=CLUSTER_UNREACHABLE,
+                        message=why,
+                        type=WARNING,
+                        series=CLUSTER_UNREACHABLE,
+                        uid=src.gs.uid,
+                    )
+                )
+            else:
+                log.info("target cluster reachable again", gitsync=ref, cluster=rc.name)
+                asks.add(SOURCE)
+                asks.add(FULL)
+        if why:
+            self.writer.write(ref)
+            asks.add_after(FULL, 5.0)
+            return False
+        src.reconciler.engine.cluster_id = rc.uid  # the inventory records (and checks) this cluster
+        return True
+
+    def _on_remote_event(self, cluster: str, etype: EventType, key: ObjectKey | None, obj: Manifest | None) -> None:
+        """A watch event of a remote cluster: to the sources of that cluster that want the object."""
+        if etype is EventType.RECOVERED:
+            for ref in self.registry.refs_of_cluster(cluster):
+                self.queue.add((ref, SOURCE))
+                self.queue.add((ref, FULL))
+            return
+        if key is not None:
+            for _ref, r in self.registry.wanting(key, cluster):
+                r.on_watch(etype, key, obj)
 
     # -- watch events, HTTP -----------------------------------------------------------------
 
@@ -441,12 +510,8 @@ class Fleet(Process[FleetKey]):
             "threads": self.supervisor.status(),
             "watches": self.cache.status(),
             "requests": requests_of([self.client, self.aux, self.watch_client, *self.registry.clients()]),
+            "clusters": self.remotes.status(),
         }
-
-
-def _close(src: Source | None) -> None:
-    if src is not None and src.client is not None:
-        src.client.close()
 
 
 def _stub(obj: Manifest) -> GitSync:
