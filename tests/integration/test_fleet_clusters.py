@@ -1,17 +1,27 @@
 """GitSyncs that target another cluster (`spec.kubeConfig.secretRef`), on two real control planes.
 
-`kube` runs the fleet controller and holds the GitSyncs and the kubeconfig Secrets; `second_kube` is the
-target. One controller: a GitSync of the second cluster converges there (not on the first), the same
-repository synced to both keeps two inventories apart, a tenant cannot use someone else's kubeconfig Secret,
-a kubeconfig with an exec plugin is refused, and the second cluster frozen (SIGSTOP) marks only its GitSync
-ClusterUnreachable while drift on the first is still corrected; it recovers by itself after SIGCONT.
+`second_kube` (this session's own) runs the fleet controller and holds the CRD, the GitSyncs and the
+kubeconfig Secrets: the shared cluster's CRD is re-applied by other branches' tests at any time, and one
+without spec.kubeConfig would make the API server prune it. The target is `kube`, reached through a TCP
+relay process of this test, the fault: the relay frozen (SIGSTOP) keeps its sockets and answers nothing, which
+is a hung API server as the controller sees it, without stopping the shared cluster. One controller: a
+GitSync of the target cluster converges there (not on the controller's), the same repository synced to both
+keeps two inventories apart, a tenant cannot use someone else's kubeconfig Secret, a kubeconfig with an exec
+plugin is refused, and the target frozen marks only its GitSync ClusterUnreachable while drift on the
+controller's cluster is still corrected; it recovers by itself after SIGCONT.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +29,7 @@ import yaml
 
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
-from tests.integration.test_fleet import cm_data, condition, crd, fleet_args, gitsync, tenant_account, wait_ready
-from tests.reliability.faults import PrivateCluster
-
-__all__ = ["crd"]
+from tests.integration.test_fleet import CRD, cm_data, condition, fleet_args, gitsync, tenant_account, wait_ready
 
 CLUSTER_ID = "gitops-sync.io/cluster-id"
 
@@ -41,6 +48,59 @@ def _exec_kubeconfig(admin: Path) -> bytes:
     return yaml.safe_dump(doc).encode()
 
 
+RELAY = r"""
+import socket, sys, threading
+listen = socket.create_server(("127.0.0.1", 0))
+print(listen.getsockname()[1], flush=True)
+host, port = sys.argv[1], int(sys.argv[2])
+def pipe(a, b):
+    try:
+        while data := a.recv(65536):
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+while True:
+    client, _ = listen.accept()
+    upstream = socket.create_connection((host, port))
+    threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
+    threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+"""
+
+
+@contextmanager
+def relayed(kubeconfig: Path) -> Iterator[tuple[bytes, subprocess.Popen[str]]]:
+    """`kubeconfig` re-pointed at a TCP relay process to its API server (same certificates, another port)."""
+    doc: dict[str, Any] = yaml.safe_load(kubeconfig.read_text())
+    server = doc["clusters"][0]["cluster"]["server"]
+    host, port = server.split("://", 1)[1].split("/")[0].rsplit(":", 1)
+    proc = subprocess.Popen([sys.executable, "-c", RELAY, host, port], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        local = int(proc.stdout.readline())
+        for c in doc["clusters"]:
+            c["cluster"]["server"] = f"https://{host}:{local}"
+        yield yaml.safe_dump(doc).encode(), proc
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+
+
+def crd_now(kube: KubeCluster) -> None:
+    """This branch's CRD, applied again now; spec.kubeConfig must be in the served schema (else the API
+    server prunes it and the GitSyncs would target the controller's cluster)."""
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    crd_doc = kube.get("crd", "gitsyncs.gitops-sync.io")
+    props = crd_doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert "kubeConfig" in props
+
+
 def _ready(kube: KubeCluster, ns: str, name: str) -> dict[str, Any]:
     return condition(kube, ns, name, "Ready")
 
@@ -55,97 +115,110 @@ def _drift_corrected(kube: KubeCluster, ns: str, name: str) -> float:
 
 
 def test_gitsyncs_of_two_clusters_converge_apart_and_a_frozen_one_blocks_only_its_own(
-    kube: KubeCluster, second_kube: KubeCluster, crd: None, namespace: str, tmp_path: Path
+    kube: KubeCluster, second_kube: KubeCluster, namespace: str, tmp_path: Path
 ) -> None:
-    ns = namespace
-    second_kube.kubectl("create", "namespace", ns)
-    tenant_account(kube, ns)  # ConfigMaps of ns only: not Secrets
-    second_bytes = second_kube.kubeconfig.read_bytes()
+    ns, home, target = namespace, second_kube, kube  # `namespace` exists on the target; made on home here
+    crd_now(home)
+    home.kubectl("create", "namespace", ns, check=False)
+    tenant_account(home, ns)  # ConfigMaps of ns only: not Secrets
     repo = GitRepo(tmp_path / "app", {f"{n}.yaml": configmap(n, {"v": "1"}) for n in ("app", "before", "during")})
-    kube.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input="---\n".join(
-            [
-                _secret("second", ns, second_bytes),
-                _secret("exec", ns, _exec_kubeconfig(second_kube.kubeconfig)),
-                gitsync(
-                    "remote", ns, repo.path, prune=True, interval="2s", kubeConfig={"secretRef": {"name": "second"}}
-                ),
-                gitsync("local", ns, repo.path, prune=True, interval="2s"),
-                gitsync(
-                    "thief", ns, repo.path, serviceAccountName="tenant", kubeConfig={"secretRef": {"name": "second"}}
-                ),
-                gitsync("runner", ns, repo.path, kubeConfig={"secretRef": {"name": "exec"}}),
-            ]
-        ),
-    )
-    with Daemon(fleet_args(ns, tmp_path), kube.env, tmp_path / "fleet.log") as d:
-        d.wait_ready(60)
-        wait_ready(kube, ns, "local")
-        wait_ready(kube, ns, "remote")
-        uid1 = kube.get("namespace", "kube-system")["metadata"]["uid"]
-        uid2 = second_kube.get("namespace", "kube-system")["metadata"]["uid"]
-        # Each cluster holds its own object and only the inventory of the GitSync that targets it.
-        wait_until("app on the second cluster", lambda: cm_data(second_kube, ns, "app") == {"v": "1"}, 30)
-        assert cm_data(kube, ns, "app") == {"v": "1"}
-        parents2 = {
-            c["metadata"]["name"]: c for c in second_kube.list("configmaps", ns) if "gitsync-" in c["metadata"]["name"]
-        }
-        parents1 = {
-            c["metadata"]["name"]: c for c in kube.list("configmaps", ns) if "gitsync-" in c["metadata"]["name"]
-        }
-        assert [n for n in parents2 if "remote" in n] and not [n for n in parents2 if "local" in n], list(parents2)
-        assert [n for n in parents1 if "local" in n] and not [n for n in parents1 if "remote" in n], list(parents1)
-        assert {p["metadata"]["annotations"].get(CLUSTER_ID) for p in parents2.values()} == {uid2}
-        # The controller's own cluster's parents record it, or (as before issue 26) nothing; never the second.
-        assert {p["metadata"]["annotations"].get(CLUSTER_ID) for p in parents1.values()} <= {uid1, None}
-        status = kube.get("gitsync", "remote", ns)["status"]
-        assert uid2 in status["cluster"] and "cluster" not in kube.get("gitsync", "local", ns)["status"]
-        # A tenant may not read the Secret: refused, naming the Secret, never its content.
-        wait_until("thief refused", lambda: _ready(kube, ns, "thief").get("reason") == "KubeConfigForbidden", 30)
-        msg = _ready(kube, ns, "thief")["message"]
-        assert f"Secret {ns}/second" in msg and f"system:serviceaccount:{ns}:tenant" in msg, msg
-        user = yaml.safe_load(second_bytes)["users"][0]["user"]
-        secret_values = [str(v)[:40] for v in user.values() if isinstance(v, str) and len(v) > 20]
-        # An exec plugin in the kubeconfig: refused, naming the key; the command never ran.
-        wait_until("runner refused", lambda: _ready(kube, ns, "runner").get("reason") == "KubeConfigRefused", 30)
-        assert "user.exec" in _ready(kube, ns, "runner")["message"]
-        doc = json.dumps(d.status())
-        assert uid2 in doc and '"clusters"' in doc
-        for place in (doc, json.dumps(kube.get("gitsync", "thief", ns)), (tmp_path / "fleet.log").read_text()):
-            for v in secret_values:
-                assert v not in place
-        assert d.metric("gitops_sync_gitsync_cluster_reachable", source=f"{ns}/remote", cluster=status["cluster"]) == 1
-
-        before = [_drift_corrected(kube, ns, "before")]
-        assert second_kube.state_dir is not None
-        frozen = PrivateCluster(second_kube.state_dir, second_kube.env)
-        frozen.freeze("kube-apiserver")
-        try:
-            t0 = time.monotonic()
-            wait_until(
-                "remote ClusterUnreachable",
-                lambda: _ready(kube, ns, "remote").get("reason") == "ClusterUnreachable",
-                60,
-                interval=0.2,
-            )
-            unreachable_after = time.monotonic() - t0
-            assert status["cluster"].split("#")[0] in _ready(kube, ns, "remote")["message"]
-            during = [_drift_corrected(kube, ns, "during")]
-            assert _ready(kube, ns, "local")["status"] == "True"
-        finally:
-            frozen.thaw("kube-apiserver")
-        t1 = time.monotonic()
-        wait_until("remote recovered", lambda: _ready(kube, ns, "remote").get("status") == "True", 90, interval=0.2)
-        recovered_after = time.monotonic() - t1
-        print(
-            f"drift corrected before {[round(x, 2) for x in before]} s, with the second cluster frozen "
-            f"{[round(x, 2) for x in during]} s; ClusterUnreachable after {unreachable_after:.1f} s; "
-            f"Ready again {recovered_after:.1f} s after SIGCONT"
+    with relayed(target.kubeconfig) as (target_bytes, relay):
+        home.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input="---\n".join(
+                [
+                    _secret("target", ns, target_bytes),
+                    _secret("exec", ns, _exec_kubeconfig(target.kubeconfig)),
+                    gitsync(
+                        "remote", ns, repo.path, prune=True, interval="2s", kubeConfig={"secretRef": {"name": "target"}}
+                    ),
+                    gitsync("local", ns, repo.path, prune=True, interval="2s"),
+                    gitsync(
+                        "thief",
+                        ns,
+                        repo.path,
+                        serviceAccountName="tenant",
+                        kubeConfig={"secretRef": {"name": "target"}},
+                    ),
+                    gitsync("runner", ns, repo.path, kubeConfig={"secretRef": {"name": "exec"}}),
+                ]
+            ),
         )
-        assert max(during) < max(before) * 2 + 2.0, (before, during)
-        # Second cluster unchanged by the first's drift corrections: apart.
-        assert cm_data(second_kube, ns, "app") == {"v": "1"}
-    second_kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        with Daemon(fleet_args(ns, tmp_path), home.env, tmp_path / "fleet.log") as d:
+            d.wait_ready(60)
+            wait_ready(home, ns, "local")
+            wait_ready(home, ns, "remote")
+            uid_home = home.get("namespace", "kube-system")["metadata"]["uid"]
+            uid_target = target.get("namespace", "kube-system")["metadata"]["uid"]
+            # Each cluster holds the objects and only the inventory of the GitSync that targets it.
+            wait_until("app on the target cluster", lambda: cm_data(target, ns, "app") == {"v": "1"}, 30)
+            assert cm_data(home, ns, "app") == {"v": "1"}
+            parents_t = {
+                c["metadata"]["name"]: c for c in target.list("configmaps", ns) if "gitsync-" in c["metadata"]["name"]
+            }
+            parents_h = {
+                c["metadata"]["name"]: c for c in home.list("configmaps", ns) if "gitsync-" in c["metadata"]["name"]
+            }
+            assert [n for n in parents_t if "remote" in n] and not [n for n in parents_t if "local" in n], list(
+                parents_t
+            )
+            assert [n for n in parents_h if "local" in n] and not [n for n in parents_h if "remote" in n], list(
+                parents_h
+            )
+            assert {p["metadata"]["annotations"].get(CLUSTER_ID) for p in parents_t.values()} == {uid_target}
+            # The controller's own cluster's parents record it, or (as before issue 26) nothing; never the target.
+            assert {p["metadata"]["annotations"].get(CLUSTER_ID) for p in parents_h.values()} <= {uid_home, None}
+            status = home.get("gitsync", "remote", ns)["status"]
+            assert uid_target in status["cluster"] and "cluster" not in home.get("gitsync", "local", ns)["status"]
+            # A tenant may not read the Secret: refused, naming the Secret, never its content.
+            wait_until("thief refused", lambda: _ready(home, ns, "thief").get("reason") == "KubeConfigForbidden", 30)
+            msg = _ready(home, ns, "thief")["message"]
+            assert f"Secret {ns}/target" in msg and f"system:serviceaccount:{ns}:tenant" in msg, msg
+            user = yaml.safe_load(target_bytes)["users"][0]["user"]
+            secret_values = [str(v)[-40:] for v in user.values() if isinstance(v, str) and len(v) > 20]
+            assert secret_values
+            # An exec plugin in the kubeconfig: refused, naming the key; the command never ran.
+            wait_until("runner refused", lambda: _ready(home, ns, "runner").get("reason") == "KubeConfigRefused", 30)
+            assert "user.exec" in _ready(home, ns, "runner")["message"]
+            doc = json.dumps(d.status())
+            assert uid_target in doc and '"clusters"' in doc
+            for place in (doc, json.dumps(home.get("gitsync", "thief", ns)), (tmp_path / "fleet.log").read_text()):
+                for v in secret_values:
+                    assert v not in place
+            assert (
+                d.metric("gitops_sync_gitsync_cluster_reachable", source=f"{ns}/remote", cluster=status["cluster"]) == 1
+            )
+
+            before = [_drift_corrected(home, ns, "before")]
+            os.kill(relay.pid, signal.SIGSTOP)  # the target hangs: connections accepted, nothing answered
+            try:
+                t0 = time.monotonic()
+                wait_until(
+                    "remote ClusterUnreachable",
+                    lambda: _ready(home, ns, "remote").get("reason") == "ClusterUnreachable",
+                    60,
+                    interval=0.2,
+                )
+                unreachable_after = time.monotonic() - t0
+                assert status["cluster"].split("#")[0] in _ready(home, ns, "remote")["message"]
+                during = [_drift_corrected(home, ns, "during")]
+                assert _ready(home, ns, "local")["status"] == "True"
+                assert (
+                    d.metric("gitops_sync_gitsync_cluster_reachable", source=f"{ns}/remote", cluster=status["cluster"])
+                    == 0
+                )
+            finally:
+                os.kill(relay.pid, signal.SIGCONT)
+            t1 = time.monotonic()
+            wait_until("remote recovered", lambda: _ready(home, ns, "remote").get("status") == "True", 90, interval=0.2)
+            recovered_after = time.monotonic() - t1
+            print(
+                f"drift corrected before {[round(x, 2) for x in before]} s, with the target cluster frozen "
+                f"{[round(x, 2) for x in during]} s; ClusterUnreachable after {unreachable_after:.1f} s; "
+                f"Ready again {recovered_after:.1f} s after SIGCONT"
+            )
+            assert max(during) < max(before) * 2 + 2.0, (before, during)
+            assert cm_data(target, ns, "during") == {"v": "1"}  # the target untouched by home's drift
+    home.kubectl("delete", "namespace", ns, "--wait=false", check=False)

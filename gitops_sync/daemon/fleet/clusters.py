@@ -77,6 +77,21 @@ class RemoteCluster:
             return f"cluster {self.server} is unreachable: {exc}"
         return ""
 
+    def probe(self) -> bool:
+        """One look at the cluster (the probe thread): GET /readyz; a failure opens its breaker (so its
+        GitSyncs' turns fail at once), a success while open closes it. True when it answers."""
+        b = self.conn.client.breaker
+        if b.is_down:
+            try:
+                b.check()  # the half-open re-probe (at most every retry_after)
+            except ClusterError:
+                return False
+            return True
+        problem = self.conn.client.probe()
+        if problem is not None:
+            b.failed(f"probe: {problem}")
+        return not b.is_down
+
     @property
     def uid(self) -> str:
         return self._identity.uid if self._identity is not None else ""
@@ -86,9 +101,21 @@ class RemoteClusters:
     """The remote clusters of the fleet, by kubeconfig. Threads: the GitSync watch (acquire, release), the
     shard thread (acquire on a rebuild), workers (`reachable`), HTTP (`status`). Its lock guards `_held`."""
 
-    def __init__(self, local: Client, on_event: OnRemoteEvent, *, backoff_cap: float = 8.0) -> None:
+    def __init__(
+        self,
+        local: Client,
+        on_event: OnRemoteEvent,
+        *,
+        on_change: Callable[[str], None] = lambda key: None,
+        backoff_cap: float = 8.0,
+        interval: float = 5.0,
+    ) -> None:
         self.local = local  # the controller's cluster: where the Secrets are
         self._on_event = on_event
+        self._on_change = on_change  # a cluster stopped or started answering: its GitSyncs look again
+        self.interval = interval
+        self._stop = threading.Event()
+        self._answering: dict[str, bool] = {}
         self._backoff_cap = backoff_cap
         self._connections = Connections(self._open)
         self._lock = threading.Lock()
@@ -181,6 +208,24 @@ class RemoteClusters:
     def stop(self) -> None:
         for rc in self.clusters():
             rc.cache.stop()
+
+    def run(self) -> None:
+        """The probe thread: every `interval` s (every second while one fails) each remote cluster is
+        looked at; a change of answering goes to `on_change` (the controller re-queues that cluster's
+        GitSyncs: their status says ClusterUnreachable, or they run again), so a cluster nobody's pass
+        touches (a hung one with only Git polls due) is still noticed, and recovers by itself."""
+        while not self._stop.is_set():
+            failing = False
+            for rc in self.clusters():
+                ok = rc.probe()
+                failing = failing or not ok
+                if self._answering.get(rc.key, True) != ok:
+                    self._answering[rc.key] = ok
+                    self._on_change(rc.key)
+            self._stop.wait(1.0 if failing else self.interval)
+
+    def stop_probing(self) -> None:
+        self._stop.set()
 
     def status(self) -> list[dict[str, object]]:
         """Each remote cluster's health for /status: its server, identity, breaker, users and watches."""

@@ -77,7 +77,9 @@ class Fleet(Process[FleetKey]):
         )
         self.registry = Registry()
         # GitSyncs with spec.kubeConfig: one connection and watch cache per target cluster (clusters.py).
-        self.remotes = RemoteClusters(self.client, self._on_remote_event, backoff_cap=opts.watch_backoff_cap)
+        self.remotes = RemoteClusters(
+            self.client, self._on_remote_event, on_change=self._remote_changed, backoff_cap=opts.watch_backoff_cap
+        )
         # GitSync events are handled one at a time, in order: the watch's, and the poller's second look at
         # a refused repository (which must never bring back a GitSync the watch has just deleted).
         self._events = threading.Lock()
@@ -153,6 +155,7 @@ class Fleet(Process[FleetKey]):
         m.spawn(Group.WORKERS, "dispatcher", self._dispatch, stop=self._drain)
         m.spawn(Group.TRIGGERS, "gitsync-watch", self.gitsyncs.run, stop=self.gitsyncs.stop)
         m.spawn(Group.TRIGGERS, "poller", self.poller.run, stop=self.poller.stop)
+        m.spawn(Group.TRIGGERS, "remote-probe", self.remotes.run, stop=self.remotes.stop_probing)
         if self.shards.elect:  # renewals stop before the drain; the Leases are given up after it
             m.spawn(Group.TRIGGERS, "shards", self.shards.run, stop=self.shards.stop)
 
@@ -458,6 +461,11 @@ class Fleet(Process[FleetKey]):
             return False
         src.reconciler.engine.cluster_id = rc.uid  # the inventory records (and checks) this cluster
         return True
+
+    def _remote_changed(self, cluster: str) -> None:
+        """A remote cluster stopped or started answering: its GitSyncs take a turn (status, or a pass)."""
+        for ref in self.registry.refs_of_cluster(cluster):
+            self.queue.add((ref, FULL))
 
     def _on_remote_event(self, cluster: str, etype: EventType, key: ObjectKey | None, obj: Manifest | None) -> None:
         """A watch event of a remote cluster: to the sources of that cluster that want the object."""
