@@ -191,6 +191,17 @@ def test_gitsyncs_of_two_clusters_converge_apart_and_a_frozen_one_blocks_only_it
                 d.metric("gitops_sync_gitsync_cluster_reachable", source=f"{ns}/remote", cluster=status["cluster"]) == 1
             )
 
+            listed = subprocess.run(
+                [sys.executable, "-m", "gitops_sync", "get", "-A", "--kubeconfig", str(home.kubeconfig)],
+                env=home.env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout
+            lines = {line.split()[1]: line for line in listed.splitlines()[1:] if line.split()[0] == ns}
+            assert "CLUSTER" in listed.splitlines()[0] and status["cluster"] in lines["remote"], listed
+            assert "in-cluster" in lines["local"], listed
             before = [_drift_corrected(home, ns, "before")]
             os.kill(relay.pid, signal.SIGSTOP)  # the target hangs: connections accepted, nothing answered
             try:
