@@ -108,7 +108,7 @@ class Fleet(Process[FleetKey]):
             self.client, self.registry, self.metrics, field_manager=opts.field_manager, fence=self._shard_fence
         )
         self.finalizer = Finalizer(self.client, self.writer.write, self._shard_fence)
-        self.scheduler = Scheduler(opts.workers, self._run_source)
+        self.scheduler = Scheduler(opts.workers, self._run_source, group=self._cluster_of)
         self.poller = Poller(self.registry, self.queue.add, self._recheck, resync=opts.resync)
         self.http = self._serving()
         self._declare()
@@ -281,6 +281,7 @@ class Fleet(Process[FleetKey]):
                 shard=shard,
                 generation=gs.generation,
                 service_account=gs.service_account or None,
+                cluster=built.cluster or None,
             )
         else:
             before = self.registry.set_gs(ref, gs)
@@ -461,6 +462,11 @@ class Fleet(Process[FleetKey]):
             return False
         src.reconciler.engine.cluster_id = rc.uid  # the inventory records (and checks) this cluster
         return True
+
+    def _cluster_of(self, ref: str) -> str:
+        """The key of the remote cluster a source targets ("" = the controller's): the scheduler's group."""
+        src = self.registry.get(ref)
+        return src.remote.key if src is not None and src.remote is not None else ""
 
     def _remote_changed(self, cluster: str) -> None:
         """A remote cluster stopped or started answering: its GitSyncs take a turn (status, or a pass)."""

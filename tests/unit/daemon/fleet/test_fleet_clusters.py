@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from gitops_sync.daemon.fleet import gitsync, status
+from gitops_sync.daemon.fleet.scheduler import SLOW_PASS, Scheduler
 from gitops_sync.daemon.fleetctl import target_of
+from gitops_sync.daemon.reconcile.reporter import SOURCE
 
 CRD = Path(__file__).resolve().parents[4] / "deploy" / "kubernetes" / "crd" / "gitsyncs.gitops-sync.io.yaml"
 
@@ -74,3 +76,33 @@ def test_every_spec_field_of_the_crd_is_described_for_kubectl_explain() -> None:
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert "kubeConfig" in spec["properties"]
     assert _undescribed(spec, "spec") == []
+
+
+def test_a_hung_clusters_passes_never_take_every_slot() -> None:
+    """Four workers; every source of cluster `hung` waits on it (slow, then slower): they hold at most half the
+    slots, and the controller's own sources still start at once, slow passes or not."""
+    clock = [0.0]
+    started: list[str] = []
+    groups = {f"a/hung-{i}": "hung" for i in range(10)}
+    scheduler = Scheduler(
+        4,
+        lambda ref, keys: None,
+        clock=lambda: clock[0],
+        submit=lambda run, ref, keys: started.append(ref),
+        group=lambda ref: groups.get(ref, ""),
+    )
+    scheduler.offer([(ref, SOURCE) for ref in groups])
+    scheduler.start_waiting()
+    assert started == ["a/hung-0", "a/hung-1"]
+    clock[0] += SLOW_PASS + 1  # they hang: slow passes no longer count against the workers
+    scheduler.start_waiting()
+    assert len(started) == 2, "the hung cluster holds its share, slow or not"
+    scheduler.offer([(f"a/local-{i}", SOURCE) for i in range(4)])
+    scheduler.start_waiting()
+    assert started[2:] == [f"a/local-{i}" for i in range(4)], "the controller's own sources run at once"
+    scheduler.finish("a/hung-0")
+    scheduler.start_waiting()
+    assert started[-1] == "a/local-3", "every worker busy with the controller's own sources"
+    scheduler.finish("a/local-0")
+    scheduler.start_waiting()
+    assert started[-1] == "a/hung-2", "a slot of the hung cluster freed: its next source"
