@@ -106,10 +106,10 @@ def _ready(kube: KubeCluster, ns: str, name: str) -> dict[str, Any]:
 
 
 def _drift_corrected(kube: KubeCluster, ns: str, name: str) -> float:
-    """Seconds from a hand edit of ConfigMap `name` on `kube` until the fleet put Git's value back (one edit
+    """Seconds from a hand edit (kubectl started) of ConfigMap `name` on `kube` until the fleet put Git's value back (one edit
     per object: edits repeated by one manager are a fight the controller yields to)."""
+    started = time.monotonic()  # kubectl's own start counts: the fleet may correct before kubectl exits
     kube.kubectl("patch", "configmap", name, "-n", ns, "--type=merge", "-p", json.dumps({"data": {"v": "hand"}}))
-    started = time.monotonic()
     wait_until("drift corrected", lambda: cm_data(kube, ns, name) == {"v": "1"}, 60, interval=0.05)
     return time.monotonic() - started
 
@@ -232,4 +232,20 @@ def test_gitsyncs_of_two_clusters_converge_apart_and_a_frozen_one_blocks_only_it
             )
             assert max(during) < max(before) * 2 + 2.0, (before, during)
             assert cm_data(target, ns, "during") == {"v": "1"}  # the target untouched by home's drift
+            # The Secret rotated (the target's own URL, no relay): the next poll reconnects; the old
+            # connection is closed once nobody uses it.
+            direct = target.kubeconfig.read_bytes()
+            direct_server = yaml.safe_load(direct)["clusters"][0]["cluster"]["server"].rstrip("/")
+            home.kubectl("apply", "-f", "-", input=_secret("target", ns, direct))
+            wait_until(
+                "reconnected after the rotation",
+                lambda: (
+                    (home.get("gitsync", "remote", ns).get("status") or {}).get("cluster", "").startswith(direct_server)
+                ),
+                60,
+                interval=0.2,
+            )
+            clusters = d.status()["fleet"]["clusters"]
+            assert [c["server"] for c in clusters] == [direct_server], clusters
+            wait_ready(home, ns, "remote")
     home.kubectl("delete", "namespace", ns, "--wait=false", check=False)

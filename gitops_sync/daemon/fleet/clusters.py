@@ -13,6 +13,7 @@ is down, hung or refusing the credentials marks only its GitSyncs (`ClusterUnrea
 from __future__ import annotations
 
 import base64
+import hashlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class RemoteCluster:
     key: str  # the Connections key of its kubeconfig: GitSyncs with this key share everything here
     conn: ClusterConnection
     cache: WatchCache
+    digest: str = ""  # of its kubeconfig's bytes: a rotated Secret holds others
     users: int = 0
     _identity: ClusterIdentity | None = field(default=None, repr=False)
 
@@ -177,10 +179,18 @@ class RemoteClusters:
                     on_event=lambda et, k, o: self._on_event(ckey, et, k, o),
                     backoff_cap=self._backoff_cap,
                 )
-                rc = RemoteCluster(ckey, conn, cache)
+                rc = RemoteCluster(ckey, conn, cache, digest(data))
                 self._held[id(conn)] = rc
             rc.users += 1
             return rc
+
+    def rotated(self, gs: GitSync, rc: RemoteCluster, read: Client) -> bool:
+        """The GitSync's Secret holds another kubeconfig than `rc`'s now (or cannot be read any more): its
+        source is to be built again (a new connection; the old one closes when its last user goes)."""
+        try:
+            return digest(self.kubeconfig_of(gs, read)) != rc.digest
+        except KubeConfigError:
+            return True
 
     def release(self, rc: RemoteCluster) -> None:
         """One GitSync fewer; the last one stops the cluster's watches and closes its connection."""
@@ -245,6 +255,10 @@ class RemoteClusters:
                 }
             )
         return out
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 __all__ = [

@@ -419,6 +419,9 @@ class Fleet(Process[FleetKey]):
             self.writer.write(ref)  # written only if it changed (a new reconcile request is answered)
             asks.add_after(FULL, 5.0)
             return asks.take()
+        if src.remote is not None and SOURCE in keys and self.factory.rotated(src):
+            self._rebuild(ref, src)  # a rotated kubeconfig Secret: a new connection, looked at at once
+            return ()
         if src.remote is not None and not self._cluster_answers(ref, src, asks):
             return asks.take()
         outcome = src.reconciler.handle(keys)
@@ -462,6 +465,23 @@ class Fleet(Process[FleetKey]):
             return False
         src.reconciler.engine.cluster_id = rc.uid  # the inventory records (and checks) this cluster
         return True
+
+    def _rebuild(self, ref: str, src: Source) -> None:
+        """Build a source again from its GitSync as it is (its kubeconfig Secret rotated: read again), or
+        refuse it when the Secret cannot be used any more; then a fetch and a full pass."""
+        with self._events:
+            if self.registry.get(ref) is not src:
+                return  # replaced or dropped meanwhile
+            try:
+                fresh = self.factory.build(src.gs, src.shard).carry(src)
+            except KubeConfigError as exc:
+                self._refuse(ref, src.gs, src.shard, str(exc), exc.reason)
+                return
+            log.info("kubeconfig Secret changed: reconnecting", gitsync=ref, cluster=fresh.cluster)
+            self._close(src if self.registry.replace_if(ref, src, fresh) else fresh)
+            self._reindex()
+        self.queue.add((ref, SOURCE))
+        self.queue.add((ref, FULL))
 
     def _cluster_of(self, ref: str) -> str:
         """The key of the remote cluster a source targets ("" = the controller's): the scheduler's group."""

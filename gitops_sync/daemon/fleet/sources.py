@@ -185,6 +185,12 @@ class SourceFactory:
             return None
         return self.remotes.acquire(gs, self._client(gs, lambda: False, self.share))
 
+    def rotated(self, src: Source) -> bool:
+        """Its kubeconfig Secret changed since its source was built (read again as its ServiceAccount)."""
+        if src.remote is None or self.remotes is None:
+            return False
+        return self.remotes.rotated(src.gs, src.remote, self._client(src.gs, lambda: False, self.share))
+
     def release(self, src: Source) -> None:
         """A record dropped or replaced: its client closed, its remote cluster let go (the last one closes it)."""
         if src.client is not None:
