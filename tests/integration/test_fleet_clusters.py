@@ -106,8 +106,8 @@ def _ready(kube: KubeCluster, ns: str, name: str) -> dict[str, Any]:
 
 
 def _drift_corrected(kube: KubeCluster, ns: str, name: str) -> float:
-    """Seconds from a hand edit (kubectl started) of ConfigMap `name` on `kube` until the fleet put Git's value back (one edit
-    per object: edits repeated by one manager are a fight the controller yields to)."""
+    """Seconds from a hand edit (kubectl started) of ConfigMap `name` on `kube` until the fleet put Git's value
+    back (one edit per object: edits repeated by one manager are a fight the controller yields to)."""
     started = time.monotonic()  # kubectl's own start counts: the fleet may correct before kubectl exits
     kube.kubectl("patch", "configmap", name, "-n", ns, "--type=merge", "-p", json.dumps({"data": {"v": "hand"}}))
     wait_until("drift corrected", lambda: cm_data(kube, ns, name) == {"v": "1"}, 60, interval=0.05)

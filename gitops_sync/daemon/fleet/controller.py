@@ -23,7 +23,6 @@ from dataclasses import replace
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.cluster.kubeconfig import context_namespace
-from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.fleet import gitsync
 from gitops_sync.daemon.fleet.clusters import KubeConfigError, RemoteClusters
 from gitops_sync.daemon.fleet.documents import Documents, requests_of
@@ -31,10 +30,10 @@ from gitops_sync.daemon.fleet.finalizer import Finalizer
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
 from gitops_sync.daemon.fleet.poller import Poller
 from gitops_sync.daemon.fleet.registry import Registry, rebuild_needed
+from gitops_sync.daemon.fleet.remote import RemoteSide
 from gitops_sync.daemon.fleet.scheduler import Scheduler
 from gitops_sync.daemon.fleet.shards import ShardSet, vacant_message
-from gitops_sync.daemon.fleet.sources import FleetKey, Scoped, Source, SourceFactory
-from gitops_sync.daemon.fleet.status import CLUSTER_UNREACHABLE
+from gitops_sync.daemon.fleet.sources import FleetKey, Scoped, Source, SourceFactory, stub_of
 from gitops_sync.daemon.fleet.watch import GitSyncWatch
 from gitops_sync.daemon.fleet.writer import StatusWriter
 from gitops_sync.daemon.process.controller import DaemonOptions, Process
@@ -77,8 +76,9 @@ class Fleet(Process[FleetKey]):
         )
         self.registry = Registry()
         # GitSyncs with spec.kubeConfig: one connection and watch cache per target cluster (clusters.py).
+        self.remote = RemoteSide(self.registry, self.queue, self.shared.events)
         self.remotes = RemoteClusters(
-            self.client, self._on_remote_event, on_change=self._remote_changed, backoff_cap=opts.watch_backoff_cap
+            self.client, self.remote.on_event, on_change=self.remote.changed, backoff_cap=opts.watch_backoff_cap
         )
         # GitSync events are handled one at a time, in order: the watch's, and the poller's second look at
         # a refused repository (which must never bring back a GitSync the watch has just deleted).
@@ -108,7 +108,7 @@ class Fleet(Process[FleetKey]):
             self.client, self.registry, self.metrics, field_manager=opts.field_manager, fence=self._shard_fence
         )
         self.finalizer = Finalizer(self.client, self.writer.write, self._shard_fence)
-        self.scheduler = Scheduler(opts.workers, self._run_source, group=self._cluster_of)
+        self.scheduler = Scheduler(opts.workers, self._run_source, group=self.remote.cluster_of)
         self.poller = Poller(self.registry, self.queue.add, self._recheck, resync=opts.resync)
         self.http = self._serving()
         self._declare()
@@ -305,7 +305,7 @@ class Fleet(Process[FleetKey]):
         try:
             gs = gitsync.parse(obj)
         except InvalidSpec as exc:
-            self._refuse(ref, _stub(obj), shard, str(exc), exc.reason)
+            self._refuse(ref, stub_of(obj), shard, str(exc), exc.reason)
             return None
         try:
             self.local_policy.check(gs.repository)
@@ -422,49 +422,16 @@ class Fleet(Process[FleetKey]):
         if src.remote is not None and SOURCE in keys and self.factory.rotated(src):
             self._rebuild(ref, src)  # a rotated kubeconfig Secret: a new connection, looked at at once
             return ()
-        if src.remote is not None and not self._cluster_answers(ref, src, asks):
+        if src.remote is not None and not self.remote.answers(ref, src, asks, self.writer.write):
             return asks.take()
         outcome = src.reconciler.handle(keys)
         if src.remote is not None and src.remote.conn.breaker.is_down:  # it stopped answering during the pass
-            self._cluster_answers(ref, src, asks)
+            self.remote.answers(ref, src, asks, self.writer.write)
         # A pass, or a failed fetch/render: either may change the status (written only if it did). A work
         # tree read once and not yet confirmed (`settling`) answers no reconcile request: the pass after its
         # second look does, or `reconcile` would report the state from before the change.
         self.writer.write(ref, passed=bool(keys & {SOURCE, FULL}) and not outcome.settling)
         return outcome.requests
-
-    def _cluster_answers(self, ref: str, src: Source, asks: Requests[QueueKey]) -> bool:
-        """A remote source's cluster answers (its identity recorded for the inventory); else its status says
-        ClusterUnreachable naming the cluster (a Warning Event when that starts), no pass, another look in
-        5 s. A down or hung cluster fails here at once once its breaker is open: it holds no worker."""
-        rc = src.remote
-        assert rc is not None and src.reconciler is not None
-        why = rc.reachable()
-        if why != src.unreachable:
-            src.unreachable = why
-            if why:
-                log.warning("target cluster unreachable", gitsync=ref, cluster=rc.name, error=why)
-                self.shared.events.record(
-                    EventSpec(
-                        key=src.gs.key,
-                        api_version=gitsync.API_VERSION,
-                        reason=CLUSTER_UNREACHABLE,
-                        message=why,
-                        type=WARNING,
-                        series=CLUSTER_UNREACHABLE,
-                        uid=src.gs.uid,
-                    )
-                )
-            else:
-                log.info("target cluster reachable again", gitsync=ref, cluster=rc.name)
-                asks.add(SOURCE)
-                asks.add(FULL)
-        if why:
-            self.writer.write(ref)
-            asks.add_after(FULL, 5.0)
-            return False
-        src.reconciler.engine.cluster_id = rc.uid  # the inventory records (and checks) this cluster
-        return True
 
     def _rebuild(self, ref: str, src: Source) -> None:
         """Build a source again from its GitSync as it is (its kubeconfig Secret rotated: read again), or
@@ -482,27 +449,6 @@ class Fleet(Process[FleetKey]):
             self._reindex()
         self.queue.add((ref, SOURCE))
         self.queue.add((ref, FULL))
-
-    def _cluster_of(self, ref: str) -> str:
-        """The key of the remote cluster a source targets ("" = the controller's): the scheduler's group."""
-        src = self.registry.get(ref)
-        return src.remote.key if src is not None and src.remote is not None else ""
-
-    def _remote_changed(self, cluster: str) -> None:
-        """A remote cluster stopped or started answering: its GitSyncs take a turn (status, or a pass)."""
-        for ref in self.registry.refs_of_cluster(cluster):
-            self.queue.add((ref, FULL))
-
-    def _on_remote_event(self, cluster: str, etype: EventType, key: ObjectKey | None, obj: Manifest | None) -> None:
-        """A watch event of a remote cluster: to the sources of that cluster that want the object."""
-        if etype is EventType.RECOVERED:
-            for ref in self.registry.refs_of_cluster(cluster):
-                self.queue.add((ref, SOURCE))
-                self.queue.add((ref, FULL))
-            return
-        if key is not None:
-            for _ref, r in self.registry.wanting(key, cluster):
-                r.on_watch(etype, key, obj)
 
     # -- watch events, HTTP -----------------------------------------------------------------
 
@@ -546,31 +492,6 @@ class Fleet(Process[FleetKey]):
             "requests": requests_of([self.client, self.aux, self.watch_client, *self.registry.clients()]),
             "clusters": self.remotes.status(),
         }
-
-
-def _stub(obj: Manifest) -> GitSync:
-    """A GitSync that could not be parsed, kept to report why in its status."""
-    meta = obj.get("metadata") or {}
-    ns = str(meta.get("namespace") or "")
-    return GitSync(
-        namespace=ns,
-        name=str(meta.get("name") or ""),
-        generation=int(meta.get("generation") or 0),
-        uid=str(meta.get("uid") or ""),
-        repository="",
-        revision=None,
-        path=None,
-        interval=0.0,
-        prune=False,
-        self_heal=False,
-        policy=ConflictPolicy.REPORT,
-        target_namespace=ns,
-        service_account="",
-        suspend=False,
-        depends_on=(),
-        wait=False,
-        timeout=0.0,
-    )
 
 
 __all__ = ["Fleet"]

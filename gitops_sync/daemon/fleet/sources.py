@@ -17,6 +17,7 @@ from typing import Any
 
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.fleet import gitsync
 from gitops_sync.daemon.fleet.clusters import RemoteCluster, RemoteClusters
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
@@ -27,6 +28,7 @@ from gitops_sync.daemon.reconcile.reconciler import Shared, SourceReconciler
 from gitops_sync.daemon.reconcile.reporter import QueueKey
 from gitops_sync.daemon.runtime.queue import WorkQueue
 from gitops_sync.engine import Engine, SourceOptions
+from gitops_sync.resource import Manifest
 
 FleetKey = tuple[str, QueueKey]  # (namespace/name of the GitSync, its key)
 
@@ -221,4 +223,29 @@ class SourceFactory:
         )
 
 
-__all__ = ["FleetKey", "Scoped", "Source", "SourceClient", "SourceFactory"]
+def stub_of(obj: Manifest) -> GitSync:
+    """A GitSync that could not be parsed, kept to report why in its status."""
+    meta = obj.get("metadata") or {}
+    ns = str(meta.get("namespace") or "")
+    return GitSync(
+        namespace=ns,
+        name=str(meta.get("name") or ""),
+        generation=int(meta.get("generation") or 0),
+        uid=str(meta.get("uid") or ""),
+        repository="",
+        revision=None,
+        path=None,
+        interval=0.0,
+        prune=False,
+        self_heal=False,
+        policy=ConflictPolicy.REPORT,
+        target_namespace=ns,
+        service_account="",
+        suspend=False,
+        depends_on=(),
+        wait=False,
+        timeout=0.0,
+    )
+
+
+__all__ = ["FleetKey", "Scoped", "Source", "SourceClient", "SourceFactory", "stub_of"]
