@@ -38,10 +38,11 @@ lint: venv      ## ruff (lint and format check) and mypy (strict) over every Pyt
 unit: venv      ## the fast tests only (no cluster)
 	$(VENV)/bin/pytest tests/unit -q
 
-# The README's test command. pytest's `kube` fixture reuses the cluster $KUBECONFIG points at, or starts
-# one for the session and stops it afterwards.
-test: venv cluster-build lint  ## lint + every test, against a real local control plane
-	$(VENV)/bin/pytest -q
+# The README's test command (scripts/test.sh says how): lint, unit tests (xdist) and the start of one local
+# cluster at once ($KUBECONFIG's is reused when it answers); then the integration tests in parallel on it, the
+# reliability suite serially and the quick benchmark alone; one summary line per step.
+test: venv cluster-build  ## lint + every test, against a real local control plane
+	bash scripts/test.sh
 
 reliability: venv cluster-build  ## the fault and fuzz suite only; rewrites RELIABILITY.md when every case ran
 	$(VENV)/bin/pytest -q tests/reliability

@@ -26,6 +26,13 @@ class RepositoryNotAllowed(SourceError):
     reason = "RepositoryNotAllowed"  # of the GitSync's Ready condition and Event: what a script matches
 
 
+class CredentialsUnavailable(SourceError):
+    """A GitSync's spec.secretRef cannot be used: not found, not readable as its ServiceAccount, or missing a
+    key. The message names the Secret and why, never a value."""
+
+    reason = "CredentialsUnavailable"  # of the GitSync's Ready condition and Event: what a script matches
+
+
 class RenderError(GitOpsError):
     """The manifests cannot be turned into objects (invalid YAML, missing kind, duplicates, ...)."""
 
@@ -35,6 +42,13 @@ class RenderError(GitOpsError):
         super().__init__(f"{where}: {message}" if where else message)
         self.file = file
         self.obj = obj
+
+
+class ChartRepositoryNotAllowed(RenderError):
+    """A helm-chart.yaml or Chart.yaml dependency names a chart repository the operator does not allow
+    (--allow-chart-repository, or an entry of the chart credentials file): nothing is fetched from it."""
+
+    reason = "ChartRepositoryNotAllowed"  # of the GitSync's Ready condition and Event: what a script matches
 
 
 class ClusterError(GitOpsError):

@@ -22,6 +22,7 @@ from gitops_sync.conventions import FIELD_MANAGER
 
 if TYPE_CHECKING:
     from gitops_sync.plan.ignore import IgnoreRule
+    from gitops_sync.source.credentials import GitCredentials
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,8 +47,8 @@ def _apply(fn: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
 
 
 def source_options(fn: F) -> F:
-    """--repo --revision --path --cache-dir --helm-values --helm-release --kustomize-allow-external -n
-    -> `source=`, `namespace=`."""
+    """--repo --revision --path --cache-dir --helm-values --helm-release --kustomize-allow-external
+    --allow-chart-repository -n -> `source=`, `namespace=`."""
     return _source_options(fn, repo_required=True)
 
 
@@ -76,12 +77,30 @@ def _source_options(fn: F, *, repo_required: bool) -> F:
                 kustomize_allow_external=kw.pop("kustomize_allow_external"),
                 # `run` without --repo serves GitSyncs of many tenants: none may use the operator's chart credentials
                 chart_credentials_env=bool(repo),
+                chart_repositories=tuple(kw.pop("allow_chart_repository", ())),
+            ),
+            credentials=_git_credentials(  # a caller passing the flags by hand may leave these out
+                username=kw.pop("git_username", None),
+                password_file=kw.pop("git_password_file", None),
+                bearer_token_file=kw.pop("git_bearer_token_file", None),
+                ssh_key_file=kw.pop("ssh_key_file", None),
+                known_hosts=kw.pop("known_hosts", None),
             ),
         )
         _take_secret_options(kw)
         return fn(*args, **kw)
 
     return _apply(wrapper, _source_flags(repo_required))  # type: ignore[no-any-return]
+
+
+def _git_credentials(**given: Any) -> Callable[[], GitCredentials | None] | None:
+    """What fetches ask for the CLI's Git credentials (None: no flag and no variable gives any). The files
+    are read at every fetch, so `run --repo` follows a rotated token file without a restart."""
+    from gitops_sync.source.credentials import PASSWORD_ENV, TOKEN_ENV, credentials_from_environment
+
+    if not any(given.values()) and not os.environ.get(PASSWORD_ENV) and not os.environ.get(TOKEN_ENV):
+        return None
+    return functools.partial(credentials_from_environment, **given)
 
 
 def _source_flags(repo_required: bool) -> list[Callable[[Any], Any]]:
@@ -107,6 +126,7 @@ def _source_flags(repo_required: bool) -> list[Callable[[Any], Any]]:
             help="Sub-directory of the repository to render.",
         ),
         click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Where clones are kept."),
+        *_credential_flags(),
         click.option(
             "--helm-values",
             multiple=True,
@@ -124,12 +144,61 @@ def _source_flags(repo_required: bool) -> list[Callable[[Any], Any]]:
         ),
         *secret_options,
         click.option(
+            "--allow-chart-repository",
+            multiple=True,
+            envvar="GITOPS_SYNC_ALLOW_CHART_REPOSITORY",
+            metavar="PREFIX",
+            help="Chart repository (https://… or oci://…) that helm-chart.yaml files and Chart.yaml dependencies may "
+            "fetch from, by URL prefix on a path boundary (repeatable; env: space-separated). Entries of the chart "
+            "credentials file are allowed too; any other repository is refused (ChartRepositoryNotAllowed).",
+        ),
+        click.option(
             "-n",
             "--namespace",
             envvar="GITOPS_SYNC_NAMESPACE",
             default="default",
             show_default=True,
             help="Namespace for namespaced objects that name none.",
+        ),
+    ]
+
+
+def _credential_flags() -> list[Callable[[Any], Any]]:
+    """Git credentials besides a URL's own (docs/private-repositories.md). A secret is never a flag's value:
+    a file's path, or the variables GITOPS_SYNC_GIT_PASSWORD / GITOPS_SYNC_GIT_BEARER_TOKEN."""
+    path = click.Path(path_type=Path, dir_okay=False)
+    return [
+        click.option(
+            "--git-username", envvar="GITOPS_SYNC_GIT_USERNAME", default=None, help="User for HTTPS basic auth."
+        ),
+        click.option(
+            "--git-password-file",
+            envvar="GITOPS_SYNC_GIT_PASSWORD_FILE",
+            type=path,
+            default=None,
+            help="File holding the HTTPS password or token (or the variable GITOPS_SYNC_GIT_PASSWORD).",
+        ),
+        click.option(
+            "--git-bearer-token-file",
+            envvar="GITOPS_SYNC_GIT_BEARER_TOKEN_FILE",
+            type=path,
+            default=None,
+            help="File holding a token sent as `Authorization: Bearer` (or the variable GITOPS_SYNC_GIT_BEARER_TOKEN).",
+        ),
+        click.option(
+            "--ssh-key-file",
+            envvar="GITOPS_SYNC_SSH_KEY_FILE",
+            type=path,
+            default=None,
+            help="SSH private key (no passphrase) for ssh:// and git@host: URLs; only this key is offered.",
+        ),
+        click.option(
+            "--known-hosts",
+            envvar="GITOPS_SYNC_KNOWN_HOSTS",
+            type=path,
+            default=None,
+            help="known_hosts file the SSH server's host key must be in (default ~/.ssh/known_hosts); "
+            "a host not listed or with another key is refused.",
         ),
     ]
 

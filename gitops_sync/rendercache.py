@@ -42,7 +42,7 @@ from typing import Any, Protocol
 from gitops_sync import __version__, jsoncodec
 from gitops_sync.errors import RenderError
 from gitops_sync.log import get_logger
-from gitops_sync.render import RenderOptions, Snapshot, sops
+from gitops_sync.render import RenderOptions, Snapshot, resolve_chart_sources, sops
 from gitops_sync.render.charts import CHART_SOURCE_FILE
 from gitops_sync.render.snapshot import read as read_snapshot
 from gitops_sync.resource import DesiredObject
@@ -176,6 +176,12 @@ class RenderCache:
         if keyed is None:
             return render(checkout.root, opts)
         key, values = keyed
+        # Charts from repositories (helm-chart.yaml): a range or a tag resolves anew without a commit, so for a
+        # commit the key holds what each resolves to now (its index/tag request; nothing pulled on a hit).
+        resolved = bool(found and CHART_SOURCE_FILE in found[1] and _is_commit(checkout) and opts.chart_cache)
+        if resolved:
+            charts = resolve_chart_sources(checkout.root, opts)
+            key = hashlib.sha256(jsoncodec.dumps([key, charts])).hexdigest()[:40]
         cached = self.store.get(key)
         if cached is not None:
             self.hits += 1
@@ -183,9 +189,9 @@ class RenderCache:
             return cached
         self.misses += 1
         objects, storable = _render_once(checkout, opts, tree, values, render)
-        # Charts pulled from repositories (helm-chart.yaml, Chart.yaml dependencies): a version range or a tag
-        # resolves anew on each pass, so the files do not decide the render: never stored (issue 24).
-        pulled = any("chart" in o.extra or "chart_dependencies" in o.extra for o in objects)
+        # Chart.yaml dependencies, and helm-chart.yaml charts of a directory (not a commit): a version range or a
+        # tag resolves anew on each pass and the key does not hold it: never stored (issue 24).
+        pulled = any("chart_dependencies" in o.extra or ("chart" in o.extra and not resolved) for o in objects)
         # Decrypted Secrets never reach the disk; the daemon's memory holds them anyway (its desired state).
         if storable and not pulled and (isinstance(self.store, MemoryStore) or not sops.any_decrypted(objects)):
             self.store.put(key, objects)

@@ -10,6 +10,8 @@ a scale, a README command).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import os
 import re
@@ -31,6 +33,17 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO / "deploy" / "local-cluster" / "cluster.py"
+
+
+# pytest-xdist groups: `make test` runs tests/integration on several workers (--dist loadgroup) against one
+# cluster; a unique namespace per test keeps most tests apart. A test that shares anything else with another
+# (a cluster-scoped object, a fixed name or path, the machine's CPU in bulk) joins a group: the tests of one
+# group run one after another on one worker.
+CRDS = pytest.mark.xdist_group("crds")  # create or delete CRDs: the API's discovery changes under the others
+BROWSER = pytest.mark.xdist_group("browser")  # a headless chromium each: one at a time
+FIXED_NAMES = pytest.mark.xdist_group("fixed-names")  # fixed namespaces (demo, team-a) and /tmp paths
+REGISTRIES = pytest.mark.xdist_group("registries")  # the chart registries of one session: started once
+SECOND_CLUSTER = pytest.mark.xdist_group("second-cluster")  # `second_kube`: one second control plane at a time
 
 
 @dataclass(frozen=True)
@@ -166,9 +179,14 @@ def _launcher(*args: str) -> str:
     return r.stdout
 
 
+# Under the launcher's cache, so `.ci/run` can stop a cluster started here even if pytest is killed first.
+SESSIONS = REPO / ".cache" / "local-cluster" / "sessions"
+
+
 @pytest.fixture(scope="session")
 def kube() -> Iterator[KubeCluster]:
-    """Reuse the cluster KUBECONFIG points at when its /readyz answers ok; else start one for this session."""
+    """Reuse the cluster KUBECONFIG points at when its /readyz answers ok; else start one for this session
+    (under pytest-xdist: one for the whole run, shared by its workers, see `_xdist_cluster`)."""
     existing = os.environ.get("KUBECONFIG")
     if existing and Path(existing).is_file():
         kubeconfig = Path(existing)
@@ -177,26 +195,33 @@ def kube() -> Iterator[KubeCluster]:
         if _reachable(kubeconfig, bin_dir / "kubectl"):
             yield KubeCluster(kubeconfig, bin_dir, _env_for(kubeconfig, bin_dir), started_here=False)
             return
-    state = _session_state_dir("pytest-")
-    yield from _own_cluster(state)
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # set in every worker of one `pytest -n` run
+    if run_id:
+        SESSIONS.mkdir(parents=True, exist_ok=True)
+        yield from _xdist_cluster(SESSIONS / f"xdist-{run_id}")
+        return
+    yield from _own_cluster(_session_state_dir("pytest-"))
 
 
 def _session_state_dir(prefix: str) -> Path:
     """A state dir for a cluster of this session, under the launcher's cache, so `.ci/run` can stop it even
     if this process is killed before teardown; not created (the launcher creates it, `down` removes it)."""
-    sessions = REPO / ".cache" / "local-cluster" / "sessions"
-    sessions.mkdir(parents=True, exist_ok=True)
-    state = Path(tempfile.mkdtemp(prefix=prefix, dir=sessions))
+    SESSIONS.mkdir(parents=True, exist_ok=True)
+    state = Path(tempfile.mkdtemp(prefix=prefix, dir=SESSIONS))
     state.rmdir()
     return state
+
+
+def _started(state: Path) -> KubeCluster:
+    kubeconfig, bin_dir = state / "kubeconfig", state / "bin"
+    return KubeCluster(kubeconfig, bin_dir, _env_for(kubeconfig, bin_dir), started_here=True, state_dir=state)
 
 
 def _own_cluster(state: Path) -> Iterator[KubeCluster]:
     """`cluster.py --dir state up --auto-ports` (the binaries of LOCAL_CLUSTER_CACHE), `down` afterwards."""
     try:
         _launcher("--dir", str(state), "up", "--auto-ports")
-        kubeconfig, bin_dir = state / "kubeconfig", state / "bin"
-        yield KubeCluster(kubeconfig, bin_dir, _env_for(kubeconfig, bin_dir), started_here=True, state_dir=state)
+        yield _started(state)
     finally:
         _launcher("--dir", str(state), "down")
         shutil.rmtree(state, ignore_errors=True)
@@ -206,8 +231,40 @@ def _own_cluster(state: Path) -> Iterator[KubeCluster]:
 def second_kube(kube: KubeCluster) -> Iterator[KubeCluster]:
     """Another control plane beside `kube` (its own etcd, API server, ports, CA and kube-system UID), started
     for this session (~10 s with the binaries built) and stopped at its end. Tests may freeze or stop its
-    components (`state_dir` holds the pids): no other test shares it."""
+    components (`state_dir` holds the pids): no other test shares it. Under xdist its tests share one
+    worker (the `second-cluster` group), so one second cluster runs at a time."""
     yield from _own_cluster(_session_state_dir("pytest-second-"))
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _xdist_cluster(state: Path) -> Iterator[KubeCluster]:
+    """One cluster for all the workers of a run (a cluster each would not fit on a small machine): the first
+    worker that needs it starts it, each worker counts itself in `state.users`, the last one out stops it."""
+    lock, users = state.with_suffix(".lock"), state.with_suffix(".users")
+    with _locked(lock):
+        count = int(users.read_text() or 0) if users.exists() else 0
+        if count == 0:
+            _launcher("--dir", str(state), "up", "--auto-ports")
+        users.write_text(str(count + 1))
+    try:
+        yield _started(state)
+    finally:
+        with _locked(lock):
+            count = int(users.read_text()) - 1
+            users.write_text(str(count))
+            if count == 0:
+                _launcher("--dir", str(state), "down")
+                shutil.rmtree(state, ignore_errors=True)
+                users.unlink()  # the lock file stays: a worker may be waiting on it
 
 
 @pytest.fixture

@@ -1228,7 +1228,8 @@ def registry_down(cfg: Config, locked: bool = False) -> None:
 
 
 def serve_chart_repo(root: Path, port: int, cert: Path, key: Path, auth_file: Path) -> None:
-    """A static HTTPS server of `root` (index.yaml and chart archives) with one basic-auth user.
+    """A static HTTPS server of `root` (index.yaml and chart archives) with one basic-auth user; `public/`
+    is served without it (a public chart repository, for GitSyncs, which get no operator credentials).
 
     Python's http.server rather than a Go static server module: no build, and it is test infrastructure only
     (helm asks it for two kinds of file). The password is known only as sha256("user:password")."""
@@ -1239,6 +1240,8 @@ def serve_chart_repo(root: Path, port: int, cert: Path, key: Path, auth_file: Pa
             super().__init__(*a, directory=str(root), **kw)
 
         def _allowed(self) -> bool:
+            if self.path.startswith("/public/"):  # anonymous: for clients that have no credentials (GitSyncs)
+                return True
             header = self.headers.get("Authorization", "")
             if header.startswith("Basic "):
                 with contextlib.suppress(ValueError):

@@ -24,11 +24,13 @@ def render(logs: LogChoices, source: SourceOptions, namespace: str, show_secrets
     """Print the desired objects as multi-document YAML (no cluster needed)."""
     from gitops_sync.plan.masking import mask_secret
     from gitops_sync.render import to_yaml
-    from gitops_sync.resource import ObjectKey
+    from gitops_sync.resource import DesiredObject, ObjectKey
 
     attempt = start_attempt("render", logs=logs, source=source)
     attempt.logs.configure()
     checkout, objects = load_source(attempt, source)
+    # Helm hooks are run by a pass, not applied as objects; render prints them too, last (what helm template gives)
+    objects = [*objects, *(h for h in checkout.hooks if isinstance(h, DesiredObject))]
     manifests = [o.manifest if show_secrets else mask_secret(o.manifest) for o in objects]
     cluster_scoped = _cluster_scoped_kinds(manifests)
     with stdout_reader_may_leave(0):

@@ -226,6 +226,11 @@ def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, **flags: 
             "--allow-local-repository is for the fleet (run without --repo): the --repo of `run` is the "
             "operator's own and is not checked"
         )
+    if source.credentials is not None and not source.repo:
+        raise click.UsageError(
+            "Git credential flags and variables are for --repo: a GitSync names its own in spec.secretRef "
+            "(docs/private-repositories.md)"
+        )
     _serve(_options(source, cluster, f))
 
 

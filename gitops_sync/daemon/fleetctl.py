@@ -78,6 +78,8 @@ def row(obj: Manifest) -> dict[str, Any]:
         "suspended": bool(spec.get("suspend")),
         "reason": "" if stale else str(ready.get("reason") or ""),
         "revision": str(status.get("lastAppliedRevision") or "")[:12],
+        # Charts pulled from repositories for the state held: repository, chart, resolved version, digest.
+        "charts": list(status.get("charts") or []),
         "drifted": int(counts.get("drifted") or 0),
         "conflicts": int(counts.get("conflict") or 0),
         "message": "waiting for the controller to observe this generation" if stale else ready.get("message", ""),

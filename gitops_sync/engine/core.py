@@ -83,6 +83,8 @@ class Engine:
             on_ready=on_ready,
         )
         for phase in PHASES:
+            if state.stopped:
+                break
             if phase.when(state):
                 phase.run(self, state)
         return state.cs
@@ -150,6 +152,7 @@ class Engine:
     ) -> ChangeSet:
         """The report of a pass the API server stopped before any object was sent: every target untouched."""
         cs = ChangeSet(revision=checkout.revision, source=checkout_label(checkout), dry_run=opts.dry_run or not apply)
+        cs.charts = list(checkout.charts)
         cs.entries = [not_attempted_entry(t, exc) for t in targets]
         cs.errors.append(f"nothing applied or pruned: {exc}")
         return cs

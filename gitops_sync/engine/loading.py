@@ -8,17 +8,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gitops_sync.engine.hooks import split as split_hooks
 from gitops_sync.engine.options import SourceOptions
-from gitops_sync.render import render
+from gitops_sync.errors import ChartRepositoryNotAllowed, RenderError, SourceError
+from gitops_sync.render import artifact, charts, render
 from gitops_sync.rendercache import DiskStore, RenderCache
 from gitops_sync.resource import DesiredObject
-from gitops_sync.source import Checkout, fetch
+from gitops_sync.source import Checkout, fetch, identify
 from gitops_sync.source.checkout import cache_root
 from gitops_sync.source.verify import verify_checkout
 
 
 def fetch_source(source: SourceOptions) -> Checkout:
-    """The source's directory and commit (raises SourceError, RepositoryNotAllowed under its local policy)."""
+    """The source's directory and commit (raises SourceError, RepositoryNotAllowed under its local policy);
+    an `oci://` source is an OCI artifact, its manifest digest the revision (render/artifact.py)."""
+    if source.repo.startswith("oci://"):
+        return _fetch_artifact(source)
     return fetch(
         source.repo,
         source.revision,
@@ -26,7 +31,30 @@ def fetch_source(source: SourceOptions) -> Checkout:
         cache_dir=source.cache_dir,
         timeout=source.timeout,
         local_policy=source.local_policy,
+        credentials=source.credentials() if source.credentials is not None else None,
     )
+
+
+def _fetch_artifact(source: SourceOptions) -> Checkout:
+    """The artifact's manifests as a Checkout at revision `sha256:<manifest digest>`. Who named it decides
+    whether it may be fetched: `--repo` on the command line (CLI, `run --repo`) is the operator's choice; a
+    GitSync's is the tenant's, held to --allow-chart-repository (render.chart_repositories)."""
+    opts = source.render
+    ref = artifact.parse(source.repo)
+    entries = charts.load_access(opts.chart_credentials, env=opts.chart_credentials_env)
+    own = (ref.repository,) if opts.chart_credentials_env else ()
+    access = charts.access_for(ref.repository, entries, (*opts.chart_repositories, *own))
+    try:
+        tree, digest = artifact.pull(source.repo, access, cache_root(source.cache_dir))
+    except ChartRepositoryNotAllowed:
+        raise  # its reason is what a GitSync's Ready condition names
+    except RenderError as err:
+        raise SourceError(str(err)) from None
+    root = tree / source.path if source.path else tree
+    if not root.resolve().is_relative_to(tree.resolve()) or not root.is_dir():
+        raise SourceError(f"{source.repo}: --path {source.path} is not a directory of the artifact")
+    identity = identify(ref.repository, source.path)
+    return Checkout(root=root, revision=digest, repo=source.repo, ref=ref.reference, repo_root=tree, identity=identity)
 
 
 def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Checkout, list[DesiredObject]]:
@@ -41,9 +69,20 @@ def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Check
     opts = replace(source.render, repo_root=checkout.repo_root or checkout.root, holes=checkout.holes)
     if opts.chart_cache is None:  # charts from repositories (helm-chart.yaml) are kept by digest beside the clones
         opts = replace(opts, chart_cache=cache_root(source.cache_dir))
-    if cache is None:
-        return checkout, render(checkout.root, opts)
-    return checkout, cache.render(checkout, opts, render)
+    objects = render(checkout.root, opts) if cache is None else cache.render(checkout, opts, render)
+    plain, hooks = split_hooks(objects)  # helm.sh/hook objects run as phases of a pass, never applied as objects
+    return replace(checkout, charts=pulled_charts(objects), hooks=tuple(hooks)), plain
+
+
+def pulled_charts(objects: list[DesiredObject]) -> tuple[dict[str, str], ...]:
+    """The charts pulled for these objects (helm-chart.yaml sources, then Chart.yaml dependencies), once each,
+    sorted: what reports and /status name (repository, chart, resolved version, archive digest)."""
+    found: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+    for obj in objects:
+        for chart in [obj.extra.get("chart"), *(obj.extra.get("chart_dependencies") or [])]:
+            if isinstance(chart, dict):
+                found.setdefault(tuple(sorted((str(k), str(v)) for k, v in chart.items())), dict(chart))
+    return tuple(found[k] for k in sorted(found))
 
 
 def disk_render_cache(source: SourceOptions) -> RenderCache:

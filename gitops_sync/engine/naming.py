@@ -45,6 +45,8 @@ def source_label(repo: str, sub: str | None, ref: str | None = None) -> str:
     local one (`.` + `clusters/prod` is `clusters/prod`, never `.//clusters/prod`). Credentials masked."""
     sub = posixpath.normpath(sub.strip("/")) if sub and sub.strip("/") else ""
     sub = "" if sub == "." else sub
+    if repo.startswith("oci://"):  # an OCI artifact: its tag or digest is already in the URL
+        return mask_url(repo) + (f"//{sub}" if sub else "")
     if is_remote(repo):
         label = mask_url(repo.rstrip("/")) + (f"//{sub}" if sub else "")
     else:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.plan import ignore
 from gitops_sync.render import RenderOptions
 from gitops_sync.source.allow import LocalRepositories
+from gitops_sync.source.credentials import GitCredentials
 from gitops_sync.source.verify import TrustedKeys
 
 
@@ -24,6 +26,9 @@ class SourceOptions:
     timeout: float = 60.0  # seconds for each git command (fetch, checkout)
     # The fleet's rule for local paths and file:// URLs (source/allow.py); None: any path (the CLI's own).
     local_policy: LocalRepositories | None = None
+    # Git credentials beyond the URL's own, asked for on every fetch (a rotated Secret is read again):
+    # the CLI's flags (a constant), a GitSync's spec.secretRef (read as its ServiceAccount). None: none.
+    credentials: Callable[[], GitCredentials | None] | None = field(default=None, compare=False, repr=False)
     # --verify-commits / --verify-tag: signed by one of these keys before it is rendered (source/verify.py).
     verify: TrustedKeys | None = None
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from gitops_sync import conventions
 from gitops_sync.apply import inventory
 from gitops_sync.apply.manager import NOT_ATTEMPTED
-from gitops_sync.engine import legacy
+from gitops_sync.engine import hooks, legacy
 from gitops_sync.engine.positions import locate_fields
 from gitops_sync.engine.prune import Prune, wait_deleted
 from gitops_sync.engine.state import PassState, kinds_and_namespaces
@@ -50,6 +50,31 @@ def read_inventory(engine: Engine, s: PassState) -> None:
         cluster_id=engine.cluster_id,
     )
     s.old_kinds, s.old_namespaces = set(s.inv.group_kinds), set(s.inv.namespaces)
+
+
+def decide_release(_engine: Engine, s: PassState) -> None:
+    """Install or upgrade, for the Helm hooks (engine/hooks.py): install while no pass of this source has
+    completed (the inventory records no applied revision); upgrade on a new revision after one has. A plain
+    directory has no revision: install only when its inventory does not exist yet, never upgrade."""
+    applied = s.inv.recorded.get(conventions.APPLIED_REVISION, "")
+    if not s.checkout.revision:
+        s.release = "" if s.inv.exists else "install"
+    elif not applied:
+        s.release = "install"
+    else:
+        s.release = "upgrade" if applied != s.checkout.revision else ""
+
+
+def run_pre_hooks(engine: Engine, s: PassState) -> None:
+    """pre-install / pre-upgrade hooks, before any object is applied; one failing stops the pass."""
+    if s.release and s.checkout.hooks:
+        s.stopped = not hooks.run_event(engine, s, f"pre-{s.release}")
+
+
+def run_post_hooks(engine: Engine, s: PassState) -> None:
+    """post-install / post-upgrade hooks, after apply and prune; one failing keeps the revision unrecorded."""
+    if s.release and s.checkout.hooks:
+        s.stopped = not hooks.run_event(engine, s, f"post-{s.release}")
 
 
 def refuse_older_commit(_engine: Engine, s: PassState) -> None:
@@ -359,6 +384,17 @@ def waits(s: PassState) -> bool:
     return s.opts.wait and not s.dry_run
 
 
+def runs_hooks(s: PassState) -> bool:
+    """A whole pass that writes (the phase itself runs nothing unless installing or upgrading a source with
+    Helm hooks: decide_release, run_pre_hooks)."""
+    return not s.dry_run and not s.partial
+
+
+def runs_post_hooks(s: PassState) -> bool:
+    """As runs_hooks, once the apply and prune left no error (a post-hook follows a complete release)."""
+    return runs_hooks(s) and not s.cs.has_errors and s.pruned_all
+
+
 def prunes_and_waits(s: PassState) -> bool:
     return prunes(s) and waits(s)
 
@@ -379,6 +415,7 @@ class Phase:
 
 PHASES: tuple[Phase, ...] = (
     Phase("read the inventory", read_inventory),
+    Phase("decide install or upgrade", decide_release),
     Phase("refuse an older commit", refuse_older_commit, refuses_older),
     Phase("find a legacy inventory", find_legacy_inventory, named_by_source),
     Phase("read live objects", read_live),
@@ -390,6 +427,7 @@ PHASES: tuple[Phase, ...] = (
     Phase("plan terminating objects", plan_terminating),
     Phase("plan create-only objects", plan_create_only),
     Phase("plan refused objects", plan_refused),
+    Phase("run pre-install/pre-upgrade hooks", run_pre_hooks, runs_hooks),
     Phase("apply", apply_objects),
     Phase("forget refused kinds", forget_refused, records),
     Phase("locate fields in Git", locate_in_git),
@@ -397,6 +435,7 @@ PHASES: tuple[Phase, ...] = (
     Phase("start the wait clock", start_wait_clock, waits),
     Phase("prune", prune, prunes),
     Phase("wait for deletions", wait_for_deletions, prunes_and_waits),
+    Phase("run post-install/post-upgrade hooks", run_post_hooks, runs_post_hooks),
     Phase("record applied", record_applied, completes),
     Phase("wait until healthy", wait_until_healthy, waits),
 )

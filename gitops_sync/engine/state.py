@@ -52,6 +52,8 @@ class PassState:
     pruned_all: bool = True  # prune: no member refused or failed
     kept: set[ObjectKey] = field(default_factory=set)  # prune: members `prune: disabled` keeps (still ours)
     waiting_since: float = 0.0  # start_wait_clock: one --timeout for held deletions and health together
+    release: str = ""  # decide_release: "install", "upgrade" or "" (no hooks run) for the Helm hooks
+    stopped: bool = False  # a failed hook: no phase runs after it (nothing applied or pruned after a pre-hook)
 
     @classmethod
     def begin(
@@ -78,6 +80,7 @@ class PassState:
             inventory=name,
             inventory_namespace=namespace,
             source_identity=identity_text,
+            charts=list(checkout.charts),
         )
         wanted = list(all_targets) if only is None else [t for t in all_targets if t.key in only]
         refused = refused or {}

@@ -375,6 +375,10 @@ class ChangeSet:
     # are errors; the report says it up top too (`report_errors`), but it is no pass error: the daemon does
     # not back off for what waits on someone else.
     prune_left: list[ObjectKey] = field(default_factory=list)
+    # Charts the source pulled from repositories ({repository, chart, version, digest} each; Checkout.charts).
+    charts: list[dict[str, str]] = field(default_factory=list)
+    # Helm hooks this pass ran ({event, object, weight, result, ok} each, in order; engine/hooks.py).
+    hooks: list[dict[str, str]] = field(default_factory=list)
 
     def summary(self) -> dict[str, int]:
         counts = Counter(e.action for e in self.entries)
@@ -424,6 +428,8 @@ class ChangeSet:
                 "sourceIdentity": self.source_identity,
             },
             "dryRun": self.dry_run,
+            "charts": list(self.charts),
+            "hooks": list(self.hooks),
             "summary": self.summary(),
             "objects": [e.to_dict() for e in self.sorted_entries()],
             "errors": self.report_errors(),

@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from gitops_sync.errors import RenderError
+from gitops_sync.errors import ChartRepositoryNotAllowed, RenderError
 from gitops_sync.render import _semver, _tools
 from gitops_sync.render._yaml import NodeBudget, load_yaml
 from gitops_sync.render.charts import CREDENTIALS_ENV, ChartLimits, ChartSpec, RepositoryAccess
@@ -42,6 +42,13 @@ class Client:
             raise self.error(
                 f"plain http:// is refused; allow it for this repository with `allowHTTP: true` in the "
                 f"credentials file (${CREDENTIALS_ENV})"
+            )
+        if not access.allowed:
+            raise ChartRepositoryNotAllowed(
+                f"chart {spec.chart} from {spec.repo}: chart repository not allowed: the operator allows "
+                f"repositories with --allow-chart-repository PREFIX (or an entry in ${CREDENTIALS_ENV}); "
+                "nothing was fetched",
+                file=label,
             )
         self.ctx = ssl.create_default_context(cafile=str(access.ca_file) if access.ca_file else None)
         if access.insecure_skip_tls_verify:

@@ -47,7 +47,7 @@ def validate(value: Any, where: str) -> Manifest:
     if not isinstance(meta, dict):
         problems.append(f"metadata must be a mapping (found {_type_name(meta)})")
     else:
-        if not _non_empty_str(meta.get("name")):
+        if not _non_empty_str(meta.get("name")) and not generated_hook(value):
             problems.append(_name_problem(meta))
         if not isinstance(meta.get("namespace") or "", str):
             problems.append(f"metadata.namespace must be a string (found {_type_name(meta.get('namespace'))})")
@@ -95,9 +95,19 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
+def generated_hook(value: Any) -> bool:
+    """A Helm hook (helm.sh/hook) named by metadata.generateName and no name: created, never applied
+    (engine/hooks.py), so the one kind of object that may do without a fixed name."""
+    meta = value.get("metadata") if isinstance(value, dict) else None
+    if not isinstance(meta, dict) or meta.get("name") or not _non_empty_str(meta.get("generateName")):
+        return False
+    annotations = meta.get("annotations")
+    return isinstance(annotations, dict) and _non_empty_str(annotations.get("helm.sh/hook"))
+
+
 def _name_problem(meta: dict[str, Any]) -> str:
     if meta.get("generateName"):
-        return "metadata.generateName is not supported: apply needs a fixed metadata.name"
+        return "metadata.generateName is not supported (but on Helm hooks): apply needs a fixed metadata.name"
     if meta.get("name") not in (None, ""):
         return "metadata.name must be a string"
     return "missing metadata.name"

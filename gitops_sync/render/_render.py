@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from gitops_sync.errors import RenderError
 from gitops_sync.render import _kustomize, _tools, chart_deps, chart_pull, charts, locate, sops
 from gitops_sync.render._kustomize import KUSTOMIZATION_FILES
+from gitops_sync.render._objects import generated_hook as _generated_hook
 from gitops_sync.render._objects import is_list as _is_list
 from gitops_sync.render._objects import object_label as _label
 from gitops_sync.render._objects import validate as _validate
@@ -64,8 +65,45 @@ class RenderOptions:
     # False: $GITOPS_SYNC_CHART_CREDENTIALS is not read (fleet mode: a tenant's helm-chart.yaml must not be
     # fetched with credentials the operator configured for someone else; Secret references are to come).
     chart_credentials_env: bool = True
+    # URL prefixes of the chart repositories the operator allows (--allow-chart-repository); entries of the
+    # credentials file are allowed too. Any other repository a helm-chart.yaml or a Chart.yaml dependency
+    # names is refused before a request is sent (ChartRepositoryNotAllowed): the repository is untrusted input.
+    chart_repositories: tuple[str, ...] = ()
     # Keys for SOPS-encrypted manifest files (render/sops.py); none: such a file is an error naming it.
     decryption: sops.Decryption = field(default_factory=sops.Decryption)
+
+
+def resolve_chart_sources(root: Path, opts: RenderOptions) -> list[str]:
+    """`<file> <version> <digest>` of every helm-chart.yaml under `root`, resolved now (one index/tag request
+    each, nothing pulled; the same checks and errors as the render's): with the files, they decide the render
+    of a commit, so the render cache keys on them (a range or a re-pushed tag resolves anew without a commit).
+    Needs opts.chart_cache (the re-push records)."""
+    if opts.chart_cache is None:
+        raise ValueError("resolving chart sources needs a chart cache")
+    out = []
+    entries: list[charts.RepositoryAccess] | None = None
+    for path in sorted(root.rglob(charts.CHART_SOURCE_FILE)):
+        rel = path.relative_to(root).as_posix()
+        if not _walked_to(root, path.parent):
+            continue  # in a dot directory, or inside a tree a tool renders whole: the walk never reads it
+        spec = charts.load_spec(path, rel)
+        if entries is None:
+            entries = charts.load_access(opts.chart_credentials, env=opts.chart_credentials_env)
+        access = charts.access_for(spec.repo, entries, opts.chart_repositories)
+        version, digest = chart_pull.resolve(spec, rel, access, opts.chart_cache)
+        out.append(f"{rel} {version} {digest}")
+    return out
+
+
+def _walked_to(root: Path, directory: Path) -> bool:
+    """The walk reaches `directory` (below `root`): no dot directory on the way, and no directory above it
+    rendered whole by a tool (a kustomization, a Chart.yaml, a helm-chart.yaml)."""
+    parts = directory.relative_to(root).parts
+    if any(p.startswith(".") for p in parts):
+        return False
+    whole = (*KUSTOMIZATION_FILES, "Chart.yaml", charts.CHART_SOURCE_FILE)
+    above = [root.joinpath(*parts[:i]) for i in range(len(parts))]
+    return not any((d / name).exists() for d in above for name in whole)
 
 
 def render(
@@ -282,7 +320,9 @@ class _Walker:
             opts = self.opts
             access = functools.partial(charts.load_access, opts.chart_credentials, env=opts.chart_credentials_env)
             cache = opts.chart_cache or Path(scratch) / "cache"
-            built = chart_deps.vendor(directory, rel, self.boundary, Path(scratch), access, cache, opts.helm)
+            built = chart_deps.vendor(
+                directory, rel, self.boundary, Path(scratch), access, cache, opts.helm, opts.chart_repositories
+            )
             self.pulled_dependencies = built.pulled if built is not None else []
             chart = built.directory if built is not None else directory
             return _tools.helm_template(self.opts.helm, chart, release, self.opts.namespace, values, label, limits)
@@ -312,7 +352,7 @@ class _Walker:
             file_rel,
             self.name(rel),
             (values, self._user_values(file_rel)),
-            charts.access_for(spec.repo, access),
+            charts.access_for(spec.repo, access, self.opts.chart_repositories),
             self.opts.chart_cache,
             self.opts.helm,
             spec.namespace or self.opts.namespace,
@@ -434,6 +474,8 @@ def _unique(objects: list[DesiredObject]) -> list[DesiredObject]:
     """Two manifests for one object would fight each other on every sync: refuse, naming both places."""
     seen: dict[ObjectKey, DesiredObject] = {}
     for obj in objects:
+        if _generated_hook(obj.manifest):
+            continue  # a Helm hook named by generateName: a new object each time it runs, never one of these
         first = seen.setdefault(obj.key, obj)
         if first is not obj:
             raise RenderError(

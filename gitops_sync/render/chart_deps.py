@@ -51,11 +51,12 @@ def vendor(
     access: Callable[[], list[charts.RepositoryAccess]],
     cache: Path,
     helm: str,
+    allow: tuple[str, ...] = (),
 ) -> Vendored | None:
     """The chart with every dependency in `charts/`, or None when nothing is missing (rendered as it is).
     `rel` names the chart directory in messages; `boundary` is the repository's top (file:// stays inside);
     `access` reads the operator's credentials, only when something is fetched (a chart without dependencies
-    never depends on that file)."""
+    never depends on that file); `allow`: the operator's --allow-chart-repository prefixes."""
     check_subchart_archives(chart, charts.ChartLimits(), _error(rel, "charts/"))
     deps = _declared(chart, rel)
     missing = [d for d in deps if not _present(chart, d)]
@@ -84,7 +85,7 @@ def vendor(
             )
         version = locked.get(dep.name, dep.version)
         spec = charts.ChartSpec(dep.repository.rstrip("/"), dep.name, version, dep.name, None, (), {})
-        got = chart_pull.pull(spec, label, charts.access_for(spec.repo, entries), cache, helm)
+        got = chart_pull.pull(spec, label, charts.access_for(spec.repo, entries, allow), cache, helm)
         shutil.copytree(got.directory, target, symlinks=False)
         pulled.append(got.report())
     return Vendored(copy, pulled)

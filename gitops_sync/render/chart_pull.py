@@ -40,6 +40,25 @@ def pull(
     when missing). `label` (the helm-chart.yaml file) starts every error."""
     limits = limits or ChartLimits()
     client = Client(spec, access, label, limits)
+    version, digest = _resolve(client, cache)
+    entry = cache / "charts" / digest.replace(":", "-")
+    chart_dir = _cached(entry)
+    if chart_dir is None:
+        chart_dir = _fetch(client, version, digest, entry, helm, limits)
+        log.info("chart pulled", chart=spec.chart, version=version, digest=digest, repository=spec.repo)
+    else:
+        log.info("chart served from cache", chart=spec.chart, version=version, digest=digest)
+    return PulledChart(chart_dir, spec.repo, spec.chart, version, digest)
+
+
+def resolve(spec: ChartSpec, label: str, access: RepositoryAccess, cache: Path) -> tuple[str, str]:
+    """The version and archive digest `spec` resolves to now (the index/tag request only, nothing pulled), with
+    every check `pull` makes of them (pinned digest, size, re-pushed version): what keys a cached render."""
+    return _resolve(Client(spec, access, label, ChartLimits()), cache)
+
+
+def _resolve(client: Client, cache: Path) -> tuple[str, str]:
+    spec, limits = client.spec, client.limits
     if spec.repo.startswith("oci://"):
         version, digest, size = client.resolve_oci()
     else:
@@ -49,14 +68,7 @@ def pull(
     if size is not None and size > limits.max_archive_bytes:
         raise client.error(f"the chart archive is {size} bytes, over the {limits.max_archive_bytes}-byte limit")
     _check_repushed(client, cache, version, digest)
-    entry = cache / "charts" / digest.replace(":", "-")
-    chart_dir = _cached(entry)
-    if chart_dir is None:
-        chart_dir = _fetch(client, version, digest, entry, helm, limits)
-        log.info("chart pulled", chart=spec.chart, version=version, digest=digest, repository=spec.repo)
-    else:
-        log.info("chart served from cache", chart=spec.chart, version=version, digest=digest)
-    return PulledChart(chart_dir, spec.repo, spec.chart, version, digest)
+    return version, digest
 
 
 _TEMPLATE_FORMAT = 1  # bump when the `helm template` command line (_tools.helm_template) changes

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +71,18 @@ class RepositoryAccess:
     ca_file: Path | None = None
     insecure_skip_tls_verify: bool = False
     allow_http: bool = False
+    # The operator allows fetching from this repository (an entry of the credentials file, or a prefix given
+    # with --allow-chart-repository); the client refuses any other before a request is sent.
+    allowed: bool = False
 
     def matches(self, repo: str) -> bool:
-        prefix = self.url.rstrip("/")
-        return repo.rstrip("/") == prefix or repo.startswith(prefix + "/")
+        return under_prefix(repo, self.url)
+
+
+def under_prefix(repo: str, prefix: str) -> bool:
+    """`repo` is `prefix` or below it on a path boundary (`https://h/a` covers `https://h/a/b`, not `https://h/ab`)."""
+    prefix = prefix.rstrip("/")
+    return repo.rstrip("/") == prefix or repo.startswith(prefix + "/")
 
 
 @dataclass(frozen=True)
@@ -209,10 +217,13 @@ def load_access(path: Path | None, *, env: bool = True) -> list[RepositoryAccess
     return out
 
 
-def access_for(repo: str, entries: list[RepositoryAccess]) -> RepositoryAccess:
-    """The most specific entry for `repo` (longest URL prefix), or no credentials and default trust."""
+def access_for(repo: str, entries: list[RepositoryAccess], allow: tuple[str, ...] = ()) -> RepositoryAccess:
+    """The most specific entry for `repo` (longest URL prefix), or no credentials and default trust; allowed
+    when an entry matches or `repo` is under one of the operator's `allow` prefixes (--allow-chart-repository)."""
     found = [e for e in entries if e.matches(repo)]
-    return max(found, key=lambda e: len(e.url)) if found else RepositoryAccess(url=repo)
+    allowed = bool(found) or any(under_prefix(repo, p) for p in allow)
+    best = max(found, key=lambda e: len(e.url)) if found else RepositoryAccess(url=repo)
+    return replace(best, allowed=allowed)
 
 
 # ---------------------------------------------------------------------------------------------- resolve + pull

@@ -165,6 +165,16 @@ def _inventory(cs: ChangeSet) -> str:
     return f"inventory {cs.inventory_namespace}/{cs.inventory} (source {cs.source_identity or cs.source})"
 
 
+def chart_lines(charts: list[dict[str, str]]) -> list[str]:
+    """`chart hello 1.2.0 from https://… (sha256:…)`: each chart pulled from a repository, digest in full."""
+    return [f"chart {c['chart']} {c['version']} from {c['repository']} ({c['digest']})" for c in charts]
+
+
+def hook_lines(hooks: list[dict[str, str]]) -> list[str]:
+    """`hook pre-upgrade Job/ns/migrate (weight 0): Job completed`: each Helm hook the pass ran, in order."""
+    return [f"hook {h['event']} {h['object']} (weight {h['weight']}): {h['result']}" for h in hooks]
+
+
 def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int | None = None) -> None:
     """Every cell is a `Text`, never markup; columns fold rather than cut what does not fit."""
     from rich.text import Text
@@ -172,6 +182,10 @@ def table(cs: ChangeSet, console: Console, *, verbose: bool = False, limit: int 
     console.print(Text(_headline(cs), style="bold"))
     if cs.inventory:
         console.print(Text(_inventory(cs), style="dim"))
+    for line in chart_lines(cs.charts):
+        console.print(Text(line, style="dim"))
+    for line in hook_lines(cs.hooks):
+        console.print(Text(line, style="dim"))
     shown = [e for e in cs.sorted_entries() if verbose or e.action is not Action.UNCHANGED]
     if shown:
         t = _table(None, "action", "object", "message")
@@ -223,6 +237,8 @@ def markdown(cs: ChangeSet, *, verbose: bool = False) -> str:
     lines = [f"### gitops-sync: {_md(_headline(cs))}", ""]
     if cs.inventory:
         lines += [_md(_inventory(cs)), ""]
+    if cs.charts or cs.hooks:
+        lines += [f"- {_md(line)}" for line in chart_lines(cs.charts) + hook_lines(cs.hooks)] + [""]
     shown = [e for e in cs.sorted_entries() if verbose or e.action is not Action.UNCHANGED]
     if shown:  # what Git changes is `planned`; `drift` only what the cluster changed (a pull request's reader)
         lines += ["| change | object | message |", "|---|---|---|"]

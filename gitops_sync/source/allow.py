@@ -37,6 +37,8 @@ def local_path_of(repo: str) -> str | None:
 
     git drops a `file://` URL's authority (`file://host/srv/x` is `/srv/x`), percent-decodes the rest and
     keeps `?` and `#` as part of the path, so this does the same (not `urlsplit`, which would cut them)."""
+    if repo.startswith("oci://"):
+        return None  # an OCI artifact: held to the operator's --allow-chart-repository when fetched
     if repo[:7].lower() == "file://":
         rest = repo[7:]
         slash = rest.find("/")

@@ -22,6 +22,7 @@ from urllib.parse import quote
 from gitops_sync.errors import SourceError
 from gitops_sync.source.cachelock import STALE_LOCK_AGE, clear_stale_locks, locked
 from gitops_sync.source.clonecache import cache_root, materialise, open_bare
+from gitops_sync.source.credentials import GitCredentials, authenticated
 from gitops_sync.source.gitdir import might_be_repository
 from gitops_sync.source.giterrors import run_remote, stderr_tail
 from gitops_sync.source.identity import SourceIdentity, identify
@@ -75,6 +76,12 @@ class Checkout:
     # of a materialised commit (its gitlink is an empty directory: submodules are never fetched), one not
     # checked out in a work tree. The render refuses to read one (RenderOptions.holes).
     holes: tuple[str, ...] = field(default=(), compare=False)
+    # Charts the render pulled from repositories (helm-chart.yaml, Chart.yaml dependencies): one
+    # {repository, chart, version, digest} each, set by engine.load after the render, for every report and /status.
+    charts: tuple[dict[str, str], ...] = field(default=(), compare=False)
+    # Helm hooks of the render (objects annotated helm.sh/hook, DesiredObjects): run by a pass as phases around
+    # the apply (engine/hooks.py), never applied as objects; set by engine.load.
+    hooks: tuple[object, ...] = field(default=(), compare=False)
     # Who signed the commit (or tag), when --verify-commits / --verify-tag checked (source/verify.py); reported.
     signer: str = field(default="", compare=False)
 
@@ -87,6 +94,7 @@ def fetch(
     cache_dir: Path | None = None,
     timeout: float = 60,
     local_policy: LocalRepositories | None = None,
+    credentials: GitCredentials | None = None,
 ) -> Checkout:
     """Resolve the source to a directory on disk and the commit it shows.
 
@@ -94,7 +102,8 @@ def fetch(
     Remote repositories are fetched on every call so that a force-pushed branch is followed.
     `local_policy` (the fleet's): a local path or `file://` URL it refuses raises RepositoryNotAllowed before
     anything reads it; checked on every fetch, so a path turned into a symlink since the last one is caught,
-    and the directory it resolved to is the one read.
+    and the directory it resolved to is the one read. `credentials`: for a remote, on top of the URL's own
+    (source/credentials.py); a local repository needs none.
     """
     target = repo
     real = local_policy.check(repo) if local_policy is not None else None
@@ -107,16 +116,24 @@ def fetch(
         raise SourceError(f"invalid revision {revision!r} for {mask_url(repo)}")
     cache = cache_root(cache_dir)
     if is_remote(target):
-        checkout = _fetch_remote(target, revision, path, cache, timeout)
+        checkout = _fetch_remote(target, revision, path, cache, timeout, credentials)
     else:
         checkout = _fetch_local(target, revision, path, cache, timeout)
     return replace(checkout, repo=repo, identity=identify(repo, path))
 
 
-def _fetch_remote(url: str, revision: str | None, path: str | None, cache: Path, timeout: float) -> Checkout:
+def _fetch_remote(
+    url: str, revision: str | None, path: str | None, cache: Path, timeout: float, creds: GitCredentials | None
+) -> Checkout:
     masked = mask_url(url)
-    remote = Remote.of(url)
-    # Keyed without credentials: a rotated token keeps its cache.
+    with authenticated(url, creds) as remote:
+        return _fetch_with(url, remote, masked, revision, path, cache, timeout)
+
+
+def _fetch_with(
+    url: str, remote: Remote, masked: str, revision: str | None, path: str | None, cache: Path, timeout: float
+) -> Checkout:
+    # Keyed by the URL alone, never a credential: a rotated token keeps its cache.
     repo_cache = cache / hashlib.sha256(remote.url.rstrip("/").encode()).hexdigest()[:24]
     with locked(repo_cache):
         bare = open_bare(repo_cache / "repo.git", masked)
@@ -128,7 +145,7 @@ def _fetch_remote(url: str, revision: str | None, path: str | None, cache: Path,
             bare,
             timeout,
             url,
-            remote.env,
+            remote,
             "fetch",
             "--prune",
             "--force",
@@ -141,7 +158,7 @@ def _fetch_remote(url: str, revision: str | None, path: str | None, cache: Path,
         if sha is None and revision is not None and re.fullmatch(r"[0-9a-fA-F]{40}", revision):
             # A commit no branch or tag points at: servers that allow it hand it out by SHA.
             with contextlib.suppress(SourceError):
-                run_remote(bare, timeout, url, remote.env, "fetch", "--no-write-fetch-head", "--", remote.url, revision)
+                run_remote(bare, timeout, url, remote, "fetch", "--no-write-fetch-head", "--", remote.url, revision)
             sha = _resolve(bare, revision, masked, timeout)
         if sha is None:
             raise SourceError(f"unknown revision {revision!r} in {masked} (not a branch, tag or commit)")

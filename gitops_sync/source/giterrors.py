@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlsplit
 from gitops_sync.errors import SourceError
 from gitops_sync.formatting import last_lines
 from gitops_sync.source.cachelock import STALE_LOCK_AGE
-from gitops_sync.source.remote import host_of, is_remote, mask_url
+from gitops_sync.source.remote import Remote, host_of, is_remote, mask_url
 
 if TYPE_CHECKING:
     import git
@@ -38,21 +38,23 @@ _AUTH = (
     "could not read password",
     "permission denied",
     "terminal prompts disabled",
-    "host key verification failed",
 )
 
 
-def run_remote(repo: git.Repo, timeout: float, url: str, env: dict[str, str], *args: str) -> str:
-    """Run a git command against `url` (credentials in `env`), translating failures into a SourceError
-    naming the host."""
+def run_remote(repo: git.Repo, timeout: float, url: str, remote: Remote, *args: str) -> str:
+    """Run a git command against `url` (credentials in `remote.env`), translating failures into a
+    SourceError naming the host; the credentials' values are masked out of whatever git said."""
     from git.exc import GitCommandError, GitCommandNotFound
 
     try:
-        out: str = repo.git.execute(["git", *args], kill_after_timeout=timeout, env=env)
+        out: str = repo.git.execute(["git", *args], kill_after_timeout=timeout, env=remote.env)
     except GitCommandNotFound:
         raise SourceError("the `git` command is not installed (GitPython needs it on PATH)") from None
     except GitCommandError as err:
-        raise SourceError(explain(url, str(err.stderr or ""), timeout)) from None
+        stderr = str(err.stderr or "")
+        for secret in remote.secrets:
+            stderr = stderr.replace(secret, "***")
+        raise SourceError(explain(url, stderr, timeout)) from None
     return out
 
 
@@ -73,6 +75,8 @@ def explain(url: str, stderr: str, timeout: float) -> str:
         denied = permission_problem(url)
         if denied:
             return f"permission denied reading {masked}: {denied}"
+    if "host key verification failed" in low:
+        return f"{_host_key_problem(low, host)} fetching {masked}: {detail}"
     if any(m in low for m in ("does not appear to be a git repository", "repository not found", "404")):
         return f"no Git repository at {masked}: {detail}"
     if any(a in low for a in _AUTH) or re.search(r"\b40[13]\b", low):
@@ -80,6 +84,16 @@ def explain(url: str, stderr: str, timeout: float) -> str:
     if any(n in low for n in _NETWORK):
         return f"cannot reach {host} fetching {masked}: {detail}"
     return f"git failed fetching {masked}: {detail}"
+
+
+def _host_key_problem(low: str, host: str) -> str:
+    """ssh refused the server's host key: changed (someone may be in between) or never known."""
+    if "has changed" in low or "remote host identification" in low:
+        return (
+            f"host key mismatch: the SSH host key of {host} is not the one known_hosts lists (refused: the "
+            "server was replaced or someone is in between; update known_hosts only if the change is expected)"
+        )
+    return f"unknown SSH host key: {host} is not in known_hosts (refused: host keys are always verified)"
 
 
 def permission_problem(url: str) -> str:

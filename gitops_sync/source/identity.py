@@ -103,6 +103,10 @@ def identify(repo: str, path: str | None) -> SourceIdentity:
     the fetch that follows reports the real problem.
     """
     sub = _clean_sub(path)
+    if repo.startswith("oci://"):  # an OCI artifact: its repository, whatever the tag or digest
+        host, _, name = repo.removeprefix("oci://").partition("/")
+        name = re.split(r"[:@]", name, maxsplit=1)[0]
+        return SourceIdentity(f"oci://{host.lower()}/{name}", sub)
     if _is_url(repo):
         return SourceIdentity(normalize_url(repo), sub)
     given = Path(os.path.realpath(Path(repo).expanduser()))

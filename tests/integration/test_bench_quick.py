@@ -16,7 +16,8 @@ import pytest
 
 from tests.conftest import REPO, KubeCluster
 
-pytestmark = pytest.mark.cluster
+# `make test` runs it as a step of its own, alone: -m bench (the integration step deselects it).
+pytestmark = [pytest.mark.cluster, pytest.mark.bench]
 
 
 @pytest.mark.timeout(1200)

@@ -16,11 +16,11 @@ import pytest
 from gitops_sync.cluster.client import Client
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
 from gitops_sync.plan.changeset import Action
-from tests.conftest import KubeCluster
+from tests.conftest import CRDS, KubeCluster
 from tests.integration.test_safety import crd
 from tests.integration.test_sync import write
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, CRDS]
 
 
 def test_a_namespace_holding_a_kind_newer_than_discovery_is_not_pruned(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import KubeCluster
+from tests.conftest import FIXED_NAMES, KubeCluster
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "scripts" / "demo.sh"
@@ -40,6 +40,7 @@ def steps_run(stdout: str) -> list[str]:
 
 
 @pytest.mark.cluster
+@FIXED_NAMES
 def test_the_demo_runs_end_to_end(kube: KubeCluster) -> None:
     """Every step runs and checks itself: render | head (a reader that stops early), sync --wait, a no-op
     sync | head, the drift (diff exit 1), Git wins (diff exit 0)."""

@@ -17,7 +17,7 @@ from typing import Any
 from gitops_sync.cluster.client import Client
 from gitops_sync.daemon.runtime.listwatch import Callbacks, ListWatch, Query
 from gitops_sync.errors import NotFoundError
-from tests.conftest import KubeCluster
+from tests.conftest import CRDS, KubeCluster
 from tests.integration.daemon_support import wait_until
 
 
@@ -46,6 +46,7 @@ def _crd(group: str) -> dict[str, Any]:
     }
 
 
+@CRDS
 def test_a_watch_from_a_too_old_version_gets_a_real_410_and_the_loop_relists_and_follows(
     kube: KubeCluster, namespace: str
 ) -> None:

@@ -23,10 +23,10 @@ import pytest
 import yaml
 
 from gitops_sync.conventions import CLUSTER_ID
-from tests.conftest import KubeCluster
+from tests.conftest import SECOND_CLUSTER, KubeCluster
 from tests.integration.clusters_support import merged_kubeconfig
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, SECOND_CLUSTER]
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.conftest import KubeCluster
+from tests.conftest import FIXED_NAMES, KubeCluster
 from tests.integration.daemon_support import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +22,7 @@ def walkthrough() -> str:
     return match.group(1)
 
 
+@FIXED_NAMES
 def test_the_readme_first_gitsync_walkthrough_runs_as_written(kube: KubeCluster) -> None:
     script = walkthrough()
     assert "gitops-sync run" in script and "kubectl -n team-a delete gitsync" in script

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import KubeCluster
+from tests.conftest import CRDS, KubeCluster
 from tests.integration.daemon_support import Daemon, wait_until
 from tests.integration.test_sync import by_name, get, gs, report, write
 
@@ -160,6 +160,7 @@ def _recorded_kinds(kube: KubeCluster, namespace: str, name: str) -> set[str]:
     return set(parent["metadata"]["annotations"]["applyset.kubernetes.io/contains-group-kinds"].split(","))
 
 
+@CRDS
 def test_a_kind_the_server_stops_serving_stays_recorded_until_its_members_are_pruned(
     kube: KubeCluster, namespace: str, tmp_path: Path
 ) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import git
 import pytest
 
-from tests.conftest import KubeCluster
+from tests.conftest import CRDS, KubeCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -271,6 +271,7 @@ def test_secret_values_never_printed(kube: KubeCluster, namespace: str, tmp_path
     assert r.returncode == 0 and "s3cr3t" not in r.stdout and "***" in r.stdout
 
 
+@CRDS
 @pytest.mark.parametrize("count", [1, 5])
 def test_crd_and_custom_resource_in_one_source(kube: KubeCluster, namespace: str, tmp_path: Path, count: int) -> None:
     """5 custom resources: read with one LIST of a collection not served yet (404 page not found), which

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from gitops_sync.cluster.connection import ClusterConnection
-from tests.conftest import KubeCluster
+from tests.conftest import SECOND_CLUSTER, KubeCluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, SECOND_CLUSTER]
 
 
 def test_two_clusters_have_two_identities_and_each_connection_reads_its_own_once(

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import KubeCluster
+from tests.conftest import BROWSER, KubeCluster
 from tests.integration.daemon_support import REPO_ROOT, Daemon, GitRepo, configmap, deployment, sync_once, wait_until
 from tests.integration.test_fleet import crd, fleet_args, gitsync, wait_ready
 
 __all__ = ["crd"]  # the module-scoped fixture, shared
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, BROWSER]
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from gitops_sync.daemon.reconcile.desired import SourceSpec
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.options import parse_duration
 from gitops_sync.resource import Manifest, ObjectKey
+from gitops_sync.source.credentials import GitCredentials
 
 GROUP = "gitops-sync.io"
 VERSION = "v1alpha1"
@@ -96,6 +98,7 @@ class GitSync:
     deletion_policy: str = MIRROR_PRUNE
     prune_cascade: bool = False  # spec.pruneCascade: the cascade guard does not refuse its prunes
     kube_config: KubeConfigRef | None = None  # spec.kubeConfig.secretRef: the target cluster (None: this one)
+    secret_ref: str = ""  # spec.secretRef.name: a Secret of this namespace holding its Git credentials
 
     @property
     def ref(self) -> str:
@@ -123,8 +126,15 @@ class GitSync:
         """The user every request of this source is sent as ("" = the controller's own)."""
         return f"system:serviceaccount:{self.namespace}:{self.service_account}" if self.service_account else ""
 
-    def source_spec(self, base: SourceOptions, *, debounce: float) -> SourceSpec:
-        """Options of the source: the controller's render options, this object's repository and policy."""
+    def source_spec(
+        self,
+        base: SourceOptions,
+        *,
+        debounce: float,
+        credentials: Callable[[], GitCredentials | None] | None = None,
+    ) -> SourceSpec:
+        """Options of the source: the controller's render options, this object's repository and policy;
+        `credentials`: what reads its spec.secretRef at every fetch (sources.py)."""
         src = SourceOptions(
             repo=self.repository,
             revision=self.revision,
@@ -133,6 +143,7 @@ class GitSync:
             render=base.render,
             timeout=base.timeout,
             local_policy=base.local_policy,
+            credentials=credentials,
         )
         # The ApplySet parent (inventory) of a GitSync is named after it and lives beside it.
         pass_opts = PassOptions(
@@ -206,6 +217,7 @@ def parse(obj: Manifest) -> GitSync:
         deletion_policy=deletion_policy,
         prune_cascade=bool(spec.get("pruneCascade", False)),
         kube_config=kube_config_of(spec, where),
+        secret_ref=_secret_ref(spec, ns, where),
     )
 
 
@@ -221,6 +233,14 @@ def kube_config_of(spec: dict[str, Any], where: str) -> KubeConfigRef | None:
     if not isinstance(key, str):
         raise InvalidSpec(f"{where}: spec.kubeConfig.secretRef.key must be a string")
     return KubeConfigRef(ref["name"], key)
+
+
+def _secret_ref(spec: dict[str, Any], ns: str, where: str) -> str:
+    """spec.secretRef.name ("" when none): always a Secret of the GitSync's own namespace."""
+    ref = spec.get("secretRef") or {}
+    if not isinstance(ref, dict) or not isinstance(ref.get("name", ""), str):
+        raise InvalidSpec(f"{where}: spec.secretRef must be {{name: <a Secret in {ns}>}}")
+    return str(ref.get("name") or "")
 
 
 def _depends_on(spec: dict[str, Any], ns: str, where: str) -> tuple[tuple[str, str], ...]:

@@ -20,6 +20,7 @@ from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.fleet import gitsync
 from gitops_sync.daemon.fleet.clusters import RemoteCluster, RemoteClusters
+from gitops_sync.daemon.fleet.credentials import SecretCredentials
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
 from gitops_sync.daemon.fleet.status import Deletion
 from gitops_sync.daemon.process.controller import DaemonOptions, FencedClient
@@ -165,8 +166,12 @@ class SourceFactory:
         access = None
         if gs.impersonate:  # its reads of the shared cache are checked as its ServiceAccount (access.py)
             access = ReadAccess(self._client(gs, lambda: True, share), gs.impersonate)  # a review changes nothing
+        credentials = None
+        if gs.secret_ref:  # read at every fetch, as the GitSync's ServiceAccount when it has one
+            reader = self._client(gs, lambda: True, self.share)  # a GET, on the controller's cluster
+            credentials = SecretCredentials(reader, gs.namespace, gs.secret_ref, gs.impersonate)
         r = SourceReconciler(
-            gs.source_spec(self.source_options, debounce=opts.debounce),
+            gs.source_spec(self.source_options, debounce=opts.debounce, credentials=credentials),
             engine=engine,
             queue=Scoped(self.queue, gs.ref),
             shared=self.shared if remote is None else replace(self.shared, cache=remote.cache),

@@ -104,6 +104,7 @@ def status_of(
     doc["counts"] = counts
     doc["lastAppliedRevision"] = snap.applied[0] if snap.applied else ""
     doc["lastAttemptedRevision"] = snap.attempted or snap.revision
+    doc["charts"] = [dict(c) for c in snap.charts]  # pulled from repositories: repository, chart, version, digest
     objects = sum(1 for e in snap.entries if not e.left_git)
     doc["inventory"] = {"name": snap.inventory_name, "namespace": snap.inventory_namespace, "objects": objects}
     source_error = snap.source_error

@@ -84,6 +84,8 @@ class SourceSnapshot:
     identity: str = ""  # the source identity the inventory records
     last_pass: Mapping[str, Any] = field(default_factory=dict)
     settling: bool = False  # a new render waits for its second look: what is held is not Git's yet
+    charts: tuple[dict[str, str], ...] = ()  # pulled from repositories for the state held (Checkout.charts)
+    last_hooks: Mapping[str, Any] = field(default_factory=dict)  # the Helm hooks the last pass running any ran
 
     @property
     def mode(self) -> str:

@@ -58,6 +58,7 @@ class PassRunner(LiveReads):
     entries: dict[ObjectKey, Entry]
     pass_errors: list[str]
     last_pass: dict[str, Any]
+    last_hooks: dict[str, Any]
     applied: tuple[str, str] | None
     first_sync: bool
     failing: bool
@@ -76,6 +77,7 @@ class PassRunner(LiveReads):
         self.entries = {}
         self.pass_errors = []
         self.last_pass = {}
+        self.last_hooks = {}  # the Helm hooks the last pass that ran any ran, and its revision (/status)
         self.applied = None  # (revision, source) of the last clean full pass
         self.first_sync = False
         self.failing = False  # the last pass failed (its Warning Event was sent): the next clean one says so
@@ -169,6 +171,8 @@ class PassRunner(LiveReads):
         if only is None:
             self._recheck_pending(cs)
         with self.state:
+            if cs.hooks:
+                self.last_hooks = {"revision": cs.revision, "finished": rfc3339(time.time()), "hooks": list(cs.hooks)}
             self.last_pass = {
                 "kind": kind,
                 "result": result,

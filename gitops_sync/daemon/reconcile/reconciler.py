@@ -31,7 +31,13 @@ from gitops_sync.daemon.runtime.events import EventRecorder, EventSpec
 from gitops_sync.daemon.runtime.manager import Requests
 from gitops_sync.daemon.runtime.metrics import Metrics
 from gitops_sync.engine import Engine
-from gitops_sync.errors import ApiError, ClusterError, RepositoryNotAllowed
+from gitops_sync.errors import (
+    ApiError,
+    ChartRepositoryNotAllowed,
+    ClusterError,
+    CredentialsUnavailable,
+    RepositoryNotAllowed,
+)
 from gitops_sync.log import get_logger
 from gitops_sync.plan.changeset import ChangeSet
 from gitops_sync.plan.masking import Redactor
@@ -162,6 +168,7 @@ class SourceReconciler(PassRunner):
         src = self.desired.state
         with self.state:
             entries, errors, last_pass = tuple(self.entries.values()), tuple(self.pass_errors), dict(self.last_pass)
+            last_hooks = dict(self.last_hooks)
         return SourceSnapshot(
             entries=entries,
             pass_errors=errors,
@@ -182,7 +189,9 @@ class SourceReconciler(PassRunner):
             checked=self.desired.checked,
             identity=self.desired.identity.text,
             last_pass=last_pass,
+            last_hooks=last_hooks,
             settling=self.desired.settling,
+            charts=src.checkout.charts if src else (),
         )
 
     # -- the work ---------------------------------------------------------------------------
@@ -224,7 +233,8 @@ class SourceReconciler(PassRunner):
         try:
             checkout, objects = self.desired.load()
         except Exception as exc:
-            reason = exc.reason if isinstance(exc, RepositoryNotAllowed) else SOURCE_FAILED
+            reasoned = (RepositoryNotAllowed, CredentialsUnavailable, ChartRepositoryNotAllowed)
+            reason = exc.reason if isinstance(exc, reasoned) else SOURCE_FAILED
             self._source_failed(masked(exc, self.desired.redactor()), self.desired.failed_revision(exc), reason)
             return False
         new_digest = digest(checkout.revision, objects)

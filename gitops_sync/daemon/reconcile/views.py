@@ -57,6 +57,7 @@ def changeset_doc(
         inventory=snap.inventory_name,
         inventory_namespace=snap.inventory_namespace,
         source_identity=snap.identity,
+        charts=[dict(c) for c in snap.charts],
     )
     doc = cs.to_dict()
     for obj, e in zip(doc["objects"], cs.sorted_entries(), strict=True):
@@ -76,6 +77,7 @@ def source_doc(snap: SourceSnapshot) -> dict[str, Any]:
         "lastChecked": rfc3339(snap.checked) if snap.checked else "",
         "error": source.get("error") or "",
         "errorRevision": (source.get("revision") or "") if source.get("error") else "",
+        "charts": [dict(c) for c in snap.charts],  # repository, chart, resolved version, archive digest
     }
 
 
@@ -94,6 +96,7 @@ def daemon_doc(
         "source": source_doc(snap),
         "conditions": {"source": dict(snap.condition), "cluster": cluster.to_dict(with_revision=False)},
         "lastPass": dict(snap.last_pass),
+        "lastHooks": dict(snap.last_hooks),  # {revision, finished, hooks: [{event, object, weight, result, ok}]}
     }
 
 

@@ -46,6 +46,11 @@ class Registries:
         text = (self.logs / "chart-repo.log").read_text(errors="replace")
         return re.findall(r'"GET (\S+) HTTP/[\d.]+" 200', text)
 
+    def chart_repo_asked(self) -> list[str]:
+        """The paths of every request the chart repository received, whatever it answered (401 too)."""
+        text = (self.logs / "chart-repo.log").read_text(errors="replace")
+        return re.findall(r'"[A-Z]+ (\S+) HTTP/[\d.]+" \d+', text)
+
     @property
     def helm_bin(self) -> str:
         return str(self.bin_dir / "helm")
@@ -162,10 +167,17 @@ def sha256_of(path: Path) -> str:
 
 
 def render_cli(
-    registries: Registries, repo: Path, tmp_path: Path, credentials: Path | None, *args: str
+    registries: Registries,
+    repo: Path,
+    tmp_path: Path,
+    credentials: Path | None,
+    *args: str,
+    env_extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`gitops-sync render` of `repo` as a user runs it: helm on PATH, the credentials file in the environment."""
+    """`gitops-sync render` of `repo` as a user runs it: helm on PATH, the credentials file in the environment
+    (plus `env_extra`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HELM_", "GITOPS_SYNC_"))}
+    env.update(env_extra or {})
     env["PATH"] = f"{registries.bin_dir}{os.pathsep}{env['PATH']}"
     env["HELM_CONFIG_HOME"] = str(tmp_path / "user-helm")  # the user's own helm config: must not be needed
     if credentials is not None:

@@ -78,7 +78,7 @@ def test_an_unreachable_dependency_is_exit_2_naming_chart_dependency_and_reposit
 ) -> None:
     url = "https://127.0.0.1:9/charts"
     repo = _umbrella(tmp_path, url, "0.1.0")
-    r = render_cli(registries, repo, tmp_path, None)
+    r = render_cli(registries, repo, tmp_path, None, "--allow-chart-repository", url)
     assert r.returncode == 2, r.stdout
     assert "dependency hello of chart umbrella" in r.stderr
     assert f"chart hello from {url}" in r.stderr and "cannot reach the repository" in r.stderr

@@ -33,4 +33,5 @@ def test_the_charts_walkthrough_runs_as_written(registries: Registries, tmp_path
     chart_line = r"^# chart: hello 1\.2\.0 from https://127\.0\.0\.1:\d+ \(sha256:[0-9a-f]{64}\)$"
     assert re.search(chart_line, r.stdout, re.M), r.stdout
     assert "greeting: hello from Git" in r.stdout
+    assert "chart repository not allowed" in r.stdout  # the edited helm-chart.yaml names a repository nobody allowed
     assert "registries ready" in r.stderr and "removed" in r.stderr  # started, and stopped by the trap

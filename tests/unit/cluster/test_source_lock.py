@@ -159,3 +159,30 @@ def test_the_write_creating_the_leases_namespace_goes_out_and_the_next_write_tak
     held.before_write("PATCH", OBJECT)
     assert held.held and store.holder == "cli" and held.replans == 0
     held.release()
+
+
+def test_a_free_lease_taken_slowly_is_no_wait_for_another_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A create that takes 0.2 s on a loaded API server is not a wait for another run: `sync` says nothing on
+    stderr (a warning there broke `sync | head` quietness under load, tests/reliability/test_output_faults)."""
+    from gitops_sync.cluster import sourcelock
+
+    warned: list[str] = []
+
+    class Recorder:
+        def __getattr__(self, level: str) -> Any:
+            return lambda event, **_kw: warned.append(f"{level}: {event}") if level == "warning" else None
+
+    monkeypatch.setattr(sourcelock, "log", Recorder())
+    store, clock = MemoryLeases(), FakeClock()
+    slow_create = store.create
+
+    def create(lease: dict[str, Any]) -> dict[str, Any]:
+        clock.advance(0.2)
+        return slow_create(lease)
+
+    store.create = create  # type: ignore[method-assign]
+    held = lock(store, clock)
+    held.observe()
+    held.before_write("PATCH", OBJECT)
+    assert store.holder == "cli" and held.waited >= 0.2
+    assert warned == []

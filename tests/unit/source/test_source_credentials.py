@@ -7,12 +7,9 @@ and puts a logging wrapper named `git` first on PATH, so every git process's arg
 
 from __future__ import annotations
 
-import base64
-import http.server
 import os
 import stat
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +19,7 @@ import pytest
 from gitops_sync.errors import SourceError
 from gitops_sync.source import fetch, mask_url
 from gitops_sync.source.remote import Remote
+from tests.gitservers import HttpsGitServer, bare_repository
 
 ACTOR = git.Actor("Test", "test@example.invalid")
 USER, PASSWORD = "alice", "p@ss:w/rd-S3cret"  # '@', ':' and '/' as a real token may have them
@@ -72,72 +70,14 @@ def test_existing_git_config_env_is_kept(monkeypatch: pytest.MonkeyPatch) -> Non
 # --- a real HTTP remote with Basic auth ---------------------------------------------------------------
 
 
-def _backend(root: Path) -> type[http.server.BaseHTTPRequestHandler]:
-    expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def _serve(self) -> None:
-            if self.headers.get("Authorization") != expected:
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", 'Basic realm="git"')
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            path, _, query = self.path.partition("?")
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            env = {
-                "PATH": os.environ["PATH"],
-                "GIT_PROJECT_ROOT": str(root),
-                "GIT_HTTP_EXPORT_ALL": "1",
-                "REQUEST_METHOD": self.command,
-                "PATH_INFO": path,
-                "QUERY_STRING": query,
-                "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-                "CONTENT_LENGTH": str(len(body)),
-                "REMOTE_USER": USER,
-                "GIT_HTTP_MAX_REQUEST_BUFFER": "100M",
-            }
-            out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, check=True).stdout
-            head, _, payload = out.partition(b"\r\n\r\n")
-            status = 200
-            headers = []
-            for line in head.decode().split("\r\n"):
-                name, _, value = line.partition(": ")
-                if name.lower() == "status":
-                    status = int(value.split()[0])
-                else:
-                    headers.append((name, value))
-            self.send_response(status)
-            for name, value in headers:
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        do_GET = _serve
-        do_POST = _serve
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    return Handler
-
-
 @pytest.fixture
 def http_remote(tmp_path: Path) -> Iterator[str]:
-    work = git.Repo.init(tmp_path / "work", initial_branch="main")
-    (tmp_path / "work" / "cm.yaml").write_text("kind: ConfigMap\n")
-    work.git.add("--all")
-    work.index.commit("first", author=ACTOR, committer=ACTOR)
-    served = tmp_path / "served"
-    git.Repo.clone_from(str(tmp_path / "work"), served / "repo.git", bare=True)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _backend(served))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = HttpsGitServer(tmp_path / "served", tls=False).start()
+    server.users = {USER: PASSWORD}
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/repo.git"
+        yield server.url(bare_repository(server.repos, "repo", {"cm.yaml": "kind: ConfigMap\n"}))
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ def test_parse_reads_every_field() -> None:
                 "dependsOn": [{"name": "base"}, {"name": "crds", "namespace": "infra"}],
                 "wait": True,
                 "timeout": "90s",
+                "secretRef": {"name": "git-creds"},
             },
             annotations={gitsync.RECONCILE_ANNOTATION: "now"},
         )
@@ -59,6 +61,7 @@ def test_parse_reads_every_field() -> None:
     assert gs.impersonate == "system:serviceaccount:team-a:deployer"
     assert gs.depends_on == (("team-a", "base"), ("infra", "crds"))
     assert gs.suspend and gs.wait and gs.timeout == 90 and gs.reconcile_requested == "now"
+    assert gs.secret_ref == "git-creds"
 
 
 @pytest.mark.parametrize(
@@ -70,6 +73,8 @@ def test_parse_reads_every_field() -> None:
         ({"repository": "r", "path": "../x"}, "spec.path"),
         ({"repository": "r", "interval": "soon"}, "spec.interval"),
         ({"repository": "r", "dependsOn": [{}]}, "spec.dependsOn[0]"),
+        ({"repository": "r", "secretRef": "creds"}, "spec.secretRef"),
+        ({"repository": "r", "secretRef": {"name": 7}}, "spec.secretRef"),
     ],
 )
 def test_parse_names_the_object_and_the_field(spec: dict[str, Any], problem: str) -> None:
@@ -210,12 +215,22 @@ def test_reconcile_request_stamps_are_rfc3339_with_nanoseconds() -> None:
     assert datetime.fromisoformat(stamp[:26] + "+00:00").microsecond == 193720
 
 
+def _undescribed(prop: dict[str, Any], path: str) -> Iterator[str]:
+    """Every field under `prop` (nested objects and array items too) without a description."""
+    if not prop.get("description"):
+        yield path
+    for name, sub in (prop.get("properties") or {}).items():
+        yield from _undescribed(sub, f"{path}.{name}")
+    for name, sub in ((prop.get("items") or {}).get("properties") or {}).items():
+        yield from _undescribed(sub, f"{path}[].{name}")
+
+
 def test_every_spec_field_of_the_crd_is_described_for_kubectl_explain() -> None:
     doc = yaml.safe_load(CRD.read_text())
     spec = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    assert spec.get("description")
-    undescribed = [name for name, prop in spec["properties"].items() if not prop.get("description")]
+    undescribed = list(_undescribed(spec, "spec"))
     assert not undescribed, f"kubectl explain gitsync.spec says <no description> for {undescribed}"
+    assert "secretRef" in spec["properties"] and "name" in spec["properties"]["secretRef"]["properties"]
 
 
 def test_detect_only_status_counts_gits_changes_as_planned_and_only_live_changes_as_drift() -> None:

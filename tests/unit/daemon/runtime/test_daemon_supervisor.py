@@ -60,9 +60,11 @@ def test_a_crash_loop_is_given_up_after_a_few_quick_failures_and_fails_healthz()
         calls.append(time.monotonic())
         raise RuntimeError("boom")
 
-    sup = Supervisor(backoff_base=0.01, backoff_cap=0.05)
+    # Backoffs of 0.2-0.8 s, not 10-50 ms: the gaps are wall-clock times, and with the CPUs busy a thread's
+    # wake-up came 35 ms late, which made a 20 ms backoff look shorter than the 10 ms one before it.
+    sup = Supervisor(backoff_base=0.2, backoff_cap=0.8)
     sup.spawn("watch", crash)
-    wait_until("the crash loop given up", lambda: sup.dead() != [], 5)
+    wait_until("the crash loop given up", lambda: sup.dead() != [], 15)
     assert len(calls) == MAX_QUICK_FAILURES
     gaps = [b - a for a, b in itertools.pairwise(calls)]
     assert gaps[1] >= gaps[0] * 0.9, f"backoff does not shrink: {gaps}"
