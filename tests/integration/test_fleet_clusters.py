@@ -92,6 +92,28 @@ def relayed(kubeconfig: Path) -> Iterator[tuple[bytes, subprocess.Popen[str]]]:
         proc.wait()
 
 
+def reader_may_read_the_secret(home: KubeCluster, ns: str) -> None:
+    """ServiceAccount `reader` on the controller's cluster: it may get Secret `target` (its kubeconfig), no more."""
+    home.kubectl("create", "serviceaccount", "reader", "-n", ns)
+    home.kubectl("create", "role", "reader", "-n", ns, "--verb=get", "--resource=secrets", "--resource-name=target")
+    home.kubectl("create", "rolebinding", "reader", "-n", ns, "--role=reader", f"--serviceaccount={ns}:reader")
+
+
+def target_tenant(target: KubeCluster, ns: str) -> None:
+    """On the target cluster, ServiceAccount `reader` may do anything with ConfigMaps of `ns` and nothing else."""
+    target.kubectl("create", "serviceaccount", "reader", "-n", ns)
+    target.kubectl(
+        "create",
+        "role",
+        "reader",
+        "-n",
+        ns,
+        "--verb=get,list,watch,create,update,patch,delete",
+        "--resource=configmaps",
+    )
+    target.kubectl("create", "rolebinding", "reader", "-n", ns, "--role=reader", f"--serviceaccount={ns}:reader")
+
+
 def crd_now(kube: KubeCluster) -> None:
     """This branch's CRD, applied again now; spec.kubeConfig must be in the served schema (else the API
     server prunes it and the GitSyncs would target the controller's cluster)."""
@@ -121,6 +143,13 @@ def test_gitsyncs_of_two_clusters_converge_apart_and_a_frozen_one_blocks_only_it
     crd_now(home)
     home.kubectl("create", "namespace", ns, check=False)
     tenant_account(home, ns)  # ConfigMaps of ns only: not Secrets
+    theirs = f"theirs-{ns[-6:]}"
+    tenant_repo = GitRepo(
+        tmp_path / "tenant",
+        {"mine.yaml": configmap("mine", {"t": "1"}), "theirs.yaml": configmap(theirs, {"t": "1"}, namespace="default")},
+    )
+    reader_may_read_the_secret(home, ns)
+    target_tenant(target, ns)  # on the target: ConfigMaps of ns only, as the impersonated ServiceAccount
     repo = GitRepo(tmp_path / "app", {f"{n}.yaml": configmap(n, {"v": "1"}) for n in ("app", "before", "during")})
     with relayed(target.kubeconfig) as (target_bytes, relay):
         home.kubectl(
@@ -143,6 +172,14 @@ def test_gitsyncs_of_two_clusters_converge_apart_and_a_frozen_one_blocks_only_it
                         kubeConfig={"secretRef": {"name": "target"}},
                     ),
                     gitsync("runner", ns, repo.path, kubeConfig={"secretRef": {"name": "exec"}}),
+                    gitsync(
+                        "tenant",
+                        ns,
+                        tenant_repo.path,
+                        serviceAccountName="reader",
+                        interval="2s",
+                        kubeConfig={"secretRef": {"name": "target"}},
+                    ),
                 ]
             ),
         )
@@ -182,6 +219,13 @@ def test_gitsyncs_of_two_clusters_converge_apart_and_a_frozen_one_blocks_only_it
             # An exec plugin in the kubeconfig: refused, naming the key; the command never ran.
             wait_until("runner refused", lambda: _ready(home, ns, "runner").get("reason") == "KubeConfigRefused", 30)
             assert "user.exec" in _ready(home, ns, "runner")["message"]
+            # A tenant allowed its Secret: its objects are written on the target as its ServiceAccount there.
+            wait_until("the tenant's ConfigMap on the target", lambda: cm_data(target, ns, "mine") == {"t": "1"}, 60)
+            wait_until(
+                "the tenant's forbidden write", lambda: "forbidden" in _ready(home, ns, "tenant").get("message", ""), 30
+            )
+            assert cm_data(target, "default", theirs) is None and cm_data(home, ns, "mine") is None
+            assert f"system:serviceaccount:{ns}:reader" in _ready(home, ns, "tenant")["message"]
             doc = json.dumps(d.status())
             assert uid_target in doc and '"clusters"' in doc
             for place in (doc, json.dumps(home.get("gitsync", "thief", ns)), (tmp_path / "fleet.log").read_text()):
@@ -245,7 +289,13 @@ def test_gitsyncs_of_two_clusters_converge_apart_and_a_frozen_one_blocks_only_it
                 60,
                 interval=0.2,
             )
-            clusters = d.status()["fleet"]["clusters"]
-            assert [c["server"] for c in clusters] == [direct_server], clusters
+            # The tenant's GitSync names the same Secret: at its own next poll it moves too, and the old
+            # connection, used by nobody, is closed.
+            wait_until(
+                "one connection, the new one",
+                lambda: [c["server"] for c in d.status()["fleet"]["clusters"]] == [direct_server],
+                30,
+                interval=0.2,
+            )
             wait_ready(home, ns, "remote")
     home.kubectl("delete", "namespace", ns, "--wait=false", check=False)
