@@ -199,6 +199,7 @@ class RemoteClusters:
             last = rc.users <= 0
             if last:
                 self._held.pop(id(rc.conn), None)
+                self._answering.pop(rc.key, None)
         if last:
             rc.cache.stop()
         self._connections.release(rc.conn)
