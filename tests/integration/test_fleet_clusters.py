@@ -246,6 +246,9 @@ def test_gitsyncs_of_two_clusters_converge_apart_and_a_frozen_one_blocks_only_it
             lines = {line.split()[1]: line for line in listed.splitlines()[1:] if line.split()[0] == ns}
             assert "CLUSTER" in listed.splitlines()[0] and status["cluster"] in lines["remote"], listed
             assert "in-cluster" in lines["local"], listed
+            # A drift on the target is seen by its own watch cache and corrected there (not on home).
+            on_target = _drift_corrected(target, ns, "app")
+            assert on_target < 30, on_target
             before = [_drift_corrected(home, ns, "before")]
             os.kill(relay.pid, signal.SIGSTOP)  # the target hangs: connections accepted, nothing answered
             try:
@@ -270,6 +273,7 @@ def test_gitsyncs_of_two_clusters_converge_apart_and_a_frozen_one_blocks_only_it
             wait_until("remote recovered", lambda: _ready(home, ns, "remote").get("status") == "True", 90, interval=0.2)
             recovered_after = time.monotonic() - t1
             print(
+                f"drift on the target corrected in {on_target:.2f} s; "
                 f"drift corrected before {[round(x, 2) for x in before]} s, with the target cluster frozen "
                 f"{[round(x, 2) for x in during]} s; ClusterUnreachable after {unreachable_after:.1f} s; "
                 f"Ready again {recovered_after:.1f} s after SIGCONT"
