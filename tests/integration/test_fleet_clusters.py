@@ -228,6 +228,8 @@ def test_gitsyncs_of_two_clusters_converge_apart_and_a_frozen_one_blocks_only_it
             assert f"system:serviceaccount:{ns}:reader" in _ready(home, ns, "tenant")["message"]
             doc = json.dumps(d.status())
             assert uid_target in doc and '"clusters"' in doc
+            code, page = d.get("/")
+            assert code == 200 and status["cluster"] in page.decode()  # the page names the target cluster
             for place in (doc, json.dumps(home.get("gitsync", "thief", ns)), (tmp_path / "fleet.log").read_text()):
                 for v in secret_values:
                     assert v not in place

@@ -15,6 +15,7 @@ from gitops_sync.daemon.fleet import gitsync, status
 from gitops_sync.daemon.fleet.scheduler import SLOW_PASS, Scheduler
 from gitops_sync.daemon.fleetctl import target_of
 from gitops_sync.daemon.reconcile.reporter import SOURCE
+from gitops_sync.web.view import source_of
 
 CRD = Path(__file__).resolve().parents[4] / "deploy" / "kubernetes" / "crd" / "gitsyncs.gitops-sync.io.yaml"
 
@@ -106,3 +107,9 @@ def test_a_hung_clusters_passes_never_take_every_slot() -> None:
     scheduler.finish("a/local-0")
     scheduler.start_waiting()
     assert started[-1] == "a/hung-2", "a slot of the hung cluster freed: its next source"
+
+
+def test_the_page_shows_a_gitsyncs_target_cluster() -> None:
+    doc = {"daemon": {"gitsync": {"name": "team-a/app", "cluster": "https://10.0.0.1:6443#6b1f"}}}
+    assert source_of(doc).cluster == "https://10.0.0.1:6443#6b1f"
+    assert source_of({"daemon": {"gitsync": {"name": "team-a/local"}}}).cluster == ""
