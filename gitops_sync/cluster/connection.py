@@ -2,7 +2,7 @@
 and rate limit, and who the cluster is (`ClusterIdentity`), apart from every other cluster's.
 
 A `ClusterConnection` is what a pass against one cluster needs (the CLI's `sync --context a --context b`
-makes one per context; the fleet will make one per target cluster). Nothing in it is shared with another
+makes one per context; the fleet one per target cluster: daemon/fleet/clusters.py). Nothing in it is shared with another
 connection, so a cluster that is down or hung (SIGSTOP) trips only its own breaker and holds only its own
 pool's sockets. A kubeconfig may come as a file or as data (a Secret's bytes); one that is not `trusted`
 (a tenant's) is refused when it would make this process run a command or read a local file

@@ -84,10 +84,20 @@ def row(obj: Manifest) -> dict[str, Any]:
         "conflicts": int(counts.get("conflict") or 0),
         "message": "waiting for the controller to observe this generation" if stale else ready.get("message", ""),
         "age": _age(str(meta.get("creationTimestamp") or "")),
+        "cluster": target_of(spec, status),
         "lastError": str(status.get("lastError") or ""),
         # Each failed object of the last pass (the first 10): object, file, status, reason, message.
         "errors": list(status.get("errors") or []),
     }
+
+
+def target_of(spec: dict[str, Any], status: dict[str, Any]) -> str:
+    """The cluster a GitSync applies to: as its status names it (server#kube-system UID), else its kubeconfig
+    Secret until the controller has reached it; "in-cluster" for the controller's own."""
+    if status.get("cluster"):
+        return str(status["cluster"])
+    ref = (spec.get("kubeConfig") or {}).get("secretRef") or {}
+    return f"secret/{ref.get('name')}" if ref.get("name") else "in-cluster"
 
 
 @click.command("get")
@@ -129,7 +139,7 @@ def get(
     if not rows:
         click.echo("no GitSync objects found", err=True)
         return
-    cols = ["NAMESPACE", "NAME", "READY", "SUSPENDED", "REVISION", "DRIFT", "CONFLICTS", "AGE", "MESSAGE"]
+    cols = ["NAMESPACE", "NAME", "READY", "SUSPENDED", "REVISION", "DRIFT", "CONFLICTS", "CLUSTER", "AGE", "MESSAGE"]
     table = [
         [
             r["namespace"],
@@ -139,6 +149,7 @@ def get(
             r["revision"],
             str(r["drifted"]),
             str(r["conflicts"]),
+            r["cluster"],
             r["age"],
             r["message"],
         ]

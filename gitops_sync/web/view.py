@@ -76,6 +76,7 @@ class Source:
     depends_on: list[str] = field(default_factory=list)
     suspended: bool = False
     objects: int = 0
+    cluster: str = ""  # a GitSync's target cluster when not the controller's (spec.kubeConfig)
 
     @property
     def url(self) -> str:
@@ -113,6 +114,7 @@ def source_of(doc: Mapping[str, Any]) -> Source:
         depends_on=[str(d) for d in spec.get("dependsOn") or []],
         suspended=bool(gs.get("suspended") or spec.get("suspend")),
         objects=len(objects),
+        cluster=str(gs.get("cluster") or ""),
         repo=str(src.get("repo") or inv.get("sourceIdentity") or doc.get("source") or ""),
         revision=str(src.get("revision") or doc.get("revision") or ""),
         applied=str(daemon.get("appliedRevision") or ""),

@@ -23,16 +23,17 @@ from dataclasses import replace
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.cluster.kubeconfig import context_namespace
-from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.fleet import gitsync
+from gitops_sync.daemon.fleet.clusters import KubeConfigError, RemoteClusters
 from gitops_sync.daemon.fleet.documents import Documents, requests_of
 from gitops_sync.daemon.fleet.finalizer import Finalizer
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
 from gitops_sync.daemon.fleet.poller import Poller
 from gitops_sync.daemon.fleet.registry import Registry, rebuild_needed
+from gitops_sync.daemon.fleet.remote import RemoteSide
 from gitops_sync.daemon.fleet.scheduler import Scheduler
 from gitops_sync.daemon.fleet.shards import ShardSet, vacant_message
-from gitops_sync.daemon.fleet.sources import FleetKey, Scoped, Source, SourceFactory
+from gitops_sync.daemon.fleet.sources import FleetKey, Scoped, Source, SourceFactory, stub_of
 from gitops_sync.daemon.fleet.watch import GitSyncWatch
 from gitops_sync.daemon.fleet.writer import StatusWriter
 from gitops_sync.daemon.process.controller import DaemonOptions, Process
@@ -74,6 +75,11 @@ class Fleet(Process[FleetKey]):
             opts, self.aux, self._lease_namespace(), self._on_shard, self._requeue_shard, self._on_vacant
         )
         self.registry = Registry()
+        # GitSyncs with spec.kubeConfig: one connection and watch cache per target cluster (clusters.py).
+        self.remote = RemoteSide(self.registry, self.queue, self.shared.events)
+        self.remotes = RemoteClusters(
+            self.client, self.remote.on_event, on_change=self.remote.changed, backoff_cap=opts.watch_backoff_cap
+        )
         # GitSync events are handled one at a time, in order: the watch's, and the poller's second look at
         # a refused repository (which must never bring back a GitSync the watch has just deleted).
         self._events = threading.Lock()
@@ -96,12 +102,13 @@ class Fleet(Process[FleetKey]):
             may_write=self._may_write,
             active=self.shards.can_write,
             on_loaded=self._reindex,
+            remotes=self.remotes,
         )
         self.writer = StatusWriter(
             self.client, self.registry, self.metrics, field_manager=opts.field_manager, fence=self._shard_fence
         )
         self.finalizer = Finalizer(self.client, self.writer.write, self._shard_fence)
-        self.scheduler = Scheduler(opts.workers, self._run_source)
+        self.scheduler = Scheduler(opts.workers, self._run_source, group=self.remote.cluster_of)
         self.poller = Poller(self.registry, self.queue.add, self._recheck, resync=opts.resync)
         self.http = self._serving()
         self._declare()
@@ -143,10 +150,12 @@ class Fleet(Process[FleetKey]):
         self._components(
             self.http, self.probe, lambda: [self.client, *self.registry.clients()], events_timeout=lambda: 3
         )
+        m.add(Group.CACHES, "remote-clusters", stop=self.remotes.stop)
         m.add(Group.ELECTION, "shard-leases", stop=self._release)
         m.spawn(Group.WORKERS, "dispatcher", self._dispatch, stop=self._drain)
         m.spawn(Group.TRIGGERS, "gitsync-watch", self.gitsyncs.run, stop=self.gitsyncs.stop)
         m.spawn(Group.TRIGGERS, "poller", self.poller.run, stop=self.poller.stop)
+        m.spawn(Group.TRIGGERS, "remote-probe", self.remotes.run, stop=self.remotes.stop_probing)
         if self.shards.elect:  # renewals stop before the drain; the Leases are given up after it
             m.spawn(Group.TRIGGERS, "shards", self.shards.run, stop=self.shards.stop)
 
@@ -209,8 +218,11 @@ class Fleet(Process[FleetKey]):
         src = self.registry.get(ref)
         if src is None or src.reconciler is None or src.reconciler.current is None:
             return
-        fresh = self.factory.build(src.gs, src.shard).carry(src)  # `written` not: the holder wrote since
-        _close(src if self.registry.replace_if(ref, src, fresh) else fresh)
+        try:
+            fresh = self.factory.build(src.gs, src.shard).carry(src)  # `written` not: the holder wrote since
+        except KubeConfigError:
+            return  # its kubeconfig went bad meanwhile: the GitSync's next event or poll says so
+        self._close(src if self.registry.replace_if(ref, src, fresh) else fresh)
 
     def _shard_fence(self, shard: int) -> Callable[[], bool]:
         """What the controller's own writes for a shard's GitSync (status, finalizer) ask right up to the
@@ -255,7 +267,12 @@ class Fleet(Process[FleetKey]):
         finalizing = gitsync.is_deleting(obj) or (gitsync.FINALIZER in gitsync.finalizers(obj)) != gs.wants_finalizer
         cur = self.registry.get(ref)
         if rebuild_needed(cur, gs):
-            _close(self.registry.put(ref, self.factory.build(gs, shard).carry(cur)))
+            try:
+                built = self.factory.build(gs, shard).carry(cur)
+            except KubeConfigError as exc:  # its Secret unreadable as its ServiceAccount, or refused
+                self._refuse(ref, gs, shard, str(exc), exc.reason)
+                return
+            self._close(self.registry.put(ref, built))
             log.info(
                 "GitSync loaded",
                 gitsync=ref,
@@ -264,6 +281,7 @@ class Fleet(Process[FleetKey]):
                 shard=shard,
                 generation=gs.generation,
                 service_account=gs.service_account or None,
+                cluster=built.cluster or None,
             )
         else:
             before = self.registry.set_gs(ref, gs)
@@ -287,7 +305,7 @@ class Fleet(Process[FleetKey]):
         try:
             gs = gitsync.parse(obj)
         except InvalidSpec as exc:
-            self._refuse(ref, _stub(obj), shard, str(exc), exc.reason)
+            self._refuse(ref, stub_of(obj), shard, str(exc), exc.reason)
             return None
         try:
             self.local_policy.check(gs.repository)
@@ -304,7 +322,7 @@ class Fleet(Process[FleetKey]):
             log.info("GitSync deleted: no longer reconciled", gitsync=ref)
             self.metrics.forget_source(ref)
             self._reindex()
-            _close(old)
+            self._close(old)
         self._requeue_dependents(ref)
 
     def _refuse(self, ref: str, gs: GitSync, shard: int, why: str, reason: str) -> None:
@@ -317,7 +335,7 @@ class Fleet(Process[FleetKey]):
             log.error("GitSync refused", gitsync=ref, reason=reason, error=why)
             if cur is not None and cur.reconciler is not None:  # it ran until now: drop its interest and client
                 self._reindex()
-                _close(cur)
+                self._close(cur)
         self.queue.add((ref, FULL))  # its status (written only if it changed), an Event, the finalizer
 
     def _report_refused(self, ref: str, src: Source) -> None:
@@ -344,8 +362,15 @@ class Fleet(Process[FleetKey]):
             )
 
     def _reindex(self) -> None:
-        """Watch the union of what every source wants; route each object's events to its sources."""
-        self.cache.set_interest(self.registry.reindex())
+        """Watch the union of what every source wants, on each cluster; route each object's events to the
+        sources of its cluster that want it."""
+        by_cluster = self.registry.reindex_clusters()
+        self.cache.set_interest(by_cluster.get("", []))
+        self.remotes.set_interest(by_cluster)
+
+    def _close(self, src: Source | None) -> None:
+        if src is not None:
+            self.factory.release(src)
 
     def _requeue_dependents(self, ref: str) -> None:
         for r in self.registry.dependents_waiting(ref):
@@ -394,12 +419,36 @@ class Fleet(Process[FleetKey]):
             self.writer.write(ref)  # written only if it changed (a new reconcile request is answered)
             asks.add_after(FULL, 5.0)
             return asks.take()
+        if src.remote is not None and SOURCE in keys and self.factory.rotated(src):
+            self._rebuild(ref, src)  # a rotated kubeconfig Secret: a new connection, looked at at once
+            return ()
+        if src.remote is not None and not self.remote.answers(ref, src, asks, self.writer.write):
+            return asks.take()
         outcome = src.reconciler.handle(keys)
+        if src.remote is not None and src.remote.conn.breaker.is_down:  # it stopped answering during the pass
+            self.remote.answers(ref, src, asks, self.writer.write)
         # A pass, or a failed fetch/render: either may change the status (written only if it did). A work
         # tree read once and not yet confirmed (`settling`) answers no reconcile request: the pass after its
         # second look does, or `reconcile` would report the state from before the change.
         self.writer.write(ref, passed=bool(keys & {SOURCE, FULL}) and not outcome.settling)
         return outcome.requests
+
+    def _rebuild(self, ref: str, src: Source) -> None:
+        """Build a source again from its GitSync as it is (its kubeconfig Secret rotated: read again), or
+        refuse it when the Secret cannot be used any more; then a fetch and a full pass."""
+        with self._events:
+            if self.registry.get(ref) is not src:
+                return  # replaced or dropped meanwhile
+            try:
+                fresh = self.factory.build(src.gs, src.shard).carry(src)
+            except KubeConfigError as exc:
+                self._refuse(ref, src.gs, src.shard, str(exc), exc.reason)
+                return
+            log.info("kubeconfig Secret changed: reconnecting", gitsync=ref, cluster=fresh.cluster)
+            self._close(src if self.registry.replace_if(ref, src, fresh) else fresh)
+            self._reindex()
+        self.queue.add((ref, SOURCE))
+        self.queue.add((ref, FULL))
 
     # -- watch events, HTTP -----------------------------------------------------------------
 
@@ -441,37 +490,8 @@ class Fleet(Process[FleetKey]):
             "threads": self.supervisor.status(),
             "watches": self.cache.status(),
             "requests": requests_of([self.client, self.aux, self.watch_client, *self.registry.clients()]),
+            "clusters": self.remotes.status(),
         }
-
-
-def _close(src: Source | None) -> None:
-    if src is not None and src.client is not None:
-        src.client.close()
-
-
-def _stub(obj: Manifest) -> GitSync:
-    """A GitSync that could not be parsed, kept to report why in its status."""
-    meta = obj.get("metadata") or {}
-    ns = str(meta.get("namespace") or "")
-    return GitSync(
-        namespace=ns,
-        name=str(meta.get("name") or ""),
-        generation=int(meta.get("generation") or 0),
-        uid=str(meta.get("uid") or ""),
-        repository="",
-        revision=None,
-        path=None,
-        interval=0.0,
-        prune=False,
-        self_heal=False,
-        policy=ConflictPolicy.REPORT,
-        target_namespace=ns,
-        service_account="",
-        suspend=False,
-        depends_on=(),
-        wait=False,
-        timeout=0.0,
-    )
 
 
 __all__ = ["Fleet"]

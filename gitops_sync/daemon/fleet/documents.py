@@ -63,6 +63,7 @@ class Documents:
                     "revision": doc.get("lastAppliedRevision", ""),
                     "counts": doc.get("counts", {}),
                     "lastError": doc.get("lastError", ""),
+                    "cluster": s.cluster,
                 }
             )
         return rows

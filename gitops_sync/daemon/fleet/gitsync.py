@@ -57,6 +57,22 @@ def object_path(namespace: str, name: str, subresource: str = "") -> str:
 
 
 @dataclass(frozen=True)
+class KubeConfigRef:
+    """spec.kubeConfig.secretRef (Flux's shape): a Secret in the GitSync's namespace holding the kubeconfig
+    of the target cluster under `key` ("" = `value`, else `value.yaml`)."""
+
+    secret: str
+    key: str = ""
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.key,) if self.key else ("value", "value.yaml")
+
+    def describe(self, namespace: str) -> str:
+        return f"Secret {namespace}/{self.secret}"
+
+
+@dataclass(frozen=True)
 class GitSync:
     """One GitSync as the controller acts on it."""
 
@@ -81,6 +97,7 @@ class GitSync:
     spec_doc: dict[str, Any] = field(default_factory=dict, compare=False)
     deletion_policy: str = MIRROR_PRUNE
     prune_cascade: bool = False  # spec.pruneCascade: the cascade guard does not refuse its prunes
+    kube_config: KubeConfigRef | None = None  # spec.kubeConfig.secretRef: the target cluster (None: this one)
     secret_ref: str = ""  # spec.secretRef.name: a Secret of this namespace holding its Git credentials
 
     @property
@@ -199,8 +216,23 @@ def parse(obj: Manifest) -> GitSync:
         spec_doc={k: v for k, v in spec.items() if k not in _RUN_FIELDS},
         deletion_policy=deletion_policy,
         prune_cascade=bool(spec.get("pruneCascade", False)),
+        kube_config=kube_config_of(spec, where),
         secret_ref=_secret_ref(spec, ns, where),
     )
+
+
+def kube_config_of(spec: dict[str, Any], where: str) -> KubeConfigRef | None:
+    """spec.kubeConfig.secretRef: {name, key?}; None when the GitSync targets the controller's cluster."""
+    kc = spec.get("kubeConfig")
+    if kc is None:
+        return None
+    ref = kc.get("secretRef") if isinstance(kc, dict) else None
+    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
+        raise InvalidSpec(f"{where}: spec.kubeConfig.secretRef.name is required (a Secret in the GitSync's namespace)")
+    key = ref.get("key") or ""
+    if not isinstance(key, str):
+        raise InvalidSpec(f"{where}: spec.kubeConfig.secretRef.key must be a string")
+    return KubeConfigRef(ref["name"], key)
 
 
 def _secret_ref(spec: dict[str, Any], ns: str, where: str) -> str:
@@ -284,8 +316,10 @@ __all__ = [
     "WAIT_FOR_TERMINATION",
     "GitSync",
     "InvalidSpec",
+    "KubeConfigRef",
     "collection_path",
     "is_ready",
+    "kube_config_of",
     "object_path",
     "parse",
     "shard_of",

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from gitops_sync.daemon.fleet.clusters import KUBECONFIG_REASONS
 from gitops_sync.daemon.fleet.registry import Registry
 from gitops_sync.daemon.fleet.sources import FleetKey
 from gitops_sync.daemon.reconcile.reporter import FULL, SOURCE
@@ -56,7 +57,7 @@ class Poller:
             if poll:
                 s.next_poll = now + s.gs.interval
             if s.reconciler is None:
-                if poll and s.reason == RepositoryNotAllowed.reason:
+                if poll and s.reason in (RepositoryNotAllowed.reason, *KUBECONFIG_REASONS):
                     again.append(ref)
                 continue
             if poll:

@@ -34,7 +34,8 @@ class Registry:
         self._lock = threading.Lock()
         self._sources: dict[str, Source] = {}
         self._objects: dict[str, Manifest] = {}  # every GitSync as last seen (dependsOn reads their status)
-        self._wanted_by: dict[ObjectKey, set[str]] = {}
+        self._wanted_by: dict[ObjectKey, set[str]] = {}  # on the controller's cluster
+        self._remote_wanted: dict[tuple[str, ObjectKey], set[str]] = {}  # (remote cluster's key, object)
 
     # -- records ----------------------------------------------------------------------------
 
@@ -135,25 +136,40 @@ class Registry:
     # -- interest ---------------------------------------------------------------------------
 
     def reindex(self) -> list[Target]:
-        """Index who wants which object; the union of every source's targets (what the cache watches)."""
-        wanted: dict[ObjectKey, set[str]] = {}
-        targets: dict[ObjectKey, Target] = {}
+        """Index who wants which object; the union of the targets of the sources of the controller's cluster
+        (what its cache watches). `reindex_clusters` has every cluster's."""
+        return self.reindex_clusters().get("", [])
+
+    def reindex_clusters(self) -> dict[str, list[Target]]:
+        """Index who wants which object on which cluster; each cluster's union of its sources' targets, by the
+        cluster's key ("" = the controller's own cluster; else `RemoteCluster.key`)."""
+        wanted: dict[tuple[str, ObjectKey], set[str]] = {}
+        targets: dict[str, dict[ObjectKey, Target]] = {"": {}}
         with self._lock:
             for ref, s in self._sources.items():
                 state = s.reconciler.current if s.reconciler else None
                 if state is None:
                     continue
+                cluster = s.remote.key if s.remote is not None else ""
+                mine = targets.setdefault(cluster, {})
                 for t in state.targets:
-                    wanted.setdefault(t.key, set()).add(ref)
-                    targets.setdefault(t.key, t)
-            self._wanted_by = wanted
-        return list(targets.values())
+                    wanted.setdefault((cluster, t.key), set()).add(ref)
+                    mine.setdefault(t.key, t)
+            self._wanted_by = {k: refs for (c, k), refs in wanted.items() if not c}
+            self._remote_wanted = {ck: refs for ck, refs in wanted.items() if ck[0]}
+        return {c: list(ts.values()) for c, ts in targets.items()}
 
-    def wanting(self, key: ObjectKey) -> list[tuple[str, SourceReconciler]]:
-        """(ref, reconciler) of every source that wants `key`, by ref."""
+    def wanting(self, key: ObjectKey, cluster: str = "") -> list[tuple[str, SourceReconciler]]:
+        """(ref, reconciler) of every source that wants `key` on `cluster` ("" = the controller's), by ref."""
         with self._lock:
-            refs = sorted(self._wanted_by.get(key, ()))
+            found = self._remote_wanted.get((cluster, key)) if cluster else self._wanted_by.get(key)
+            refs = sorted(found or ())
             return [(r, s.reconciler) for r in refs if (s := self._sources.get(r)) and s.reconciler]
+
+    def refs_of_cluster(self, cluster: str) -> list[str]:
+        """The sources that target the cluster of key `cluster`."""
+        with self._lock:
+            return [r for r, s in self._sources.items() if s.remote is not None and s.remote.key == cluster]
 
 
 __all__ = ["Registry", "rebuild_needed"]

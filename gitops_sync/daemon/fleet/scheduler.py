@@ -5,7 +5,9 @@ source already running keeps its new keys until its pass ends (`finish` hands th
 again). A pass running longer than SLOW_PASS (a Git server that accepts and never answers holds a worker
 for the whole git timeout, 60 s a command) stops counting against `--workers`: up to SLOW_SLOTS (or
 `--workers`, if more) such slow passes run beside the ordinary ones, so sources stuck on a hung Git
-server never starve the others.
+server never starve the others. Passes against one remote cluster (`group`: its key, "" for the
+controller's own cluster) hold at most `group_limit` slots at once, slow or not: a hung cluster's first passes
+each wait out a request timeout before its breaker opens, and they must not take every slot meanwhile.
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ class Scheduler:
         *,
         clock: Callable[[], float] = time.monotonic,
         submit: Submit | None = None,
+        group: Callable[[str], str] = lambda ref: "",
     ) -> None:
         self.workers = max(workers, 1)
+        self._group = group
+        self.group_limit = max(1, self.workers // 2)  # slots one remote cluster's passes may hold at once
         self.pool_size = self.workers + max(self.workers, SLOW_SLOTS)
         self._run = run
         self._clock = clock
@@ -50,6 +55,7 @@ class Scheduler:
         self._submit = submit
         self._lock = threading.Lock()
         self._busy: dict[str, float] = {}  # source -> when its pass started
+        self._groups: dict[str, str] = {}  # running source -> its remote cluster ("" = none)
         self._held: dict[str, set[QueueKey]] = {}  # keys of a running source, queued again when it ends
         self._waiting: dict[str, set[QueueKey]] = {}  # sources due, in arrival order, until a worker is free
 
@@ -68,18 +74,28 @@ class Scheduler:
         with self._lock:
             now = self._clock()
             running = sum(1 for t in self._busy.values() if now - t < SLOW_PASS)
+            per_group: dict[str, int] = {}
+            for g in self._groups.values():
+                per_group[g] = per_group.get(g, 0) + 1
             for ref in list(self._waiting):
                 if ref in self._busy:
                     self._held.setdefault(ref, set()).update(self._waiting.pop(ref))
                     continue
                 if running >= self.workers or len(self._busy) >= self.pool_size:
                     return
+                group = self._group(ref)
+                if group and per_group.get(group, 0) >= self.group_limit:
+                    continue  # its cluster holds its share of the slots: it waits, the others go on
                 keys = self._waiting.pop(ref)
                 self._busy[ref] = now
+                if group:
+                    self._groups[ref] = group
+                    per_group[group] = per_group.get(group, 0) + 1
                 try:
                     self._submit(self._run, ref, keys)
                 except RuntimeError:  # shutting down
                     self._busy.pop(ref, None)
+                    self._groups.pop(ref, None)
                     return
                 running += 1
 
@@ -87,6 +103,7 @@ class Scheduler:
         """The pass of `ref` ended: the keys that came meanwhile (the caller queues them again)."""
         with self._lock:
             self._busy.pop(ref, None)
+            self._groups.pop(ref, None)
             return self._held.pop(ref, set())
 
     def busy(self) -> int:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
+from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.fleet import gitsync
+from gitops_sync.daemon.fleet.clusters import RemoteCluster, RemoteClusters
 from gitops_sync.daemon.fleet.credentials import SecretCredentials
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
 from gitops_sync.daemon.fleet.status import Deletion
@@ -27,6 +29,7 @@ from gitops_sync.daemon.reconcile.reconciler import Shared, SourceReconciler
 from gitops_sync.daemon.reconcile.reporter import QueueKey
 from gitops_sync.daemon.runtime.queue import WorkQueue
 from gitops_sync.engine import Engine, SourceOptions
+from gitops_sync.resource import Manifest
 
 FleetKey = tuple[str, QueueKey]  # (namespace/name of the GitSync, its key)
 
@@ -39,12 +42,12 @@ class SourceClient(FencedClient):
     keeps only its fence, its impersonation and its request counters."""
 
     def __init__(self, *args: Any, impersonate: str = "", share: Client | None = None, **kwargs: Any) -> None:
+        if share is not None:  # no pool of its own: the shared one's connection, breaker and rate limit
+            kwargs.update(connection=share._conn, breaker=share.breaker, rate_limit=share.rate_limit)
+            kwargs.setdefault("timeout", share.timeout)
         super().__init__(*args, **kwargs)
         self.impersonate = impersonate
         self._shared = share is not None
-        if share is not None:
-            super().close()  # the pool just made is not used
-            self._conn, self.breaker = share._conn, share.breaker
 
     def close(self) -> None:
         if not self._shared:
@@ -102,6 +105,8 @@ class Source:
     waiting_for: str = ""
     next_poll: float = 0.0
     deletion: Deletion | None = None  # being deleted, and its objects are not all gone yet
+    remote: RemoteCluster | None = None  # its target cluster when not the controller's (spec.kubeConfig)
+    unreachable: str = ""  # why its remote cluster did not answer at its last turn ("" = it did)
 
     def carry(self, old: Source | None) -> Source:
         """Keep what the status writer knew of the record this one replaces (not `written`: the holder of
@@ -109,6 +114,11 @@ class Source:
         if old is not None:
             self.handled, self.conditions = old.handled, old.conditions
         return self
+
+    @property
+    def cluster(self) -> str:
+        """Its target cluster for /status, metrics, Events and `status.cluster` ("" = the controller's)."""
+        return self.remote.name if self.remote is not None else ""
 
 
 class SourceFactory:
@@ -127,8 +137,10 @@ class SourceFactory:
         active: Callable[[int], bool],
         on_loaded: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
+        remotes: RemoteClusters | None = None,
     ) -> None:
         self.opts = opts
+        self.remotes = remotes
         self.source_options = source_options
         self.share = share
         self.discovery = discovery
@@ -146,22 +158,23 @@ class SourceFactory:
         def may_write() -> bool:
             return self.may_write(gs.ref, token, shard)
 
-        client = self._client(gs, may_write)
-        engine = Engine(
-            client, field_manager=opts.field_manager, concurrency=opts.concurrency, discovery=self.discovery
-        )
+        remote = self._remote(gs)  # KubeConfigError: the caller refuses the GitSync
+        share = remote.conn.client if remote is not None else self.share
+        client = self._client(gs, may_write, share)
+        discovery = remote.conn.discovery if remote is not None else self.discovery
+        engine = Engine(client, field_manager=opts.field_manager, concurrency=opts.concurrency, discovery=discovery)
         access = None
         if gs.impersonate:  # its reads of the shared cache are checked as its ServiceAccount (access.py)
-            access = ReadAccess(self._client(gs, lambda: True), gs.impersonate)  # a review changes nothing
+            access = ReadAccess(self._client(gs, lambda: True, share), gs.impersonate)  # a review changes nothing
         credentials = None
         if gs.secret_ref:  # read at every fetch, as the GitSync's ServiceAccount when it has one
-            reader = self._client(gs, lambda: True)  # a GET changes nothing
+            reader = self._client(gs, lambda: True, self.share)  # a GET, on the controller's cluster
             credentials = SecretCredentials(reader, gs.namespace, gs.secret_ref, gs.impersonate)
         r = SourceReconciler(
             gs.source_spec(self.source_options, debounce=opts.debounce, credentials=credentials),
             engine=engine,
             queue=Scoped(self.queue, gs.ref),
-            shared=self.shared,
+            shared=self.shared if remote is None else replace(self.shared, cache=remote.cache),
             active=lambda: self.active(shard),
             may_write=may_write,
             field_manager=opts.field_manager,
@@ -169,7 +182,29 @@ class SourceFactory:
             read_access=access,
             on_loaded=self.on_loaded,
         )
-        return Source(gs=gs, shard=shard, reconciler=r, client=client, token=token, next_poll=self._due(gs))
+        return Source(
+            gs=gs, shard=shard, reconciler=r, client=client, token=token, next_poll=self._due(gs), remote=remote
+        )
+
+    def _remote(self, gs: GitSync) -> RemoteCluster | None:
+        """The remote cluster of a GitSync with spec.kubeConfig, its Secret read as its ServiceAccount."""
+        if gs.kube_config is None or self.remotes is None:
+            return None
+        return self.remotes.acquire(gs, self._client(gs, lambda: False, self.share))
+
+    def rotated(self, src: Source) -> bool:
+        """Its kubeconfig Secret changed since its source was built (read again as its ServiceAccount)."""
+        if src.remote is None or self.remotes is None:
+            return False
+        return self.remotes.rotated(src.gs, src.remote, self._client(src.gs, lambda: False, self.share))
+
+    def release(self, src: Source) -> None:
+        """A record dropped or replaced: its client closed, its remote cluster let go (the last one closes it)."""
+        if src.client is not None:
+            src.client.close()
+        if src.remote is not None and self.remotes is not None:
+            self.remotes.release(src.remote)
+            src.remote = None
 
     def refused(self, gs: GitSync, shard: int, why: str, reason: str) -> Source:
         """A GitSync the controller will not act on: no reconciler, no client."""
@@ -180,7 +215,7 @@ class SourceFactory:
     def _due(self, gs: GitSync) -> float:
         return self.clock() + gs.interval
 
-    def _client(self, gs: GitSync, may_write: Callable[[], bool]) -> SourceClient:
+    def _client(self, gs: GitSync, may_write: Callable[[], bool], share: Client) -> SourceClient:
         # No Impersonate-Group: for a ServiceAccount user the API server adds its groups itself, and the
         # controller then needs `impersonate` on serviceaccounts only (never on groups: system:masters).
         return SourceClient(
@@ -189,8 +224,33 @@ class SourceFactory:
             pool_size=1,
             may_write=may_write,
             impersonate=gs.impersonate,
-            share=self.share,
+            share=share,
         )
 
 
-__all__ = ["FleetKey", "Scoped", "Source", "SourceClient", "SourceFactory"]
+def stub_of(obj: Manifest) -> GitSync:
+    """A GitSync that could not be parsed, kept to report why in its status."""
+    meta = obj.get("metadata") or {}
+    ns = str(meta.get("namespace") or "")
+    return GitSync(
+        namespace=ns,
+        name=str(meta.get("name") or ""),
+        generation=int(meta.get("generation") or 0),
+        uid=str(meta.get("uid") or ""),
+        repository="",
+        revision=None,
+        path=None,
+        interval=0.0,
+        prune=False,
+        self_heal=False,
+        policy=ConflictPolicy.REPORT,
+        target_namespace=ns,
+        service_account="",
+        suspend=False,
+        depends_on=(),
+        wait=False,
+        timeout=0.0,
+    )
+
+
+__all__ = ["FleetKey", "Scoped", "Source", "SourceClient", "SourceFactory", "stub_of"]

@@ -18,6 +18,7 @@ from gitops_sync.daemon.reconcile.outcome import SourceSnapshot
 from gitops_sync.daemon.runtime.metrics import object_state
 from gitops_sync.plan.changeset import Action
 
+CLUSTER_UNREACHABLE = "ClusterUnreachable"  # Ready's reason while a GitSync's target cluster does not answer
 WAITING_FOR_TERMINATION = "WaitingForTermination"  # Ready's reason while deletionPolicy waits for objects to go
 SUSPENDED_MESSAGE = "reconciliation is suspended (spec.suspend: true); the rest of the status is from before"
 
@@ -38,6 +39,27 @@ def _condition(ctype: str, status: bool | None, reason: str, message: str, gener
         "message": message[:1024],
         "observedGeneration": generation,
     }
+
+
+def with_cluster(doc: dict[str, Any], cluster: str, unreachable: str) -> dict[str, Any]:
+    """A remote GitSync's status: `cluster` names its target; while that cluster does not answer, Ready is
+    False with reason ClusterUnreachable (its message naming the cluster), the rest as last known."""
+    if cluster:
+        doc["cluster"] = cluster
+    if unreachable and doc.get("conditions"):
+        gen = int(doc.get("observedGeneration") or 0)
+        doc["conditions"] = [
+            _condition(c["type"], False, CLUSTER_UNREACHABLE, unreachable, gen)
+            if c["type"] == "Ready"
+            else (
+                _condition("Reconciling", True, CLUSTER_UNREACHABLE, unreachable, gen)
+                if c["type"] == "Reconciling"
+                else c
+            )
+            for c in doc["conditions"]
+        ]
+        doc["lastError"] = unreachable
+    return doc
 
 
 def status_of(
@@ -220,4 +242,5 @@ __all__ = [
     "status_of",
     "undeclared_status_fields",
     "vacant_status",
+    "with_cluster",
 ]

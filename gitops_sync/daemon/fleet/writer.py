@@ -26,7 +26,7 @@ log = get_logger("gitops_sync.daemon")
 
 def status_doc(src: Source, last: dict[str, Any], handled: str = "") -> dict[str, Any]:
     """The status of one source as the controller knows it: what is written, and what /status shows."""
-    return status.status_of(
+    doc = status.status_of(
         src.gs,
         src.reconciler.snapshot() if src.reconciler is not None else None,
         waiting_for=src.waiting_for,
@@ -37,6 +37,7 @@ def status_doc(src: Source, last: dict[str, Any], handled: str = "") -> dict[str
         last=last,
         deletion=src.deletion,
     )
+    return status.with_cluster(doc, src.cluster, src.unreachable)
 
 
 class StatusWriter:
@@ -123,6 +124,7 @@ class StatusWriter:
             healthy=snap is not None and snap.healthy,
             ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in doc.get("conditions") or []),
         )
+        self.metrics.set_source_cluster(ref, src.cluster, reachable=not src.unreachable)
 
     def vacant(self, shard: int, message: str) -> None:
         """Say so in the status of every GitSync of a shard nobody holds, once. A merge patch guarded by the

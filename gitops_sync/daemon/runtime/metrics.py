@@ -141,6 +141,14 @@ class Metrics:
         self.source_ready = Gauge(
             "gitops_sync_gitsync_ready", "1 while a GitSync's Ready condition is True.", ["source"], registry=r
         )
+        self.source_cluster = Gauge(
+            "gitops_sync_gitsync_cluster_reachable",
+            "1 while a GitSync's target cluster answered its last turn (`cluster`: its API server URL and "
+            'kube-system UID; "" = the controller\'s own cluster).',
+            ["source", "cluster"],
+            registry=r,
+        )
+        self._source_clusters: dict[str, str] = {}
 
     def set_revision(self, revision: str, source: str) -> None:
         if self._revision_labels is not None:
@@ -181,6 +189,15 @@ class Metrics:
             self.source_healthy.labels(source).set(1 if healthy else 0)
             self.source_ready.labels(source).set(1 if ready else 0)
 
+    def set_source_cluster(self, source: str, cluster: str, *, reachable: bool) -> None:
+        """One GitSync's target cluster (a label) and whether it answered (the fleet)."""
+        with self._source_lock:
+            old = self._source_clusters.get(source)
+            if old is not None and old != cluster:
+                self.source_cluster.remove(source, old)
+            self._source_clusters[source] = cluster
+            self.source_cluster.labels(source, cluster).set(1 if reachable else 0)
+
     def forget_source(self, source: str) -> None:
         """The GitSync is gone (or another replica now exports it): none of its series stays."""
         with self._source_lock:
@@ -194,6 +211,9 @@ class Metrics:
                 self.source_revision.remove(source, old)
             self.source_healthy.remove(source)
             self.source_ready.remove(source)
+            cluster = self._source_clusters.pop(source, None)
+            if cluster is not None:
+                self.source_cluster.remove(source, cluster)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
