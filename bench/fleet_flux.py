@@ -360,6 +360,15 @@ class Ctx:
     drifts: int
     commits: int
     ready_timeout: float
+    interval: str
+
+
+def seconds(interval: str) -> float:
+    """A Go-style duration as both tools take it ("1m", "10s", "1m30s") in seconds."""
+    import re
+
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    return sum(float(v) * units[u] for v, u in re.findall(r"([0-9.]+)(ms|s|m|h)", interval))
 
 
 def _plural(kind: str) -> str:
@@ -460,7 +469,7 @@ def run_tool(ctx: Ctx, tool: Tool, n: int) -> dict[str, Any]:
         cpu0 = cpu_seconds(pids)
         mark = ctx.audit.mark() if ctx.audit else None
         t0 = time.monotonic()
-        _create(ctx.c, tool.sources(ns, ctx.repos, n, DEFAULT_INTERVAL))
+        _create(ctx.c, tool.sources(ns, ctx.repos, n, ctx.interval))
         while tool.ready(ctx.c, ns) < n:
             if time.monotonic() - t0 > ctx.ready_timeout:
                 raise SystemExit(f"bench: {tool.name}: not all {n} sources Ready after {ctx.ready_timeout:.0f} s")
@@ -472,7 +481,7 @@ def run_tool(ctx: Ctx, tool: Tool, n: int) -> dict[str, Any]:
         time.sleep(10)  # the last status writes and Events drain
         out["idle"] = _idle(ctx, tool, pids)
         log(f"{tool.name}: idle {out['idle']}")
-        interval_s = 60.0
+        interval_s = seconds(ctx.interval)
         out["drift"] = _latency(_drift(ctx, watch, ns, n, interval_s * 2 + 60, 0))
         log(f"{tool.name}: drift -> corrected {out['drift']}")
         out["commit"] = _latency(_commit(ctx, watch, n, interval_s * 2 + 90, 0))
@@ -516,6 +525,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--idle", type=float, default=60.0, help="seconds of each idle window")
     p.add_argument("--drifts", type=int, default=20, help="sources drifted at once (one ConfigMap each)")
     p.add_argument("--commits", type=int, default=10, help="repositories given a new commit at once")
+    p.add_argument(
+        "--interval",
+        default=DEFAULT_INTERVAL,
+        help="every source's interval in the first phase (default 1m: GitSync's and the Flux CLI's default)",
+    )
     p.add_argument("--workers", type=int, default=4, help="gitops-sync run --workers (its default: 4)")
     p.add_argument("--ready-timeout", type=float, default=1800.0)
     p.add_argument("--tools", default="gitops-sync,flux", help="which tools, in order")
@@ -531,7 +545,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging("auto", "warning")
     started = time.monotonic()
-    bin_dir = flux.build(args.cache_dir)  # before the cluster: a cold build takes tens of minutes
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    # before the cluster: a cold build takes tens of minutes
+    bin_dir = flux.build(args.cache_dir) if "flux" in tools else Path()
     cluster = BenchCluster.start(None)
     work = Path(tempfile.mkdtemp(prefix="bench-fleet-flux-"))
     (work / "git").mkdir()
@@ -539,13 +555,20 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M %Z"),
         "machine": machine(),
-        "options": {"sizes": args.sizes, "idle": args.idle, "drifts": args.drifts, "commits": args.commits},
+        "options": {
+            "sizes": args.sizes,
+            "idle": args.idle,
+            "drifts": args.drifts,
+            "commits": args.commits,
+            "interval": args.interval,
+        },
         "runs": [],
     }
     try:
         cluster.run_kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-        flux.install_crds(cluster, bin_dir)
-        cluster.run_kubectl("create", "namespace", "flux-system")
+        if "flux" in tools:
+            flux.install_crds(cluster, bin_dir)
+            cluster.run_kubectl("create", "namespace", "flux-system")
         doc["versions"] = {**versions(cluster, sys.executable), **flux.versions()}
         audit = AuditCounter(cluster.audit_log) if cluster.audit_log else None
         with Client(cluster.kubeconfig, pool_size=16, user_agent=BENCH_USER_AGENT) as c:
@@ -553,9 +576,20 @@ def main(argv: list[str] | None = None) -> int:
                 repos = Repos(work / "git" / f"m{m}", server, m)
                 repos.root.mkdir(parents=True, exist_ok=True)
                 repos.ensure(n)
-                ctx = Ctx(cluster, c, audit, repos, work, args.idle, args.drifts, args.commits, args.ready_timeout)
-                run: dict[str, Any] = {"sources": n, "objects": m}
-                for name in [t.strip() for t in args.tools.split(",") if t.strip()]:
+                ctx = Ctx(
+                    cluster,
+                    c,
+                    audit,
+                    repos,
+                    work,
+                    args.idle,
+                    args.drifts,
+                    args.commits,
+                    args.ready_timeout,
+                    args.interval,
+                )
+                run: dict[str, Any] = {"sources": n, "objects": m, "interval": args.interval}
+                for name in tools:
                     tool: Tool = GitopsSync(args.workers) if name == "gitops-sync" else Flux(cluster, bin_dir)
                     run[tool.name] = run_tool(ctx, tool, n)
                 doc["runs"].append(run)

@@ -92,7 +92,8 @@ def rows(run: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     )
     add("Git requests per minute, idle", get(g, "idle", "git_pm"), get(f, "idle", "git_pm"), lambda v: f"{v:.0f}", None)
     add("CPU seconds per idle minute", get(g, "idle", "cpu_pm"), get(f, "idle", "cpu_pm"), lambda v: f"{v:.2f}", None)
-    for label, fk in (("Flux at 1m", "drift"), ("Flux at 10s", "drift_short")):
+    at_default = f"Flux at {run.get('interval', '1m')}"
+    for label, fk in ((at_default, "drift"), ("Flux at 10s", "drift_short")):
         gd, fd = g.get("drift"), f.get(fk)
         a = gd["p95"] if gd else None
         b = fd["p95"] if fd else None
@@ -102,13 +103,13 @@ def rows(run: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
             result = ("PASS" if r <= TARGETS["drift_p95"] else "MISS") if key else ""
             target = f"≤ {TARGETS['drift_p95']}{TIMES}" if key else DASH
             out.append((f"drift → corrected ({label})", _lat(gd), _lat(fd), f"{r:.2f}{TIMES} (p95)", target, result))
-    for label, fk in (("Flux at 1m", "commit"), ("Flux at 10s", "commit_short")):
+    for label, fk in ((at_default, "commit"), ("Flux at 10s", "commit_short")):
         gd, fd = g.get("commit"), f.get(fk)
         if gd and fd:
             r = _ratio(gd["p95"], fd["p95"])
             out.append(
                 (
-                    f"new commit → applied ({label}; gitops-sync at 1m)",
+                    f"new commit → applied ({label}; gitops-sync at {run.get('interval', '1m')})",
                     _lat(gd),
                     _lat(fd),
                     f"{r:.2f}{TIMES} (p95)",

@@ -242,7 +242,8 @@ def build_flux(cache_dir: Path, force: bool = False) -> Path:
         log(f"binaries are current ({bin_dir}: {', '.join(FLUX)})")
         return bin_dir
     cache_dir.mkdir(parents=True, exist_ok=True)
-    with open(cache_dir / ".build.lock", "w") as lock:
+    # a lock of its own: a background Flux build (CI starts one early) never holds up `make cluster-build`
+    with open(cache_dir / ".build-flux.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if current() and not force:
             return bin_dir
