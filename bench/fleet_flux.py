@@ -478,10 +478,12 @@ def run_tool(ctx: Ctx, tool: Tool, n: int) -> dict[str, Any]:
         out["ready_cpu_s"] = round(cpu_seconds(pids) - cpu0, 1)
         out["ready_requests"] = _requests(ctx, mark, tool.agents)
         log(f"{tool.name}: all {n} Ready in {out['ready_s']} s ({out['ready_cpu_s']} CPU s)")
-        time.sleep(10)  # the last status writes and Events drain
+        # Steady state: every source has been polled once more since it got Ready (its second pass writes
+        # what changed since the first, e.g. status counts going from create to unchanged), and settled.
+        interval_s = seconds(ctx.interval)
+        time.sleep(interval_s * 1.1 + 10)
         out["idle"] = _idle(ctx, tool, pids)
         log(f"{tool.name}: idle {out['idle']}")
-        interval_s = seconds(ctx.interval)
         out["drift"] = _latency(_drift(ctx, watch, ns, n, interval_s * 2 + 60, 0))
         log(f"{tool.name}: drift -> corrected {out['drift']}")
         out["commit"] = _latency(_commit(ctx, watch, n, interval_s * 2 + 90, 0))

@@ -207,8 +207,8 @@ tool is started and healthy before the clock starts.
 - **API requests**: the audit log's events by user agent (`gitops-sync/`, `source-controller`,
   `kustomize-controller`): writes, and gets/lists of the admin identity (both tools use it). Watches are not
   audited, so neither tool's watch streams count.
-- **idle**: a {doc.get("options", {}).get("idle", 60):.0f}-second window (`--idle`) 10 s after all Ready,
-  nothing changing.
+- **idle**: a {doc.get("options", {}).get("idle", 60):.0f}-second window (`--idle`) that starts one interval
+  (+10% jitter, +10 s) after all Ready, so every source has been polled again since; nothing changes.
 - **drift → corrected**: one ConfigMap value in each of D sources (`--drifts`) changed at once by a merge
   patch under the field manager `bench-drift`; from just before each patch until the bench's watch shows
   Git's value again. Flux corrects at its Kustomization interval, so its figures are shown at 1m and again
