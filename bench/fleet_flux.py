@@ -303,7 +303,7 @@ class GitopsSync(Tool):
             self.d.stop()
 
     def flags(self) -> str:
-        return f"run --watch-namespace NS --workers {self.workers} (defaults otherwise; GitSync interval 1m)"
+        return f"run --watch-namespace NS --workers {self.workers}"
 
 
 class Flux(Tool):

@@ -72,6 +72,13 @@ def rows(run: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
         lambda v: f"{v / MB:.0f} MB",
         "rss",
     )
+    add(
+        "of which the tool's own processes (VmHWM)",
+        get(g, "hwm_sum"),
+        get(f, "hwm_sum"),
+        lambda v: f"{v / MB:.0f} MB",
+        None,
+    )
     add("CPU seconds until all Ready", get(g, "ready_cpu_s"), get(f, "ready_cpu_s"), lambda v: f"{v:.1f} s", None)
     add("CPU seconds, whole run", get(g, "cpu_s"), get(f, "cpu_s"), lambda v: f"{v:.1f} s", None)
     for kind in ("reads", "writes"):
@@ -183,7 +190,7 @@ section, replaced when that size is run again. Ratio = gitops-sync ÷ Flux from 
   {ver.get("flux", "?")}: source-controller {ver.get("source-controller", "?")}, kustomize-controller
   {ver.get("kustomize-controller", "?")} (built here from their Go modules by `cluster.py build --with flux`);
   Kubernetes {ver.get("kubernetes_server", "?")} (deploy/local-cluster).
-- **gitops-sync**: `gitops-sync {gflags}`.
+- **gitops-sync**: `gitops-sync {gflags}`, defaults otherwise (its fleet's `--workers` default is 4).
 - **Flux**: {fflags}; both out of cluster with the admin kubeconfig, leader election off.
 
 {body}
