@@ -8,8 +8,8 @@ Starts a private control plane (deploy/local-cluster, `--auto-ports`; never a sh
 on loopback (bench/gitserver.py: smart HTTP, one bare repository per source, M ConfigMaps each). For each
 size, gitops-sync's fleet controller (`gitops-sync run`, GitSyncs) and then Flux (source-controller +
 kustomize-controller, GitRepository + Kustomization per source; bench/flux.py) each get a fresh namespace
-and the same repositories, and the bench measures: sources created → all Ready; peak RSS (sum over the
-tool's processes and their children, sampled at 4 Hz from /proc); CPU seconds (/proc stat, children
+and the same repositories, and the bench measures: sources created → all Ready; peak memory (PSS summed over
+the tool's processes and their children, sampled at 4 Hz from /proc); CPU seconds (/proc stat, children
 included); API reads and writes (the audit log, by user agent); requests per minute while nothing changes;
 drift → corrected (a ConfigMap value changed under another field manager, D sources at once, seen on a
 watch); a new commit → applied (K repositories at once). Flux is measured at the Flux CLI's default interval
@@ -195,8 +195,18 @@ def cpu_seconds(pids: list[int]) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def _pss(pid: int) -> int:
+    """Proportional set size: shared pages (libc, the git binary of concurrent fetches) split between the
+    processes that map them, so a sum over processes counts each page once."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 class Sampler:
-    """RSS of the processes and their live children summed, every 0.25 s; the peak of that sum."""
+    """PSS of the processes and their live children summed, every 0.25 s; the peak of that sum."""
 
     def __init__(self, pids: list[int]) -> None:
         self.pids = pids
@@ -208,7 +218,7 @@ class Sampler:
     def _run(self) -> None:
         while not self.stopped:
             every = [p for pid in self.pids for p in (pid, *_children(pid))]
-            self.peak = max(self.peak, sum(_status(p, "VmRSS") for p in every))
+            self.peak = max(self.peak, sum(_pss(p) for p in every))
             time.sleep(0.25)
 
     def hwm(self) -> int:
@@ -498,7 +508,7 @@ def run_tool(ctx: Ctx, tool: Tool, n: int) -> dict[str, Any]:
             out["idle_short"] = _idle(ctx, tool, pids)
             log(f"{tool.name} at {SHORT_INTERVAL}: idle {out['idle_short']}")
         out["cpu_s"] = round(cpu_seconds(pids) - cpu0, 1)
-        out["peak_rss"] = max(sampler.peak, sampler.hwm() if len(pids) == 1 else 0)
+        out["peak_rss"] = sampler.peak
         out["hwm_sum"] = sampler.hwm()
     finally:
         sampler.stop()

@@ -73,7 +73,7 @@ def rows(run: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
         "rss",
     )
     add(
-        "of which the tool's own processes (VmHWM)",
+        "VmHWM of the tool's own processes",
         get(g, "hwm_sum"),
         get(f, "hwm_sum"),
         lambda v: f"{v / MB:.0f} MB",
@@ -208,8 +208,10 @@ tool is started and healthy before the clock starts.
 
 - **all Ready**: from the first POST of a source (8 at a time) until a LIST shows every GitSync /
   Kustomization with `Ready=True` for its current generation (polled every 0.5 s).
-- **peak RSS**: the sum of VmRSS over the tool's processes and their children (gitops-sync runs `git`),
-  sampled every 0.25 s for the whole run (for one process, at least its VmHWM). MB = 10^6 bytes.
+- **peak memory**: the sum of PSS (proportional set size, /proc/PID/smaps_rollup: a page shared by several
+  processes counted once in all) over the tool's processes and their children (gitops-sync runs `git`),
+  sampled every 0.25 s for the whole run; the row under it is the kernel's high-water mark (VmHWM) of the
+  tool's own processes alone (gitops-sync's one, Flux's two summed). MB = 10^6 bytes.
 - **CPU seconds**: utime + stime of the processes and their waited-for children (/proc/PID/stat).
 - **API requests**: the audit log's events by user agent (`gitops-sync/`, `source-controller`,
   `kustomize-controller`): writes, and gets/lists of the admin identity (both tools use it). Watches are not
