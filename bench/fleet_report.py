@@ -66,7 +66,7 @@ def rows(run: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     at = " (set at 1,000 sources)" if run["sources"] < 1000 else ""
     add("sources created → all Ready", get(g, "ready_s"), get(f, "ready_s"), _s, "ready", at)
     add(
-        "peak RSS (all the tool's processes)",
+        "peak memory: PSS of every process incl. children",
         get(g, "peak_rss"),
         get(f, "peak_rss"),
         lambda v: f"{v / MB:.0f} MB",
