@@ -9,6 +9,7 @@ from typing import Any
 
 from bench import fleet_report
 from bench.fleet_flux import seconds
+from bench.report import TIMES
 
 
 def tool(ready: float, pss: float, rpm: float, drift_p95: float, missed: int = 0) -> dict[str, Any]:
@@ -65,8 +66,8 @@ def test_a_size_rerun_replaces_its_section_and_keeps_the_rest(tmp_path: Path) ->
     fleet_report.write(out, {"date": "d2", "machine": {}, "runs": [rerun]})
     text = out.read_text()
     assert "hand-written analysis" in text
-    assert "1,000 sources × 4 ConfigMaps" in text and "run d1" in text  # the other size, kept
-    assert "5 sources × 2 ConfigMaps (10 objects), run d2" in text and "| 7.00 s |" in text
+    assert f"1,000 sources {TIMES} 4 ConfigMaps" in text and "run d1" in text  # the other size, kept
+    assert f"5 sources {TIMES} 2 ConfigMaps (10 objects), run d2" in text and "| 7.00 s |" in text
     assert text.index("<!-- size 5x2 -->") < text.index("<!-- size 1000x4 -->")
 
 
