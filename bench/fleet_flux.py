@@ -399,13 +399,16 @@ def _create(c: Client, objs: list[dict[str, Any]]) -> None:
 
 
 def _requests(ctx: Ctx, mark: Any, agents: tuple[str, ...]) -> dict[str, int]:
+    """Reads (get, list), writes and dry-run writes of the tool's user agents since `mark` (audit log)."""
     if ctx.audit is None or mark is None:
-        return {"reads": -1, "writes": -1}
-    reads = writes = 0
+        return {"reads": -1, "writes": -1, "dry_runs": -1}
+    out = {"reads": 0, "writes": 0, "dry_runs": 0}
     for agent in agents:
         w = ctx.audit.count(mark, agent, [])
-        reads, writes = reads + w.reads, writes + w.writes
-    return {"reads": reads, "writes": writes}
+        out["reads"] += w.reads
+        out["writes"] += w.writes
+        out["dry_runs"] += w.dry_runs
+    return out
 
 
 def _drift(ctx: Ctx, watch: Watcher, ns: str, n: int, timeout: float, round_: int) -> list[float | None]:
@@ -458,7 +461,8 @@ def _idle(ctx: Ctx, tool: Tool, pids: list[int]) -> dict[str, float]:
     minutes = (time.monotonic() - t0) / 60
     req = _requests(ctx, mark, tool.agents)
     return {
-        "rpm": round((req["reads"] + req["writes"]) / minutes, 1),
+        "rpm": round(sum(req.values()) / minutes, 1),
+        "dry_runs_pm": round(req["dry_runs"] / minutes, 1),
         "writes_pm": round(req["writes"] / minutes, 1),
         "git_pm": round((ctx.repos.server.requests - git0) / minutes, 1),
         "cpu_pm": round((cpu_seconds(pids) - cpu0) / minutes, 2),

@@ -81,9 +81,9 @@ def rows(run: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     )
     add("CPU seconds until all Ready", get(g, "ready_cpu_s"), get(f, "ready_cpu_s"), lambda v: f"{v:.1f} s", None)
     add("CPU seconds, whole run", get(g, "cpu_s"), get(f, "cpu_s"), lambda v: f"{v:.1f} s", None)
-    for kind in ("reads", "writes"):
+    for kind in ("reads", "writes", "dry_runs"):
         add(
-            f"API {kind} until all Ready (audit log)",
+            f"API {kind.replace('_', '-')} until all Ready (audit log)",
             get(g, "ready_requests", kind),
             get(f, "ready_requests", kind),
             lambda v: f"{v:.0f}",
@@ -94,6 +94,13 @@ def rows(run: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
         "of which writes per minute, idle",
         get(g, "idle", "writes_pm"),
         get(f, "idle", "writes_pm"),
+        lambda v: f"{v:.0f}",
+        None,
+    )
+    add(
+        "of which dry-run writes per minute, idle",
+        get(g, "idle", "dry_runs_pm"),
+        get(f, "idle", "dry_runs_pm"),
         lambda v: f"{v:.0f}",
         None,
     )
@@ -214,7 +221,7 @@ tool is started and healthy before the clock starts.
   tool's own processes alone (gitops-sync's one, Flux's two summed). MB = 10^6 bytes.
 - **CPU seconds**: utime + stime of the processes and their waited-for children (/proc/PID/stat).
 - **API requests**: the audit log's events by user agent (`gitops-sync/`, `source-controller`,
-  `kustomize-controller`): writes, and gets/lists of the admin identity (both tools use it). Watches are not
+  `kustomize-controller`): writes, dry-run writes, and gets/lists of the admin identity (both tools use it). Watches are not
   audited, so neither tool's watch streams count.
 - **idle**: a {doc.get("options", {}).get("idle", 60):.0f}-second window (`--idle`) that starts one interval
   (+10% jitter, +10 s) after all Ready, so every source has been polled again since; nothing changes.
