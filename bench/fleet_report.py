@@ -221,8 +221,8 @@ tool is started and healthy before the clock starts.
   tool's own processes alone (gitops-sync's one, Flux's two summed). MB = 10^6 bytes.
 - **CPU seconds**: utime + stime of the processes and their waited-for children (/proc/PID/stat).
 - **API requests**: the audit log's events by user agent (`gitops-sync/`, `source-controller`,
-  `kustomize-controller`): writes, dry-run writes, and gets/lists of the admin identity (both tools use it). Watches are not
-  audited, so neither tool's watch streams count.
+  `kustomize-controller`): writes, dry-run writes, and gets/lists of the admin identity (both tools use
+  it). Watches are not audited, so neither tool's watch streams count.
 - **idle**: a {doc.get("options", {}).get("idle", 60):.0f}-second window (`--idle`) that starts one interval
   (+10% jitter, +10 s) after all Ready, so every source has been polled again since; nothing changes.
 - **drift → corrected**: one ConfigMap value in each of D sources (`--drifts`) changed at once by a merge
