@@ -100,7 +100,6 @@ class FluxPeer:
             health, metrics = free_port(), free_port()
             argv = [
                 str(bin_dir / name),
-                f"--kubeconfig={cluster.kubeconfig}",
                 f"--metrics-addr=127.0.0.1:{metrics}",
                 f"--health-addr=127.0.0.1:{health}",
                 f"--concurrent={concurrent}",
