@@ -502,7 +502,9 @@ def run_tool(ctx: Ctx, tool: Tool, n: int) -> dict[str, Any]:
         log(f"{tool.name}: drift -> corrected {out['drift']}")
         out["commit"] = _latency(_commit(ctx, watch, n, interval_s * 2 + 90, 0))
         log(f"{tool.name}: commit -> applied {out['commit']}")
+        out["cpu_s"] = round(cpu_seconds(pids) - cpu0, 1)  # the same phases for both tools
         if tool.short:
+            cpu1 = cpu_seconds(pids)
             tool.set_interval(ctx.c, ns, n, SHORT_INTERVAL)
             time.sleep(15)  # every object reconciled once at the new interval
             out["drift_short"] = _latency(_drift(ctx, watch, ns, n, 10 * 2 + 60, 1))
@@ -511,7 +513,7 @@ def run_tool(ctx: Ctx, tool: Tool, n: int) -> dict[str, Any]:
             log(f"{tool.name} at {SHORT_INTERVAL}: commit -> applied {out['commit_short']}")
             out["idle_short"] = _idle(ctx, tool, pids)
             log(f"{tool.name} at {SHORT_INTERVAL}: idle {out['idle_short']}")
-        out["cpu_s"] = round(cpu_seconds(pids) - cpu0, 1)
+            out["cpu_short_s"] = round(cpu_seconds(pids) - cpu1, 1)
         out["peak_rss"] = sampler.peak
         out["hwm_sum"] = sampler.hwm()
     finally:
