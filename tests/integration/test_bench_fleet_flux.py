@@ -40,7 +40,7 @@ def flux_bin() -> Path:
     return flux.build(CACHE)
 
 
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(3600)  # the fixture may wait for a background build (~30 min cold)
 def test_fleet_vs_flux_smallest_case_produces_every_figure(flux_bin: Path, tmp_path: Path) -> None:
     out_json, out_md = tmp_path / "fleet.json", tmp_path / "fleet.md"
     argv = ["--sizes", "5x2", "--interval", "15s", "--idle", "15", "--drifts", "3", "--commits", "2"]
