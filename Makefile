@@ -91,9 +91,14 @@ image-context: venv cluster-build
 # own and rewrites BENCHMARKS.md; `make bench-quick` is the CI-sized run (N = 100, one repeat, no file).
 # BENCH_ARGS passes options through, e.g. `make bench BENCH_ARGS="--sizes 1000 --repeats 1"`.
 BENCH_ARGS ?=
-.PHONY: bench bench-quick
+.PHONY: bench bench-quick bench-fleet
 bench: venv     ## benchmarks vs kubectl; writes BENCHMARKS.md
 	$(VENV)/bin/python bench/run.py $(BENCH_ARGS)
 bench-quick: venv  ## the quick benchmark run (CI): prints the table only
 	$(VENV)/bin/python bench/run.py --quick $(BENCH_ARGS)
+# The fleet vs Flux's own controllers (built on demand: `cluster.py build --with flux`, ~15-30 min cold), on a
+# cluster of its own: (100, 10) by default, e.g. BENCH_FLEET_ARGS="--sizes 100x10,1000x4"; rewrites that size's
+# section of BENCHMARKS-fleet.md.
+bench-fleet: venv  ## gitops-sync's fleet vs Flux (source- + kustomize-controller); writes BENCHMARKS-fleet.md
+	$(VENV)/bin/python -m bench.fleet_flux $(BENCH_FLEET_ARGS)
 # ---- end bench ------------------------------------------------------------------------------------

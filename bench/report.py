@@ -374,6 +374,8 @@ def markdown(
 Written by `make bench` (bench/run.py, options: {opts["argv"]}) on {doc["date"]}; the run took
 {doc["duration_seconds"] / 60:.1f} min. Cases 1-3: medians of {opts["repeats"]} run(s) per size, ratio = gitops-sync
 median ÷ kubectl median from the same run. Re-run `make bench` to refresh this file.
+The fleet controller against Flux's own controllers (`make bench-fleet`):
+[BENCHMARKS-fleet.md](BENCHMARKS-fleet.md).
 
 - **Machine**: {mach["nproc"]} cores ({mach["cpu"]}), {mach["memory_gib"]} GiB, Linux {mach["kernel"]};
   load average at the start {mach["loadavg_at_start"]}. The API server, etcd, the controllers and the tool

@@ -197,6 +197,116 @@ def build_extra(cache_dir: Path, name: str, force: bool = False) -> Path:
     return _build_set(cache_dir, name, HERE / name, EXTRAS[name], EXTRA_OUTPUT_NAME, "-s -w", force)
 
 
+# Flux's own controllers (the peer of bench/fleet_flux.py), versions of Flux v2.9.5 (fluxcd/flux2's
+# manifests/bases). Each is built inside a copy of its downloaded module source: their go.mod replaces the
+# `<module>/api` module with `./api`, a nested module the module zip leaves out, so `go install …@version`
+# refuses them; the copy drops that replace and takes the published api module of the same version.
+FLUX_VERSION = "v2.9.5"
+FLUX: dict[str, tuple[str, str]] = {
+    "source-controller": ("github.com/fluxcd/source-controller", "v1.9.5"),
+    "kustomize-controller": ("github.com/fluxcd/kustomize-controller", "v1.9.5"),
+}
+# Dependencies pinned by a `replace` in the copy: the module proxy this machine reaches does not serve
+# github.com/fluxcd/pkg/artifact v0.18.3 (403 "not available"); v0.18.0 is the nearest it serves (same minor).
+FLUX_REPLACE: dict[str, list[str]] = {
+    "source-controller": ["github.com/fluxcd/pkg/artifact=github.com/fluxcd/pkg/artifact@v0.18.0"],
+}
+
+
+def flux_crd_dir(cache_dir: Path) -> Path:
+    """Where `build --with flux` leaves the controllers' CRDs (config/crd/bases of each module)."""
+    return cache_dir / "flux" / "crds"
+
+
+def build_flux(cache_dir: Path, force: bool = False) -> Path:
+    """Build source-controller and kustomize-controller into <cache>/bin, one at a time (a cold build is
+    heavy: ~15-30 min on 2 shared cores), stamped apart; their CRDs go to flux_crd_dir. Returns the bin dir."""
+    bin_dir = cache_dir / "bin"
+    stamp_file = bin_dir / ".stamp-flux"
+    go = shutil.which("go")
+    if not go:
+        raise ClusterError(f"component go build: `go` is not on PATH (Go {go_needed()} or newer is needed)")
+    goversion = subprocess.run([go, "version"], capture_output=True, text=True, check=False).stdout.strip()
+    stamp = hashlib.sha256(
+        json.dumps([sorted(FLUX.items()), sorted(FLUX_REPLACE.items()), goversion, "-s -w"]).encode()
+    ).hexdigest()
+    crds = flux_crd_dir(cache_dir)
+
+    def current() -> bool:
+        return (
+            stamp_file.is_file()
+            and stamp_file.read_text().strip() == stamp
+            and all(os.access(bin_dir / name, os.X_OK) for name in FLUX)
+            and any(crds.glob("*.yaml"))
+        )
+
+    if current() and not force:
+        log(f"binaries are current ({bin_dir}: {', '.join(FLUX)})")
+        return bin_dir
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    # a lock of its own: a background Flux build (CI starts one early) never holds up `make cluster-build`
+    with open(cache_dir / ".build-flux.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if current() and not force:
+            return bin_dir
+        build_log = cache_dir / "build-flux.log"
+        t0 = time.monotonic()
+        with open(build_log, "w") as out:
+            staged = {
+                name: _build_flux_one(cache_dir, name, module, version, out) for name, (module, version) in FLUX.items()
+            }
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(crds, ignore_errors=True)
+        crds.mkdir(parents=True)
+        for name, (binary, src) in staged.items():
+            os.replace(binary, bin_dir / name)
+            binary.parent.rmdir()
+            for crd in sorted((src / "config" / "crd" / "bases").glob("*.yaml")):
+                shutil.copy(crd, crds / crd.name)
+        stamp_file.write_text(stamp + "\n")
+        log(f"built {', '.join(FLUX)} in {time.monotonic() - t0:.1f} s into {bin_dir} (log: {build_log})")
+    return bin_dir
+
+
+def _build_flux_one(cache_dir: Path, name: str, module: str, version: str, out: Any) -> tuple[Path, Path]:
+    """Download one controller's module source, copy it, drop its ./api replace, build it. Returns the
+    binary (in a temporary dir) and the source copy."""
+    env = go_env()
+
+    def go_run(cmd: list[str], cwd: Path, mod: str = "readonly") -> str:
+        out.write("$ " + shlex.join(cmd) + f"   (in {cwd})\n")
+        out.flush()
+        run_env = dict(env, GOFLAGS=f"-mod={mod} -buildvcs=false")
+        r = subprocess.run(cmd, cwd=cwd, env=run_env, stdout=subprocess.PIPE, stderr=out, text=True, check=False)
+        out.write(r.stdout)
+        out.flush()
+        if r.returncode != 0:
+            raise ClusterError(
+                f"component go build failed (exit {r.returncode}) building {name}; tail of {out.name}:\n"
+                f"{tail(Path(out.name), 40)}"
+            )
+        return r.stdout
+
+    log(f"building {name} {version} (log: {out.name}); a cold build takes 10-30 minutes")
+    dl = json.loads(go_run(["go", "mod", "download", "-json", f"{module}@{version}"], cache_dir, mod="mod"))
+    src = cache_dir / "flux" / "src" / f"{name}@{version}"
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.copytree(dl["Dir"], src)
+    for path in [src, *src.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | 0o200)
+    pins = [f"-replace={pin}" for pin in FLUX_REPLACE.get(name, [])]
+    go_run(["go", "mod", "edit", f"-dropreplace={module}/api", *pins], src)
+    go_run(["go", "get", f"{module}/api@{version}"], src, mod="mod")  # go.sum lines of the published api
+    out_dir = Path(tempfile.mkdtemp(prefix="bin.", dir=cache_dir))
+    procs = os.environ.get("LOCAL_CLUSTER_BUILD_PROCS", "2")
+    # -mod=mod: the copy's go.sum takes the sums of the replaced modules (checked against the checksum database)
+    go_run(
+        ["go", "build", "-p", procs, "-trimpath", "-ldflags", "-s -w", "-o", str(out_dir / name), "."], src, mod="mod"
+    )
+    return out_dir / name, src
+
+
 def _build_set(
     cache_dir: Path,
     name: str,
@@ -1292,10 +1402,10 @@ def main(argv: list[str] | None = None) -> int:
         "--with",
         dest="extras",
         action="append",
-        choices=sorted(EXTRAS),
+        choices=sorted([*EXTRAS, "flux"]),
         default=[],
-        help="also build an optional tool set from its own module (registry: OCI registry for charts; "
-        "sops: sops and age-keygen)",
+        help="also build an optional tool set (registry: OCI registry for charts; sops: sops and age-keygen; "
+        "flux: Flux's source-controller and kustomize-controller, the peer of `make bench-fleet`)",
     )
     u = sub.add_parser("up", help="start the cluster (building first when needed)")
     u.add_argument(
@@ -1342,7 +1452,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             bin_dir = build(cfg.cache_dir, force=args.force)
             for extra in args.extras:
-                build_extra(cfg.cache_dir, extra, force=args.force)
+                if extra == "flux":
+                    build_flux(cfg.cache_dir, force=args.force)
+                else:
+                    build_extra(cfg.cache_dir, extra, force=args.force)
             print(bin_dir)
         elif args.command == "up":
             up(cfg)

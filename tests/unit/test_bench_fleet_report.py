@@ -1,0 +1,75 @@
+"""bench/fleet_report.py: ratios and PASS/MISS of the fleet-vs-Flux table, and the per-size sections of
+BENCHMARKS-fleet.md (a re-run of one size replaces that section and keeps the others and the analysis)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from bench import fleet_report
+from bench.fleet_flux import seconds
+from bench.report import TIMES
+
+
+def tool(ready: float, pss: float, rpm: float, drift_p95: float, missed: int = 0) -> dict[str, Any]:
+    lat = {"n": 5, "missed": missed, "p50": drift_p95 / 2, "p95": drift_p95}
+    return {
+        "ready_s": ready,
+        "peak_rss": pss,
+        "hwm_sum": pss,
+        "ready_cpu_s": 1.0,
+        "cpu_s": 2.0,
+        "ready_requests": {"reads": 10, "writes": 20},
+        "idle": {"rpm": rpm, "writes_pm": 0, "git_pm": 100, "cpu_pm": 0.5},
+        "drift": lat,
+        "commit": lat,
+    }
+
+
+def results(run: dict[str, Any]) -> dict[str, str]:
+    return {r[0]: r[5] for r in fleet_report.rows(run)}
+
+
+def test_ratios_against_issue_28_targets() -> None:
+    run = {
+        "sources": 1000,
+        "objects": 4,
+        "gitops-sync": tool(ready=40, pss=120e6, rpm=30, drift_p95=0.5),
+        "flux": tool(ready=100, pss=100e6, rpm=60, drift_p95=60),
+    }
+    got = results(run)
+    assert got["sources created → all Ready"] == "PASS"  # 0.4x <= 0.5x
+    assert got["peak memory: PSS of every process incl. children"] == "MISS"  # 1.2x > 1.0x
+    assert got["API requests per minute, idle"] == "PASS"
+    assert got["drift → corrected (Flux at 1m)"] == "PASS"  # 0.5 / 60 <= 0.1
+    run["gitops-sync"]["ready_s"] = 60
+    assert results(run)["sources created → all Ready"] == "MISS"  # 0.6x
+
+
+def test_a_drift_never_corrected_is_a_miss_not_a_number() -> None:
+    g = tool(ready=1, pss=1, rpm=1, drift_p95=math.inf, missed=1)
+    run = {"sources": 5, "objects": 2, "gitops-sync": g, "flux": tool(ready=1, pss=1, rpm=1, drift_p95=60)}
+    row = next(r for r in fleet_report.rows(run) if r[0].startswith("drift"))
+    assert row[5] == "MISS" and "timed out" in row[1] and "1 of 5 missed" in row[1]
+
+
+def test_a_size_rerun_replaces_its_section_and_keeps_the_rest(tmp_path: Path) -> None:
+    out = tmp_path / "BENCHMARKS-fleet.md"
+    small = {"sources": 5, "objects": 2, "gitops-sync": tool(1, 1, 1, 1), "flux": tool(2, 2, 2, 60)}
+    big = {"sources": 1000, "objects": 4, "gitops-sync": tool(3, 3, 3, 1), "flux": tool(9, 9, 9, 60)}
+    doc: dict[str, Any] = {"date": "d1", "machine": {}, "runs": [small, big]}
+    fleet_report.write(out, doc)
+    text = out.read_text().replace("\n\n<!-- /keep -->", "\nhand-written analysis\n<!-- /keep -->")
+    out.write_text(text)
+    rerun = {"sources": 5, "objects": 2, "gitops-sync": tool(7, 1, 1, 1), "flux": tool(2, 2, 2, 60)}
+    fleet_report.write(out, {"date": "d2", "machine": {}, "runs": [rerun]})
+    text = out.read_text()
+    assert "hand-written analysis" in text
+    assert f"1,000 sources {TIMES} 4 ConfigMaps" in text and "run d1" in text  # the other size, kept
+    assert f"5 sources {TIMES} 2 ConfigMaps (10 objects), run d2" in text and "| 7.00 s |" in text
+    assert text.index("<!-- size 5x2 -->") < text.index("<!-- size 1000x4 -->")
+
+
+def test_go_durations() -> None:
+    assert seconds("1m") == 60 and seconds("10s") == 10 and seconds("1m30s") == 90 and seconds("500ms") == 0.5
