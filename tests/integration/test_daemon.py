@@ -97,7 +97,9 @@ def test_self_heal_corrects_a_kubectl_edit_within_2s_and_reports_it(
         assert d.status()["fights"] == []
         edit(kube, namespace, "deployment/web", "s/replicas: 2$/replicas: 7/")
         wait_until("the second edit corrected", lambda: replicas(kube, namespace, "web") == 2, 2.0)
-        wait_until("the fight on /status", lambda: d.status()["fights"], 1.0)
+        # the fight's history shows the correction once the watch has delivered it (a fast poll can read the
+        # corrected object before the daemon's own watch event for it arrives)
+        wait_until("the fight on /status", lambda: len(((d.status()["fights"] or [{}])[0]).get("values", [])) >= 5, 2.0)
         fight = d.status()["fights"][0]
         assert fight["field"] == ".spec.replicas" and fight["managers"] == ["gitops-sync", "kubectl-edit"]
         assert [v["value"] for v in fight["values"]] == [2, 7, 2, 7, 2]
