@@ -316,9 +316,13 @@ def _serve(opts: DaemonOptions) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     daemon.start()
-    while not stop.wait(1.0):
+    while not stop.wait(0.2) and not daemon.failure:
         pass
     daemon.stop()
+    if daemon.failure:
+        click.echo(f"error: {daemon.failure}", err=True)
+        sys.stderr.flush()
+        os._exit(2)
     # Everything is released (Lease, Events, HTTP, connections). The interpreter's own teardown would
     # garbage-collect every cached object first: 0.1-0.5 s of an idle daemon's SIGTERM, for nothing.
     sys.stdout.flush()

@@ -91,6 +91,7 @@ class Fleet(Process[FleetKey]):
             on_event=self._gitsync_event,
             known=self.registry.object_refs,
             on_listed=self._listed.set,
+            on_fatal=self.fail,
         )
         self.factory = SourceFactory(
             opts,
@@ -304,6 +305,7 @@ class Fleet(Process[FleetKey]):
         """The GitSync as the controller will act on it; None when refused (`_refuse` says why)."""
         try:
             gs = gitsync.parse(obj)
+            self.gitsyncs.schema.admit(gs)  # a field inside an object that the installed CRD prunes
         except InvalidSpec as exc:
             self._refuse(ref, stub_of(obj), shard, str(exc), exc.reason)
             return None

@@ -99,6 +99,9 @@ class GitSync:
     prune_cascade: bool = False  # spec.pruneCascade: the cascade guard does not refuse its prunes
     kube_config: KubeConfigRef | None = None  # spec.kubeConfig.secretRef: the target cluster (None: this one)
     secret_ref: str = ""  # spec.secretRef.name: a Secret of this namespace holding its Git credentials
+    # Every spec field `parse` asked for, present or not ("kubeConfig.secretRef.key", "dependsOn[].name"):
+    # what the installed CRD's schema must declare, or the API server prunes it (crd.py).
+    fields: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
     def ref(self) -> str:
@@ -168,6 +171,8 @@ def parse(obj: Manifest) -> GitSync:
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         raise InvalidSpec(f"{where}: spec is missing")
+    asked: set[str] = set()
+    spec = _Asked(spec, "", asked)
     repo = spec.get("repository")
     if not isinstance(repo, str) or not repo.strip():
         raise InvalidSpec(f"{where}: spec.repository is required")
@@ -178,18 +183,7 @@ def parse(obj: Manifest) -> GitSync:
         except ValueError as exc:
             raise InvalidSpec(f"{where}: spec.{key}: {exc}") from None
 
-    mode = str(spec.get("mode") or "self-heal")
-    if mode not in ("self-heal", "detect-only"):
-        raise InvalidSpec(f"{where}: spec.mode must be self-heal or detect-only, not {mode!r}")
-    try:
-        policy = ConflictPolicy(str(spec.get("conflictPolicy") or "force"))
-    except ValueError:
-        raise InvalidSpec(
-            f"{where}: spec.conflictPolicy must be one of {', '.join(p.value for p in ConflictPolicy)}"
-        ) from None
-    deletion_policy = str(spec.get("deletionPolicy") or MIRROR_PRUNE)
-    if deletion_policy not in DELETION_POLICIES:
-        raise InvalidSpec(f"{where}: spec.deletionPolicy must be one of {', '.join(DELETION_POLICIES)}")
+    self_heal, policy, deletion_policy = _policies(spec, where)
     path = spec.get("path") or None
     if path is not None and (str(path).startswith("/") or ".." in str(path).split("/")):
         raise InvalidSpec(f"{where}: spec.path must be relative and stay inside the repository")
@@ -204,7 +198,7 @@ def parse(obj: Manifest) -> GitSync:
         path=path,
         interval=duration("interval", "1m"),
         prune=bool(spec.get("prune", False)),
-        self_heal=mode == "self-heal",
+        self_heal=self_heal,
         policy=policy,
         target_namespace=str(spec.get("targetNamespace") or ns),
         service_account=str(spec.get("serviceAccountName") or ""),
@@ -218,7 +212,65 @@ def parse(obj: Manifest) -> GitSync:
         prune_cascade=bool(spec.get("pruneCascade", False)),
         kube_config=kube_config_of(spec, where),
         secret_ref=_secret_ref(spec, ns, where),
+        fields=frozenset(asked),  # the last argument: every read above is in
     )
+
+
+def spec_fields() -> frozenset[str]:
+    """The spec fields the model reads of every GitSync: a minimal one makes `parse` ask for each optional
+    top-level field (each read with its default). Fields inside an object (`kubeConfig.secretRef.name`) are
+    asked only when their parent is set: `GitSync.fields` has them, per object."""
+    return parse({"metadata": {"namespace": "-", "name": "-"}, "spec": {"repository": "-"}}).fields
+
+
+class _Asked(dict[str, Any]):
+    """A spec, or an object in one, that notes every field read of it (`get`, `[]`, `in`), present or not,
+    by its path: what `parse` and its helpers read is the model's list of fields, never a list kept by hand.
+    Objects and lists read of it are wrapped alike (`dependsOn[].name`); `items()` reads nothing."""
+
+    def __init__(self, data: dict[str, Any], prefix: str, asked: set[str]) -> None:
+        super().__init__(data)
+        self._prefix, self._asked = prefix, asked
+
+    def _note(self, key: object, value: Any) -> Any:
+        path = f"{self._prefix}{key}"
+        self._asked.add(path)
+        return _asking(value, path, self._asked)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._note(key, super().get(key, default))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._note(key, super().__getitem__(key))
+
+    def __contains__(self, key: object) -> bool:
+        self._note(key, None)
+        return super().__contains__(key)
+
+
+def _asking(value: Any, path: str, asked: set[str]) -> Any:
+    if isinstance(value, dict):
+        return _Asked(value, f"{path}.", asked)
+    if isinstance(value, list):
+        return [_asking(v, f"{path}[]", asked) for v in value]
+    return value
+
+
+def _policies(spec: dict[str, Any], where: str) -> tuple[bool, ConflictPolicy, str]:
+    """spec.mode (self-heal: True), spec.conflictPolicy and spec.deletionPolicy, checked."""
+    mode = str(spec.get("mode") or "self-heal")
+    if mode not in ("self-heal", "detect-only"):
+        raise InvalidSpec(f"{where}: spec.mode must be self-heal or detect-only, not {mode!r}")
+    try:
+        policy = ConflictPolicy(str(spec.get("conflictPolicy") or "force"))
+    except ValueError:
+        raise InvalidSpec(
+            f"{where}: spec.conflictPolicy must be one of {', '.join(p.value for p in ConflictPolicy)}"
+        ) from None
+    deletion_policy = str(spec.get("deletionPolicy") or MIRROR_PRUNE)
+    if deletion_policy not in DELETION_POLICIES:
+        raise InvalidSpec(f"{where}: spec.deletionPolicy must be one of {', '.join(DELETION_POLICIES)}")
+    return mode == "self-heal", policy, deletion_policy
 
 
 def kube_config_of(spec: dict[str, Any], where: str) -> KubeConfigRef | None:
@@ -323,6 +375,7 @@ __all__ = [
     "object_path",
     "parse",
     "shard_of",
+    "spec_fields",
     "with_transition_times",
     "without_times",
 ]

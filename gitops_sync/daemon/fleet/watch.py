@@ -3,6 +3,9 @@ list, then watch; relist after a 410 or a broken watch.
 
 Runs on the `gitsync-watch` thread; every event goes to the controller's handler (controller.py
 `_gitsync_event`, one at a time, in order); a list also reports the GitSyncs gone meanwhile as DELETED.
+Before a list's GitSyncs are handled, and whenever the watch begins again (a changed CRD ends it), the
+installed CRD is checked (crd.py): one that would prune a field the controller reads ends the loop and
+`on_fatal` stops the controller, before it acts on a GitSync that lost a field.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from collections.abc import Callable
 
 from gitops_sync.cluster.client import Client
 from gitops_sync.daemon.fleet import gitsync
-from gitops_sync.daemon.runtime.listwatch import BACKOFF, Callbacks, ListWatch, Retry
+from gitops_sync.daemon.fleet.crd import CrdOutdated, SpecSchema
+from gitops_sync.daemon.runtime.listwatch import BACKOFF, STOP, Callbacks, ListWatch, Retry
 from gitops_sync.errors import ApiError
 from gitops_sync.log import get_logger
 from gitops_sync.resource import Manifest
@@ -30,8 +34,11 @@ class GitSyncWatch:
         on_event: Callable[[str, Manifest], None],
         known: Callable[[], list[str]],
         on_listed: Callable[[], None],
+        on_fatal: Callable[[str], None] = lambda message: None,
     ) -> None:
         self.on_event = on_event
+        self.on_fatal = on_fatal
+        self.schema = SpecSchema(client)
         self.known = known  # namespace/name of every GitSync seen so far
         self.on_listed = on_listed
         self.loop = ListWatch(
@@ -51,6 +58,7 @@ class GitSyncWatch:
         self.loop.stop()
 
     def _listed(self, items: list[Manifest], resource_version: str) -> None:
+        self.schema.check()  # raises before any of them is handled
         seen = set()
         for obj in items:
             meta = obj.get("metadata") or {}
@@ -64,8 +72,14 @@ class GitSyncWatch:
     def _restarted(self, reason: str) -> None:
         if reason == "gone":  # 410 Gone (resourceVersion too old)
             log.warning("GitSync watch expired; relisting")
+        elif reason == "closed":  # the watch goes on from its version (no list): the CRD may have changed
+            self.schema.check()
 
     def _failed(self, exc: Exception) -> Retry:
+        if isinstance(exc, CrdOutdated):
+            log.error("GitSync CRD outdated: stopping", error=str(exc))
+            self.on_fatal(str(exc))
+            return STOP
         if isinstance(exc, ApiError) and exc.status == 404:
             log.error("the GitSync CRD is not installed (kubectl apply -k deploy/kubernetes/crd/)")
         else:

@@ -135,6 +135,12 @@ class Process(Generic[K]):
         self.supervisor = Supervisor(on_restart=lambda name: self.metrics.thread_restarts.labels(name).inc())
         self.manager = Manager(self.supervisor)
         self.cluster_condition = Condition("cluster")
+        self.failure = ""  # set by `fail`: `gitops-sync run` stops and exits 2 with it
+
+    def fail(self, message: str) -> None:
+        """A condition no retry or restart fixes and under which the process must not act (the installed
+        CRD would prune a field it reads): `gitops-sync run` stops it and exits 2 with `message`."""
+        self.failure = self.failure or message
 
     @property
     def _stopping(self) -> bool:

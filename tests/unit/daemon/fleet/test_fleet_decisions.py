@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gitops_sync.daemon.fleet import gitsync
 from gitops_sync.daemon.fleet.controller import Fleet
+from gitops_sync.daemon.fleet.crd import CRD_NAME, CRD_PATH
 from gitops_sync.daemon.fleet.poller import Poller
 from gitops_sync.daemon.fleet.registry import Registry
 from gitops_sync.daemon.fleet.scheduler import SLOW_PASS, Scheduler
@@ -31,6 +33,7 @@ from gitops_sync.resource import ObjectKey
 from tests.unit.fakes import _KUBECONFIG, FakeApi, FakeClock
 
 MINE = ObjectKey("", "ConfigMap", "team-a", "mine")
+CRD = Path(__file__).resolve().parents[4] / "deploy" / "kubernetes" / "crd" / "gitsyncs.gitops-sync.io.yaml"
 
 
 class FakeReconciler:
@@ -192,6 +195,31 @@ def test_a_relist_reports_the_gitsyncs_gone_meanwhile_as_deleted(fleet: Fleet, a
         on_listed=lambda: listed.append(True),
     )
     api.on("GET", gitsync.collection_path(), {"metadata": {"resourceVersion": "9"}, "items": [gitsync_obj("kept")]})
+    api.on("GET", CRD_PATH, yaml.safe_load(CRD.read_text()))
     watch.loop._list()
     assert events == [("ADDED", "kept"), ("DELETED", "gone")] and listed == [True]
     assert watch.loop.resource_version == "9", "the watch goes on from the list's version"
+
+
+def test_an_outdated_crd_stops_the_watch_before_a_gitsync_is_handled(fleet: Fleet, api: FakeApi) -> None:
+    """A CRD without spec.kubeConfig (at a list, or when the watch begins again): no GitSync handled, the loop
+    ends and the controller is told why (`gitops-sync run` exits 2 with it)."""
+    events: list[str] = []
+    fatal: list[str] = []
+    watch = GitSyncWatch(
+        fleet.client,
+        fleet.client,
+        gitsync.collection_path(),
+        on_event=lambda etype, obj: events.append(etype),
+        known=lambda: ["team-a/gone"],
+        on_listed=lambda: events.append("listed"),
+        on_fatal=fatal.append,
+    )
+    old = yaml.safe_load(CRD.read_text())
+    del old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["kubeConfig"]
+    api.on("GET", gitsync.collection_path(), {"metadata": {"resourceVersion": "9"}, "items": [gitsync_obj("kept")]})
+    api.on("GET", CRD_PATH, yaml.safe_load(CRD.read_text()), old)
+    watch._restarted("closed")  # the CRD as shipped: nothing to say
+    watch.loop.run()  # the list finds the old CRD: the loop ends at once
+    assert events == [] and len(fatal) == 1
+    assert "spec.kubeConfig" in fatal[0] and CRD_NAME in fatal[0] and "kubectl apply -f deploy/kubernetes/" in fatal[0]
