@@ -91,7 +91,7 @@ image-context: venv cluster-build
 # own and rewrites BENCHMARKS.md; `make bench-quick` is the CI-sized run (N = 100, one repeat, no file).
 # BENCH_ARGS passes options through, e.g. `make bench BENCH_ARGS="--sizes 1000 --repeats 1"`.
 BENCH_ARGS ?=
-.PHONY: bench bench-quick bench-fleet
+.PHONY: bench bench-quick bench-fleet bench-clusters
 bench: venv     ## benchmarks vs kubectl; writes BENCHMARKS.md
 	$(VENV)/bin/python bench/run.py $(BENCH_ARGS)
 bench-quick: venv  ## the quick benchmark run (CI): prints the table only
@@ -101,4 +101,8 @@ bench-quick: venv  ## the quick benchmark run (CI): prints the table only
 # section of BENCHMARKS-fleet.md.
 bench-fleet: venv  ## gitops-sync's fleet vs Flux (source- + kustomize-controller); writes BENCHMARKS-fleet.md
 	$(VENV)/bin/python -m bench.fleet_flux $(BENCH_FLEET_ARGS)
+# One controller, 2 clusters x N GitSyncs vs 1 cluster x 2N (issue 26), two private clusters; prints the table.
+# Default N = 100 x 20 ConfigMaps; smaller: BENCH_CLUSTERS_ARGS="--per-cluster 20".
+bench-clusters: venv  ## the fleet on 2 clusters x N GitSyncs vs 1 x 2N: all Ready time and peak RSS
+	$(VENV)/bin/python -m bench.fleet_clusters $(BENCH_CLUSTERS_ARGS)
 # ---- end bench ------------------------------------------------------------------------------------
