@@ -59,7 +59,7 @@ def _ready(kube: KubeCluster, ns: str, name: str) -> dict[str, Any]:
 
 
 def _parent(kube: KubeCluster, ns: str, gitsync_name: str) -> dict[str, Any]:
-    parents = [c for c in kube.list("configmaps", ns) if c["metadata"]["name"].startswith(f"gitsync-{gitsync_name}")]
+    parents = [c for c in kube.list("configmaps", ns) if f"gitsync-{gitsync_name}" in c["metadata"]["name"]]
     assert len(parents) == 1, [c["metadata"]["name"] for c in kube.list("configmaps", ns)]
     return parents[0]
 
