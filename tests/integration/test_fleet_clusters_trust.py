@@ -12,7 +12,6 @@ foreign parent, and the first cluster's objects are left as they were.
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -24,15 +23,10 @@ from gitops_sync.conventions import PART_OF
 from tests.conftest import SECOND_CLUSTER, KubeCluster
 from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
 from tests.integration.test_fleet import cm_data, condition, fleet_args, gitsync, tenant_account, wait_ready
-from tests.integration.test_fleet_clusters import crd_now
+from tests.integration.test_fleet_clusters import _secret, crd_now
 
 pytestmark = [pytest.mark.cluster, SECOND_CLUSTER]
 CLUSTER_ID = "gitops-sync.io/cluster-id"
-
-
-def _secret(name: str, ns: str, kubeconfig: bytes) -> str:
-    doc = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}}
-    return json.dumps({**doc, "data": {"value": base64.b64encode(kubeconfig).decode()}}) + "\n"
 
 
 def _variant(admin: Path, *, user: dict[str, Any] | None = None, cluster: dict[str, Any] | None = None) -> bytes:

@@ -10,8 +10,6 @@ cluster, and Ready again by themselves; no object is deleted on either cluster (
 
 from __future__ import annotations
 
-import base64
-import json
 import math
 import time
 from pathlib import Path
@@ -21,6 +19,7 @@ import pytest
 from tests.conftest import SECOND_CLUSTER, KubeCluster
 from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
 from tests.integration.test_fleet import CRD, condition, fleet_args, gitsync, wait_ready
+from tests.integration.test_fleet_clusters import _secret
 from tests.reliability.conftest import Recorder
 from tests.reliability.faults import PrivateCluster
 
@@ -34,11 +33,6 @@ def _p95(values: list[float]) -> float:
     """Nearest rank: with fewer than 20 values, the slowest."""
     ordered = sorted(values)
     return ordered[math.ceil(0.95 * len(ordered)) - 1]
-
-
-def _secret(name: str, ns: str, kubeconfig: bytes) -> str:
-    doc = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}}
-    return json.dumps({**doc, "data": {"value": base64.b64encode(kubeconfig).decode()}}) + "\n"
 
 
 def _drift(kube: KubeCluster, ns: str, name: str) -> float:
