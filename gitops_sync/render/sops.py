@@ -125,17 +125,21 @@ def refuse_in_tool_output(value: Any, where: str) -> None:
     its ciphertext must never be applied."""
     if _metadata(value) is not None or (isinstance(value, Mapping) and _ciphertext_in_secret(value)):
         raise RenderError(
-            "SOPS-encrypted manifest or values in a kustomization's or chart's output: gitops-sync decrypts plain "
-            "manifest files only (move the Secret out of the kustomization, or decrypt it before kustomize reads it)",
+            "SOPS-encrypted manifest or values in a kustomization's or chart's output: kustomize or helm read an "
+            "encrypted file gitops-sync does not decrypt for them (it decrypts a kustomization's resources and "
+            "secretGenerator inputs inside the repository, and a chart's own values.yaml; see docs/secrets.md)",
             file=where,
         )
 
 
 def refuse_values(docs: Sequence[tuple[int, Any]], name: str) -> None:
-    """A SOPS-encrypted Helm values file is not decrypted (helm would template its ciphertext): refused."""
+    """A SOPS-encrypted Helm values file that is not decrypted (helm would template its ciphertext): refused.
+    A chart's own values.yaml and a helm-chart.yaml's valuesFiles are decrypted (render/sops_inputs.py)."""
     if encrypted(docs):
         raise RenderError(
-            "SOPS-encrypted Helm values file: not supported (only manifest files are decrypted)", file=name
+            "SOPS-encrypted Helm values file: decrypted only as the rendered chart's own values.yaml or a "
+            "helm-chart.yaml valuesFiles entry (not a sub-chart's or a pulled chart's values.yaml, nor --helm-values)",
+            file=name,
         )
 
 
@@ -174,9 +178,10 @@ class Session:
             self._home = home
         return self._home
 
-    def decrypt(self, data: bytes, rel: str, docs: Sequence[tuple[int, Any]]) -> bytes:
+    def decrypt(self, data: bytes, rel: str, docs: Sequence[tuple[int, Any]], fmt: str = "") -> bytes:
         """The plaintext of an encrypted file, from `sops --decrypt` reading stdin; raises RenderError naming
-        `rel` (the file) and why, never a value. `docs`: the file as parsed, for its recipients."""
+        `rel` (the file) and why, never a value. `docs`: the file's sops metadata as parsed, for its
+        recipients; `fmt`: sops' input and output type (default: json for `.json`, else yaml)."""
         keys = self.keys
         _refuse_unsupported_only(docs, rel)
         if not keys:
@@ -185,7 +190,7 @@ class Session:
             )
         home = self._private_home()
         env = {**home.env, "SOPS_AGE_KEY": "\n".join(keys.age)} if keys.age else home.env
-        fmt = "json" if rel.lower().endswith(".json") else "yaml"
+        fmt = fmt or ("json" if rel.lower().endswith(".json") else "yaml")
         # --decrypt and /dev/stdin, not `decrypt` reading stdin: sops before 3.9 knows only these.
         argv = [keys.sops, "--decrypt", "--input-type", fmt, "--output-type", fmt, "/dev/stdin"]
         try:
