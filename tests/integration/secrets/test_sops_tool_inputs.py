@@ -16,7 +16,7 @@ from secret_tools import MARKS, SecretTools, secret_tools_fixture  # noqa: F401 
 from test_sops_render import SECRET, encrypted, options
 
 from gitops_sync.errors import RenderError
-from gitops_sync.render import RenderOptions, render
+from gitops_sync.render import RenderOptions, render, sops, sops_inputs
 from gitops_sync.resource import DesiredObject
 
 pytestmark = MARKS
@@ -150,3 +150,28 @@ def test_a_charts_own_encrypted_values_decrypt_and_other_values_files_are_refuse
     sops_file(secret_tools, sub / "values.yaml", values, "yaml", recipient)
     with pytest.raises(RenderError, match=r"charts/sub/values.yaml: SOPS-encrypted Helm values file"):
         render(root, opts)
+
+
+def test_a_chart_sources_encrypted_values_files_are_given_to_helm_in_plaintext_from_a_private_copy(
+    tmp_path: Path, secret_tools: SecretTools
+) -> None:
+    """helm-chart.yaml `valuesFiles` (the chart pulled from a registry: tests/integration/charts renders those;
+    here the step that hands helm its values files, with the real sops)."""
+    key, recipient = secret_tools.age_key("source")
+    password = f"pw-{uuid.uuid4().hex}"
+    plain, secret = tmp_path / "plain.yaml", tmp_path / "secret.yaml"
+    plain.write_text("replicas: 2\n")
+    sops_file(secret_tools, secret, f"password: {password}\n", "yaml", recipient)
+    session = sops.Session(options(secret_tools, key).decryption)
+    try:
+        with sops_inputs.private_dir() as private:
+            paths, found = sops_inputs.source_values(
+                [plain, secret], ["app/plain.yaml", "app/secret.yaml"], private, session, 1 << 20
+            )
+            assert paths[0] == plain and paths[1].parent == private and (paths[1].stat().st_mode & 0o777) == 0o600
+            assert paths[1].read_text() == f"password: {password}\n"
+            assert found is not None and found.values == {password} and found.files == ["app/secret.yaml"]
+        assert not private.exists()
+        assert sops_inputs.source_values([plain], ["app/plain.yaml"], tmp_path, session, 1 << 20) == ([plain], None)
+    finally:
+        session.close()
