@@ -9,9 +9,11 @@ import base64
 import tempfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from secret_tools import MARKS, SecretTools, secret_tools_fixture  # noqa: F401  (the fixture `secret_tools`)
 from test_sops_render import SECRET, encrypted, options
 
@@ -65,11 +67,12 @@ def test_kustomize_resources_and_secret_generator_inputs_decrypt(
         "resources:\n- ../../base\n- cm.yaml\nsecretGenerator:\n- name: db\n  envs:\n  - db.env\n"
         "- name: files\n  files:\n  - tls.key\n  - config.yaml\ngeneratorOptions:\n  disableNameSuffixHash: true\n"
     )
-    objs = by_name(render(app, options(secret_tools, key)))
+    objs = by_name(render(app, replace(options(secret_tools, key), repo_root=repo)))
     assert objs["api"].manifest["stringData"] == {"token": token}
     assert decoded(objs["db"]) == {"PASSWORD": password, "USER": "app"}
     files = decoded(objs["files"])
-    assert files["tls.key"] == f"-----KEY-----\n{tls}\n" and files["config.yaml"] == f"db:\n  password: {password}\n"
+    assert files["tls.key"] == f"-----KEY-----\n{tls}\n"  # binary: byte for byte
+    assert yaml.safe_load(files["config.yaml"]) == {"db": {"password": password}}  # as sops writes YAML back
     assert all(o.extra.get("sops") for o in objs.values())  # never stored on disk by the render cache
     assert list(private_tmp.iterdir()) == []  # the private copy is gone
     for path in repo.rglob("*"):  # the repository holds ciphertext only
@@ -127,10 +130,10 @@ def test_a_charts_own_encrypted_values_decrypt_and_other_values_files_are_refuse
     sops_file(secret_tools, root / "values.yaml", values, "yaml", recipient, "--encrypted-regex", "^password$")
     opts = options(secret_tools, key)
     opts.helm = str(secret_tools.bin_dir / "helm")
-    objs = by_name(render(root, opts))
-    secret = next(o for o in objs.values() if o.key.kind == "Secret")
+    objs = {o.key.kind: o for o in render(root, opts)}
+    secret = objs["Secret"]
     assert secret.manifest["stringData"] == {"password": password}
-    cm = next(o for o in objs.values() if o.key.kind == "ConfigMap")
+    cm = objs["ConfigMap"]
     assert cm.manifest["data"] == {"v": "web:1.0"} and all(o.extra.get("sops") for o in objs.values())
     assert list(private_tmp.iterdir()) == [] and password.encode() not in (root / "values.yaml").read_bytes()
     # The password templated into a ConfigMap: refused, never shown.
