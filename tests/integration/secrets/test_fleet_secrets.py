@@ -59,6 +59,10 @@ def tenant(kube: KubeCluster, namespace: str, name: str, resources: str) -> None
     )
 
 
+def apply(kube: KubeCluster, *docs: str) -> None:
+    kube.kubectl("apply", "-f", "-", input="---\n".join(docs))
+
+
 def live_password(kube: KubeCluster, namespace: str, name: str) -> str | None:
     doc = kube.find("secret", name, namespace)
     return None if doc is None else base64.b64decode(doc["data"]["password"]).decode()
@@ -129,29 +133,21 @@ def test_gitsync_decrypts_age_and_openpgp_rotates_keys_and_refuses_bad_files(
     b = GitRepo(repos / "b", {"secret.yaml": encrypted(secret_tools, "pgp-db", v2, pgp=pgp)})
     tenant(kube, namespace, "tenant", "configmaps,secrets")
     dec = {"provider": "sops", "secretRef": {"name": "sops-age"}}
-    kube.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input="---\n".join(
-            [
-                key_secret("sops-age", namespace, {"team.agekey": k1.read_text()}),
-                key_secret("sops-pgp", namespace, {"ops.asc": pgp.private.read_text()}),
-                gitsync(
-                    "age", namespace, a.path, serviceAccountName="tenant", prune=True, interval="2s", decryption=dec
-                ),
-                gitsync(
-                    "pgp",
-                    namespace,
-                    b.path,
-                    serviceAccountName="tenant",
-                    interval="2s",
-                    decryption={"provider": "sops", "secretRef": {"name": "sops-pgp"}},
-                ),
-                # No spec.decryption: the controller's own SOPS_AGE_KEY_FILE (k1, which fits) is never used.
-                gitsync("nokeys", namespace, a.path, targetNamespace=f"{namespace}-none", interval="2s"),
-            ]
+    apply(
+        kube,
+        key_secret("sops-age", namespace, {"team.agekey": k1.read_text()}),
+        key_secret("sops-pgp", namespace, {"ops.asc": pgp.private.read_text()}),
+        gitsync("age", namespace, a.path, serviceAccountName="tenant", prune=True, interval="2s", decryption=dec),
+        gitsync(
+            "pgp",
+            namespace,
+            b.path,
+            serviceAccountName="tenant",
+            interval="2s",
+            decryption={"provider": "sops", "secretRef": {"name": "sops-pgp"}},
         ),
+        # No spec.decryption: the controller's own SOPS_AGE_KEY_FILE (k1, which fits) is never used.
+        gitsync("nokeys", namespace, a.path, targetNamespace=f"{namespace}-none", interval="2s"),
     )
     log = tmp_path / "fleet.log"
     args = [*fleet_args(namespace, repos), "--cache-dir", str(tmp_path / "cache")]
@@ -190,11 +186,22 @@ def test_gitsync_decrypts_age_and_openpgp_rotates_keys_and_refuses_bad_files(
         assert cm_data(kube, namespace, "keep") == {"v": "1"} and cm_data(kube, namespace, "changed") == {"v": "1"}
         assert live_password(kube, namespace, "db") == v1
         # The key Secret rotated: the next poll decrypts, applies and prunes; no restart.
-        kube.kubectl("apply", "-f", "-", input=key_secret("sops-age", namespace, {"team.agekey": k2.read_text()}))
+        apply(kube, key_secret("sops-age", namespace, {"team.agekey": k2.read_text()}))
         wait_until("the rotated key used", lambda: live_password(kube, namespace, "db") == v3, 60, 0.3)
         wait_until("age Ready again", lambda: ready(kube, namespace, "age").get("status") == "True", 60, 0.3)
         wait_until("keep pruned", lambda: cm_data(kube, namespace, "keep") is None, 30, 0.3)
         assert cm_data(kube, namespace, "changed") == {"v": "2"} and d.proc.pid == pid and d.proc.poll() is None
+
+        # The key removed again, without a new commit: the same commit is decrypted anew (the in-memory render
+        # cache is keyed on the keys too) and refused; the key back, it is Ready again.
+        age_keys = {k: key_secret("sops-age", namespace, {"team.agekey": k.read_text()}) for k in (k1, k2)}
+        apply(kube, age_keys[k1])
+        wait_until("the removed key noticed", lambda: failed_with(kube, namespace, "age", "no given key fits"), 60, 0.3)
+        assert live_password(kube, namespace, "db") == v3  # what was applied stays
+        apply(kube, age_keys[k2])
+        wait_until(
+            "age Ready with its key back", lambda: ready(kube, namespace, "age").get("status") == "True", 60, 0.3
+        )
 
         # The MAC: a plain field changed after encryption (the name), and a new ConfigMap beside it.
         text = (a.path / "secret.yaml").read_text()
@@ -230,20 +237,12 @@ def test_a_tenant_cannot_decrypt_with_a_key_secret_it_may_not_read(
     tenant(kube, namespace, "tenant", "configmaps")  # may not get Secrets, the key Secret included
     team_keys = {"team.agekey": key.read_text()}
     dec = {"provider": "sops", "secretRef": {"name": "team-keys"}}
-    kube.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input="---\n".join(
-            [
-                key_secret("team-keys", namespace, team_keys),
-                key_secret("their-keys", other, team_keys),
-                gitsync(
-                    "nosy", namespace, repo.path, serviceAccountName="tenant", targetNamespace=other, decryption=dec
-                ),
-                gitsync("admin", namespace, repo.path, interval="2s", decryption=dec),  # the controller's rights
-            ]
-        ),
+    apply(
+        kube,
+        key_secret("team-keys", namespace, team_keys),
+        key_secret("their-keys", other, team_keys),
+        gitsync("nosy", namespace, repo.path, serviceAccountName="tenant", targetNamespace=other, decryption=dec),
+        gitsync("admin", namespace, repo.path, interval="2s", decryption=dec),  # the controller's rights
     )
     # Another namespace's Secret cannot even be named: the field has no namespace.
     borrow = {"provider": "sops", "secretRef": {"name": "their-keys", "namespace": other}}
