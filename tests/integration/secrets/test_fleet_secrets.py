@@ -1,7 +1,8 @@
 """GitSync spec.decryption on the real API server with the real `sops`: age and OpenPGP keys from a Secret of
 the GitSync's namespace, read as its ServiceAccount before every render.
 
-An encrypted Secret is applied and its drift corrected with the value never shown; a rotated key Secret is
+An encrypted Secret (and a kustomization's secretGenerator reading an encrypted dotenv file) is applied and
+its drift corrected with the value never shown; a rotated key Secret is
 used without a restart; a commit whose file no key fits, or whose MAC does not verify, is Ready=False reason
 DecryptionFailed naming the file, with nothing of it applied and nothing pruned; the controller's own
 SOPS_AGE_KEY_FILE is never used for a GitSync; a tenant cannot decrypt with a key Secret its ServiceAccount
@@ -131,8 +132,22 @@ def test_gitsync_decrypts_age_and_openpgp_rotates_keys_and_refuses_bad_files(
         },
     )
     b = GitRepo(repos / "b", {"secret.yaml": encrypted(secret_tools, "pgp-db", v2, pgp=pgp)})
+    v4 = f"kustomize-s3cr3t-{uuid.uuid4().hex}"  # a secretGenerator's encrypted dotenv file, OpenPGP
+    env_file = secret_tools.work / f"db-{uuid.uuid4().hex}.env"
+    env_file.write_text(f"password={v4}\n")
+    dotenv = ["sops", "encrypt", "--input-type", "dotenv", "--output-type", "dotenv", "--pgp", pgp.fingerprint]
+    c = GitRepo(
+        repos / "c",
+        {
+            "app/db.env": secret_tools.run(*dotenv, str(env_file), env={"GNUPGHOME": str(pgp.home)}).decode(),
+            "app/kustomization.yaml": "secretGenerator:\n- name: kust-db\n  envs:\n  - db.env\n"
+            "generatorOptions:\n  disableNameSuffixHash: true\n",
+        },
+    )
+    env_file.unlink()
     tenant(kube, namespace, "tenant", "configmaps,secrets")
     dec = {"provider": "sops", "secretRef": {"name": "sops-age"}}
+    pgp_dec = {"provider": "sops", "secretRef": {"name": "sops-pgp"}}
     apply(
         kube,
         key_secret("sops-age", namespace, {"team.agekey": k1.read_text()}),
@@ -144,8 +159,9 @@ def test_gitsync_decrypts_age_and_openpgp_rotates_keys_and_refuses_bad_files(
             b.path,
             serviceAccountName="tenant",
             interval="2s",
-            decryption={"provider": "sops", "secretRef": {"name": "sops-pgp"}},
+            decryption=pgp_dec,
         ),
+        gitsync("kust", namespace, c.path, path="app", serviceAccountName="tenant", decryption=pgp_dec),
         # No spec.decryption: the controller's own SOPS_AGE_KEY_FILE (k1, which fits) is never used.
         gitsync("nokeys", namespace, a.path, targetNamespace=f"{namespace}-none", interval="2s"),
     )
@@ -157,6 +173,8 @@ def test_gitsync_decrypts_age_and_openpgp_rotates_keys_and_refuses_bad_files(
         wait_until("age and pgp Ready", lambda: ready(kube, namespace, "age").get("status") == "True", 90, 0.3)
         wait_until("pgp Ready", lambda: ready(kube, namespace, "pgp").get("status") == "True", 60, 0.3)
         assert live_password(kube, namespace, "db") == v1 and live_password(kube, namespace, "pgp-db") == v2
+        wait_until("kust Ready", lambda: ready(kube, namespace, "kust").get("status") == "True", 60, 0.3)
+        assert live_password(kube, namespace, "kust-db") == v4
         wait_until(
             "nokeys refused", lambda: failed_with(kube, namespace, "nokeys", "secret.yaml", "no decryption key"), 30
         )
@@ -212,13 +230,13 @@ def test_gitsync_decrypts_age_and_openpgp_rotates_keys_and_refuses_bad_files(
         assert cm_data(kube, namespace, "new") is None and kube.find("secret", "db-renamed", namespace) is None
         assert live_password(kube, namespace, "db") == v3 and cm_data(kube, namespace, "changed") == {"v": "2"}
         assert kube.find("secret", "db", f"{namespace}-none") is None
-        found = places(kube, d, namespace, ["age", "pgp", "nokeys"], tmp_path)
+        found = places(kube, d, namespace, ["age", "pgp", "kust", "nokeys"], tmp_path)
         assert d.stop() == 0
     found.update(after_stop(kube, log, namespace, tmp_path))
     assert "DecryptionFailed" in found["Events"] and "pgp-db" in found["/status"]  # the right places
     keys = [ln for k in (k1, k2) for ln in k.read_text().splitlines() if ln.startswith("AGE-SECRET-KEY-")]
     armored = [ln for ln in pgp.private.read_text().splitlines()[2:-2] if len(ln) > 40]
-    assert_nowhere([v1, v2, v3, live, *keys, *armored], found)
+    assert_nowhere([v1, v2, v3, v4, live, *keys, *armored], found)
     assert not os.listdir(tmp_path / "tmp"), "a key or GNUPGHOME was left behind"
 
 
