@@ -170,6 +170,10 @@ def kustomize_inputs(files: Mapping[Path, tuple[str, str]], boundary: Path, limi
     found = []
     for path, (key, kustomization) in sorted(files.items()):
         name = path.relative_to(boundary).as_posix() if path.is_relative_to(boundary) else str(path)
+        if path.stat().st_size > limit:  # too large to read whole: sops writes its metadata last
+            if _tail_mentions_sops(path):
+                raise RenderError(f"a SOPS-encrypted input larger than the {limit}-byte limit", file=name)
+            continue
         data = read_bounded(path, name, limit)
         fmt = input_format(name)
         docs = metadata(data, fmt, name)
@@ -183,6 +187,12 @@ def kustomize_inputs(files: Mapping[Path, tuple[str, str]], boundary: Path, limi
             )
         found.append(Input(path, name, fmt, data, docs, key))
     return found
+
+
+def _tail_mentions_sops(path: Path, size: int = 64 * 1024) -> bool:
+    with path.open("rb") as handle:
+        handle.seek(max(path.stat().st_size - size, 0))
+        return b"sops" in handle.read(size)
 
 
 @contextlib.contextmanager

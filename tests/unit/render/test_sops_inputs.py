@@ -80,3 +80,13 @@ def test_a_private_copy_keeps_relative_links_and_leaves_git_out(tmp_path: Path) 
         sops_inputs.write_private(private / "copy" / "a" / "f.yaml", b"plain")
         assert (private / "copy" / "a" / "f.yaml").stat().st_mode & 0o777 == 0o600
     assert not private.exists() and (src / "a" / "f.yaml").read_text() == "x"
+
+
+def test_an_input_too_large_to_read_is_passed_over_unless_it_ends_like_a_sops_file(tmp_path: Path) -> None:
+    big, enc = tmp_path / "big.yaml", tmp_path / "enc.env"
+    big.write_bytes(b"# " + b"x" * 4096 + b"\n")
+    enc.write_bytes(b"A=ENC[" + b"x" * 4096 + b"]\nsops_mac=ENC[m]\n")
+    files = {big: ("resources", "kustomization.yaml")}
+    assert sops_inputs.kustomize_inputs(files, tmp_path, 1024) == []
+    with pytest.raises(RenderError, match=r"enc.env: a SOPS-encrypted input larger than the 1024-byte limit"):
+        sops_inputs.kustomize_inputs({enc: ("secretGenerator.envs", "kustomization.yaml")}, tmp_path, 1024)
