@@ -370,6 +370,7 @@ class _Walker:
                 spec.namespace or self.opts.namespace,
                 limits,
                 self._check_chart,
+                keep=self.decrypted is None,  # helm's output of decrypted values is never kept on disk
             )
         # What the chart is (never where its templates are: they are not in Git, so no `source`).
         self._add_output(output, label, "", {}, {"chart": pulled.report()})
