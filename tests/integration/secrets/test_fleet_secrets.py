@@ -262,7 +262,10 @@ def test_a_tenant_cannot_decrypt_with_a_key_secret_it_may_not_read(
         gitsync("nosy", namespace, repo.path, serviceAccountName="tenant", targetNamespace=other, decryption=dec),
         gitsync("admin", namespace, repo.path, interval="2s", decryption=dec),  # the controller's rights
     )
-    # Another namespace's Secret cannot even be named: the field has no namespace.
+    # Only sops, and another namespace's Secret cannot even be named: the field has no namespace.
+    vault = gitsync("vault", namespace, repo.path, decryption={"provider": "vault"})
+    r = kube.kubectl("apply", "-f", "-", input=vault, check=False)
+    assert r.returncode != 0 and "spec.decryption.provider" in r.stderr, r.stderr
     borrow = {"provider": "sops", "secretRef": {"name": "their-keys", "namespace": other}}
     r = kube.kubectl("apply", "-f", "-", input=gitsync("borrow", namespace, repo.path, decryption=borrow), check=False)
     assert r.returncode != 0 and "namespace" in r.stderr, r.stderr

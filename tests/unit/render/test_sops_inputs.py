@@ -90,3 +90,25 @@ def test_an_input_too_large_to_read_is_passed_over_unless_it_ends_like_a_sops_fi
     assert sops_inputs.kustomize_inputs(files, tmp_path, 1024) == []
     with pytest.raises(RenderError, match=r"enc.env: a SOPS-encrypted input larger than the 1024-byte limit"):
         sops_inputs.kustomize_inputs({enc: ("secretGenerator.envs", "kustomization.yaml")}, tmp_path, 1024)
+
+
+def test_which_kustomize_inputs_are_decrypted_and_which_refused(tmp_path: Path) -> None:
+    """The walk of a kustomization records every file an entry names; the encrypted ones must be resources or
+    secretGenerator inputs (refused before sops runs otherwise)."""
+    from gitops_sync.render import _kustomize
+
+    (tmp_path / "db.env").write_bytes(DOTENV)
+    (tmp_path / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n")
+    (tmp_path / "kustomization.yaml").write_text(
+        "resources:\n- cm.yaml\nsecretGenerator:\n- name: s\n  envs:\n  - db.env\n"
+    )
+    found = _kustomize.walk(tmp_path, tmp_path)
+    assert found.files == {
+        tmp_path / "cm.yaml": ("resources", "kustomization.yaml"),
+        tmp_path / "db.env": ("secretGenerator.envs", "kustomization.yaml"),
+    }
+    inputs = sops_inputs.kustomize_inputs(found.files, tmp_path, 1 << 20)
+    assert [(i.name, i.fmt, i.key) for i in inputs] == [("db.env", "dotenv", "secretGenerator.envs")]
+    (tmp_path / "kustomization.yaml").write_text("configMapGenerator:\n- name: c\n  envs:\n  - db.env\n")
+    with pytest.raises(RenderError, match=r"db.env: SOPS-encrypted configMapGenerator.envs input of kustomization"):
+        sops_inputs.kustomize_inputs(_kustomize.walk(tmp_path, tmp_path).files, tmp_path, 1 << 20)
