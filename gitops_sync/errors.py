@@ -44,6 +44,14 @@ class RenderError(GitOpsError):
         self.obj = obj
 
 
+class DecryptionFailed(RenderError):
+    """A SOPS-encrypted file does not decrypt (no key fits, its MAC does not verify, no key was given), or a
+    GitSync's spec.decryption Secret cannot be used. The message names the file (or Secret) and why, never a
+    value."""
+
+    reason = "DecryptionFailed"  # of the GitSync's Ready condition and Event: what a script matches
+
+
 class ChartRepositoryNotAllowed(RenderError):
     """A helm-chart.yaml or Chart.yaml dependency names a chart repository the operator does not allow
     (--allow-chart-repository, or an entry of the chart credentials file): nothing is fetched from it."""

@@ -54,7 +54,8 @@ FORMAT = 2  # of the key and the entry; a change makes every old entry a miss
 _KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 _SYMLINK_MODE = "120000"
 # Render options the key leaves out: paths the key covers otherwise, and SOPS keys (a render that decrypted
-# anything is never written to disk, and a process's keys never change while it keeps one in memory).
+# anything is never written to disk; in memory, a digest of the keys is part of the key: a GitSync's key
+# Secret is read at every fetch, and a rotated or removed key must render anew).
 _NOT_IN_KEY = ("repo_root", "helm_values", "decryption")
 
 
@@ -182,6 +183,8 @@ class RenderCache:
         if resolved:
             charts = resolve_chart_sources(checkout.root, opts)
             key = hashlib.sha256(jsoncodec.dumps([key, charts])).hexdigest()[:40]
+        if isinstance(self.store, MemoryStore) and opts.decryption:
+            key = hashlib.sha256(f"{key}\n{opts.decryption.fingerprint()}".encode()).hexdigest()[:40]
         cached = self.store.get(key)
         if cached is not None:
             self.hits += 1

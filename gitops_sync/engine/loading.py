@@ -67,6 +67,8 @@ def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Check
     # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths; a submodule
     # whose files are not there is never rendered as an empty directory.
     opts = replace(source.render, repo_root=checkout.repo_root or checkout.root, holes=checkout.holes)
+    if source.decryption is not None:  # a GitSync's key Secret, read for this render (DecryptionFailed)
+        opts = replace(opts, decryption=source.decryption())
     if opts.chart_cache is None:  # charts from repositories (helm-chart.yaml) are kept by digest beside the clones
         opts = replace(opts, chart_cache=cache_root(source.cache_dir))
     objects = render(checkout.root, opts) if cache is None else cache.render(checkout, opts, render)

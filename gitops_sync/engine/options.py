@@ -11,6 +11,7 @@ from gitops_sync.apply import cascade
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.plan import ignore
 from gitops_sync.render import RenderOptions
+from gitops_sync.render.sops import Decryption
 from gitops_sync.source.allow import LocalRepositories
 from gitops_sync.source.credentials import GitCredentials
 from gitops_sync.source.verify import TrustedKeys
@@ -31,6 +32,9 @@ class SourceOptions:
     credentials: Callable[[], GitCredentials | None] | None = field(default=None, compare=False, repr=False)
     # --verify-commits / --verify-tag: signed by one of these keys before it is rendered (source/verify.py).
     verify: TrustedKeys | None = None
+    # SOPS keys asked for before every render (a rotated Secret is read again): a GitSync's spec.decryption,
+    # read as its ServiceAccount. None: render.decryption (the CLI's flags, read once).
+    decryption: Callable[[], Decryption] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass

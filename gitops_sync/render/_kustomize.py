@@ -52,9 +52,21 @@ def check(
 
     `check(target, kustomization file)` is called on every local path an entry names (it may raise: a
     submodule whose files are not there, see RenderOptions.holes)."""
-    walk = _Walk(boundary, allow_external, check)
-    walk.visit(directory.resolve())
-    return frozenset(walk.secrets)
+    return frozenset(walk(directory, boundary, allow_external=allow_external, check=check).secrets)
+
+
+def walk(
+    directory: Path,
+    boundary: Path,
+    *,
+    allow_external: bool = False,
+    check: Callable[[Path, str], None] = lambda target, name: None,
+) -> _Walk:
+    """`check`'s walk: also every file an entry names (`files`: its resolved path -> (entry key, kustomization
+    file)), for the SOPS-encrypted inputs render/sops_inputs.py decrypts."""
+    found = _Walk(boundary, allow_external, check)
+    found.visit(directory.resolve())
+    return found
 
 
 @dataclass
@@ -64,6 +76,7 @@ class _Walk:
     check: Callable[[Path, str], None]
     secrets: set[str] = field(default_factory=set)
     seen: set[Path] = field(default_factory=set)
+    files: dict[Path, tuple[str, str]] = field(default_factory=dict)
 
     def visit(self, directory: Path) -> None:
         if directory in self.seen:
@@ -148,6 +161,8 @@ class _Walk:
                 file=name,
             )
         self.check(target, name)
+        if target.is_file():
+            self.files.setdefault(target, (key, name))
         return target if target.exists() else None
 
     def _name(self, file: Path) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gitops_sync.errors import RenderError
-from gitops_sync.resource import Manifest, split_api_version
+from gitops_sync.resource import DesiredObject, Manifest, ObjectKey, split_api_version
 
 
 def is_list(value: dict[str, Any]) -> bool:
@@ -115,3 +115,19 @@ def _name_problem(meta: dict[str, Any]) -> str:
 
 def _non_empty_str(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
+
+
+def unique(objects: list[DesiredObject]) -> list[DesiredObject]:
+    """Two manifests for one object would fight each other on every sync: refuse, naming both places."""
+    seen: dict[ObjectKey, DesiredObject] = {}
+    for obj in objects:
+        if generated_hook(obj.manifest):
+            continue  # a Helm hook named by generateName: a new object each time it runs, never one of these
+        first = seen.setdefault(obj.key, obj)
+        if first is not obj:
+            raise RenderError(
+                f"duplicate object {obj.key}: also defined in {first.origin}",
+                file=obj.origin,
+                obj=object_label(obj.manifest),
+            )
+    return objects

@@ -18,15 +18,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gitops_sync.errors import RenderError
-from gitops_sync.render import _kustomize, _tools, chart_deps, chart_pull, charts, locate, sops
+from gitops_sync.render import _kustomize, _tools, chart_deps, chart_pull, charts, locate, sops, sops_inputs
 from gitops_sync.render._kustomize import KUSTOMIZATION_FILES
-from gitops_sync.render._objects import generated_hook as _generated_hook
 from gitops_sync.render._objects import is_list as _is_list
-from gitops_sync.render._objects import object_label as _label
+from gitops_sync.render._objects import unique
 from gitops_sync.render._objects import validate as _validate
 from gitops_sync.render._yaml import NodeBudget, load_config, load_json, load_yaml, read_bounded
 from gitops_sync.render.snapshot import Snapshot
-from gitops_sync.resource import DesiredObject, ObjectKey
+from gitops_sync.resource import DesiredObject
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -132,7 +131,7 @@ def render(
         raise RenderError(f"cannot render ({type(err).__name__})", file=walker.current or walker.name("")) from None
     finally:
         walker.decryptor.close()  # the render's private GNUPGHOME, if a SOPS file needed one
-    return _unique(walker.objects)
+    return unique(walker.objects)
 
 
 @dataclass
@@ -149,6 +148,7 @@ class _Walker:
     pulled_dependencies: list[dict[str, str]] = field(default_factory=list)  # of the chart _helm rendered last
     top: str = field(init=False)  # the rendered directory as the repository names it (`--path`), or ""
     decryptor: sops.Session = field(init=False)  # SOPS files' decryption (render/sops.py); `render` closes it
+    decrypted: sops_inputs.Decrypted | None = None  # what the tool run last read decrypted, for _add_output
 
     def __post_init__(self) -> None:
         self.decryptor = sops.Session(self.opts.decryption)
@@ -305,14 +305,18 @@ class _Walker:
     def _kustomize(self, directory: Path, label: str) -> str:
         # Refuse remote bases and paths leaving the repository before kustomize fetches or reads them, and
         # learn the secretGenerator values its error messages might quote.
-        secrets = _kustomize.check(
-            directory, self.boundary, allow_external=self.opts.kustomize_allow_external, check=self._check_hole
-        )
+        external = self.opts.kustomize_allow_external
+        found = _kustomize.walk(directory, self.boundary, allow_external=external, check=self._check_hole)
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
-        return _tools.kustomize(self.opts.kubectl, directory, label, limits, secrets)
+        inputs = [] if external else sops_inputs.kustomize_inputs(found.files, self.boundary, self.opts.max_file_bytes)
+        if not inputs:  # (with --kustomize-allow-external, kustomize reads them as they are: refused in its output)
+            return _tools.kustomize(self.opts.kubectl, directory, label, limits, frozenset(found.secrets))
+        args = (self.boundary, label, limits, inputs, frozenset(found.secrets), self.decryptor)
+        output, self.decrypted = sops_inputs.kustomize(self.opts.kubectl, directory, *args)
+        return output
 
     def _helm(self, directory: Path, rel: str, label: str) -> str:
-        self._check_chart(directory, rel)
+        self._check_chart(directory, rel, own_values=True)
         values = self._user_values(label)
         release = self.opts.helm_release or directory.resolve().name
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
@@ -325,6 +329,9 @@ class _Walker:
             )
             self.pulled_dependencies = built.pulled if built is not None else []
             chart = built.directory if built is not None else directory
+            chart, self.decrypted = sops_inputs.chart_values(
+                directory, rel, chart, Path(scratch), self.decryptor, opts.max_file_bytes
+            )
             return _tools.helm_template(self.opts.helm, chart, release, self.opts.namespace, values, label, limits)
 
     def _user_values(self, label: str) -> list[Path]:
@@ -343,22 +350,28 @@ class _Walker:
         self._check_tree_links(directory, rel)
         spec = charts.load_spec(directory / charts.CHART_SOURCE_FILE, file_rel)
         values = charts.values_paths(spec, directory, file_rel, self.boundary)
-        for given, path in zip(spec.values_files, values, strict=True):
-            self._check_values(path, _join(rel, given))
+        names = [_join(rel, given) for given in spec.values_files]
+        for name, path in zip(names, values, strict=True):
+            self._check_values(path, name, encrypted_ok=True)
         access = charts.load_access(self.opts.chart_credentials, env=self.opts.chart_credentials_env)
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
-        output, pulled, label = chart_pull.render_source(
-            spec,
-            file_rel,
-            self.name(rel),
-            (values, self._user_values(file_rel)),
-            charts.access_for(spec.repo, access, self.opts.chart_repositories),
-            self.opts.chart_cache,
-            self.opts.helm,
-            spec.namespace or self.opts.namespace,
-            limits,
-            self._check_chart,
-        )
+        with sops_inputs.private_dir() as private:  # encrypted valuesFiles in plaintext while helm runs
+            values, self.decrypted = sops_inputs.source_values(
+                values, names, private, self.decryptor, self.opts.max_file_bytes
+            )
+            output, pulled, label = chart_pull.render_source(
+                spec,
+                file_rel,
+                self.name(rel),
+                (values, self._user_values(file_rel)),
+                charts.access_for(spec.repo, access, self.opts.chart_repositories),
+                self.opts.chart_cache,
+                self.opts.helm,
+                spec.namespace or self.opts.namespace,
+                limits,
+                self._check_chart,
+                keep=self.decrypted is None,  # helm's output of decrypted values is never kept on disk
+            )
         # What the chart is (never where its templates are: they are not in Git, so no `source`).
         self._add_output(output, label, "", {}, {"chart": pulled.report()})
 
@@ -376,8 +389,11 @@ class _Walker:
             self._add(value, label, f"{label}#{number}", tool_dir=tool_dir, source=sources.get(number, ""))
         for obj in self.objects[before:]:
             obj.extra.update(extra)
+        found, self.decrypted = self.decrypted, None
+        if found is not None:  # made of decrypted inputs: their values in Secrets only, never cached on disk
+            sops_inputs.seal(self.objects[before:], found, label)
 
-    def _check_chart(self, directory: Path, rel: str) -> None:
+    def _check_chart(self, directory: Path, rel: str, *, own_values: bool = False) -> None:
         """helm parses a chart's YAML itself: its Chart.yaml (and lock and requirements files) and
         values.yaml, and those of its unpacked sub-charts (`charts/<name>/`), get the bounds of our own
         files first (bytes, aliases expanded, depth), so a hostile one is refused naming the file."""
@@ -391,19 +407,22 @@ class _Walker:
             for name in _CHART_FILES:
                 if (chart / name).is_file():
                     load_config(chart / name, _join(chart_rel, name), name)
-            if (chart / "values.yaml").is_file():
-                self._check_values(chart / "values.yaml", _join(chart_rel, "values.yaml"))
+            if (chart / "values.yaml").is_file():  # encrypted: the rendered chart's own only (sops_inputs.py)
+                own = own_values and chart == directory
+                self._check_values(chart / "values.yaml", _join(chart_rel, "values.yaml"), encrypted_ok=own)
             charts = chart / "charts"
             if charts.is_dir():
                 for sub in sorted(charts.iterdir()):
                     if (sub / "Chart.yaml").is_file():
                         pending.append((sub, _join(chart_rel, f"charts/{sub.name}")))
 
-    def _check_values(self, path: Path, name: str) -> None:
+    def _check_values(self, path: Path, name: str, *, encrypted_ok: bool = False) -> None:
         """A values file read by helm: bounded as a manifest is (its own node budget: nothing is built)."""
         nodes = self.opts.max_yaml_nodes
         data = read_bounded(path, name, self.opts.max_file_bytes)
-        sops.refuse_values(load_yaml(data, name, NodeBudget(nodes, nodes, self.opts.max_depth)), name)
+        docs = load_yaml(data, name, NodeBudget(nodes, nodes, self.opts.max_depth))
+        if not encrypted_ok:
+            sops.refuse_values(docs, name)
 
     def _values_file(self, given: Path, label: str) -> Path:
         """A --helm-values file: the user's own (absolute, or relative to the current directory) is
@@ -468,19 +487,3 @@ class _SnapshotEntry:
 
     def is_symlink(self) -> bool:
         return self.rel in self.snapshot.links
-
-
-def _unique(objects: list[DesiredObject]) -> list[DesiredObject]:
-    """Two manifests for one object would fight each other on every sync: refuse, naming both places."""
-    seen: dict[ObjectKey, DesiredObject] = {}
-    for obj in objects:
-        if _generated_hook(obj.manifest):
-            continue  # a Helm hook named by generateName: a new object each time it runs, never one of these
-        first = seen.setdefault(obj.key, obj)
-        if first is not obj:
-            raise RenderError(
-                f"duplicate object {obj.key}: also defined in {first.origin}",
-                file=obj.origin,
-                obj=_label(obj.manifest),
-            )
-    return objects

@@ -186,12 +186,14 @@ def render_source(
     namespace: str,
     limits: _tools.Limits,
     check: Callable[[Path, str], None],
+    *,
+    keep: bool = True,
 ) -> tuple[str, PulledChart, str]:
     """helm's output for a helm-chart.yaml (`file_rel`, in directory `where`), the chart pulled for it and the
     label its objects carry (`where (chart NAME VERSION from REPO, sha256:…)`). `check` bounds the chart's own
     YAML (the walker's, as for charts in Git). `values`: the spec's files, then its inline values, then the
     user's --helm-values files (last, as for every chart). No cache: a scratch directory, nothing
-    reused."""
+    reused. `keep` False (values decrypted from SOPS files): helm's output is never kept on disk."""
     with tempfile.TemporaryDirectory(prefix="gitops-sync-chart-") as scratch:
         pulled = pull(spec, file_rel, access, cache or Path(scratch), helm)
         check(pulled.directory, f"{file_rel} ({pulled.chart} {pulled.version})")
@@ -203,7 +205,7 @@ def render_source(
         files = [*files, *users]
         label = f"{where} ({pulled.describe()})"
         output = memo_template(
-            cache,
+            cache if keep else None,
             pulled,
             spec.release,
             namespace,

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import subprocess
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gitops_sync.errors import RenderError
+from gitops_sync.errors import DecryptionFailed, RenderError
 from gitops_sync.gnupg import PrivateHome, private_home
 from gitops_sync.resource import DesiredObject
 
@@ -32,8 +33,8 @@ from gitops_sync.resource import DesiredObject
 _MAC_MISMATCH, _MAC_NOT_FOUND, _NO_KEY = 51, 52, 128
 _BAD_MAC_VALUE, _BAD_VALUE = 24, 25  # a value (or the MAC) whose authentication tag fails
 _KEY_SOURCES = (
-    "for the CLI: --sops-age-key-file, SOPS_AGE_KEY_FILE, SOPS_AGE_KEY or --sops-pgp-key-file; a GitSync cannot "
-    "decrypt yet"
+    "for the CLI: --sops-age-key-file, SOPS_AGE_KEY_FILE, SOPS_AGE_KEY or --sops-pgp-key-file; for a GitSync: "
+    "spec.decryption.secretRef"
 )
 MARK = "sops"
 _SUPPORTED = ("age", "pgp")
@@ -48,12 +49,21 @@ class Decryption:
     pgp: tuple[bytes, ...] = field(default=(), repr=False)  # armored OpenPGP private keys
     sops: str = "sops"  # the binary
     timeout: float = 60.0
+    origin: str = "--sops-pgp-key-file"  # where the OpenPGP keys came from, for errors (a flag, a Secret)
 
     def __bool__(self) -> bool:
         return bool(self.age or self.pgp)
 
     def __repr__(self) -> str:
         return f"Decryption(age={len(self.age)} identities, pgp={len(self.pgp)} keys, sops={self.sops!r})"
+
+    def fingerprint(self) -> str:
+        """A digest of the keys, for the daemon's render cache in memory (a rotated key renders anew); never
+        written anywhere."""
+        h = hashlib.sha256()
+        for key in [k.encode() for k in self.age] + list(self.pgp):
+            h.update(hashlib.sha256(key).digest())
+        return h.hexdigest()
 
 
 def from_cli(age_files: Sequence[Path], pgp_files: Sequence[Path], environ: Mapping[str, str]) -> Decryption:
@@ -73,14 +83,16 @@ def from_cli(age_files: Sequence[Path], pgp_files: Sequence[Path], environ: Mapp
 def from_secret(data: Mapping[str, bytes], where: str) -> Decryption:
     """The keys of a Kubernetes Secret's (decoded) data, in Flux's layout (kustomize-controller
     `spec.decryption`): entries named `*.agekey` hold age identities, `*.asc` armored OpenPGP private keys;
-    others are ignored. For a GitSync's `spec.decryption.secretRef` (read as its ServiceAccount) once the
-    fleet passes it; `where` (namespace/name) names the Secret in errors, never a value."""
+    others are ignored. For a GitSync's `spec.decryption.secretRef` (read as its ServiceAccount, at every
+    fetch: daemon/fleet/keys.py); `where` names the Secret in errors, never a value."""
     age: list[str] = []
     for name in sorted(data):
         if name.endswith(".agekey"):
-            age += _age_identities(data[name].decode("utf-8", "replace"), f"Secret {where}, key {name}")
+            age += _age_identities(data[name].decode("utf-8", "replace"), f"{where}, key {name}")
     pgp = tuple(data[name] for name in sorted(data) if name.endswith(".asc"))
-    return Decryption(age=tuple(age), pgp=pgp)
+    if not age and not pgp:
+        raise DecryptionFailed(f"{where} holds no key: name entries *.agekey (age identities) or *.asc (OpenPGP)")
+    return Decryption(age=tuple(age), pgp=pgp, origin=where)
 
 
 def _read_key(path: Path, what: str) -> bytes:
@@ -94,7 +106,7 @@ def _age_identities(text: str, where: str) -> list[str]:
     """The `AGE-SECRET-KEY-1…` lines of an identity file (comments and public-key notes skipped)."""
     keys = [ln.strip() for ln in text.splitlines() if ln.strip().upper().startswith("AGE-SECRET-KEY-")]
     if not keys:
-        raise RenderError(f"{where} holds no age identity (a line starting with AGE-SECRET-KEY-)")
+        raise DecryptionFailed(f"{where} holds no age identity (a line starting with AGE-SECRET-KEY-)")
     return keys
 
 
@@ -113,17 +125,21 @@ def refuse_in_tool_output(value: Any, where: str) -> None:
     its ciphertext must never be applied."""
     if _metadata(value) is not None or (isinstance(value, Mapping) and _ciphertext_in_secret(value)):
         raise RenderError(
-            "SOPS-encrypted manifest or values in a kustomization's or chart's output: gitops-sync decrypts plain "
-            "manifest files only (move the Secret out of the kustomization, or decrypt it before kustomize reads it)",
+            "SOPS-encrypted manifest or values in a kustomization's or chart's output: kustomize or helm read an "
+            "encrypted file gitops-sync does not decrypt for them (it decrypts a kustomization's resources and "
+            "secretGenerator inputs inside the repository, and a chart's own values.yaml; see docs/secrets.md)",
             file=where,
         )
 
 
 def refuse_values(docs: Sequence[tuple[int, Any]], name: str) -> None:
-    """A SOPS-encrypted Helm values file is not decrypted (helm would template its ciphertext): refused."""
+    """A SOPS-encrypted Helm values file that is not decrypted (helm would template its ciphertext): refused.
+    A chart's own values.yaml and a helm-chart.yaml's valuesFiles are decrypted (render/sops_inputs.py)."""
     if encrypted(docs):
         raise RenderError(
-            "SOPS-encrypted Helm values file: not supported (only manifest files are decrypted)", file=name
+            "SOPS-encrypted Helm values file: decrypted only as the rendered chart's own values.yaml or a "
+            "helm-chart.yaml valuesFiles entry (not a sub-chart's or a pulled chart's values.yaml, nor --helm-values)",
+            file=name,
         )
 
 
@@ -158,22 +174,23 @@ class Session:
         if self._home is None:
             home = self._stack.enter_context(private_home("gitops-sync-sops-"))  # HOME and GNUPGHOME of the render
             for armored in self.keys.pgp:
-                home.import_keys(armored, "--sops-pgp-key-file", RenderError, self.keys.timeout)
+                home.import_keys(armored, self.keys.origin, DecryptionFailed, self.keys.timeout)
             self._home = home
         return self._home
 
-    def decrypt(self, data: bytes, rel: str, docs: Sequence[tuple[int, Any]]) -> bytes:
+    def decrypt(self, data: bytes, rel: str, docs: Sequence[tuple[int, Any]], fmt: str = "") -> bytes:
         """The plaintext of an encrypted file, from `sops --decrypt` reading stdin; raises RenderError naming
-        `rel` (the file) and why, never a value. `docs`: the file as parsed, for its recipients."""
+        `rel` (the file) and why, never a value. `docs`: the file's sops metadata as parsed, for its
+        recipients; `fmt`: sops' input and output type (default: json for `.json`, else yaml)."""
         keys = self.keys
         _refuse_unsupported_only(docs, rel)
         if not keys:
-            raise RenderError(
+            raise DecryptionFailed(
                 f"SOPS-encrypted ({_recipients(docs)}), but no decryption key was given ({_KEY_SOURCES})", file=rel
             )
         home = self._private_home()
         env = {**home.env, "SOPS_AGE_KEY": "\n".join(keys.age)} if keys.age else home.env
-        fmt = "json" if rel.lower().endswith(".json") else "yaml"
+        fmt = fmt or ("json" if rel.lower().endswith(".json") else "yaml")
         # --decrypt and /dev/stdin, not `decrypt` reading stdin: sops before 3.9 knows only these.
         argv = [keys.sops, "--decrypt", "--input-type", fmt, "--output-type", fmt, "/dev/stdin"]
         try:
@@ -181,28 +198,28 @@ class Session:
                 argv, input=data, env=env, capture_output=True, timeout=keys.timeout, check=False, cwd=home.path
             )
         except FileNotFoundError:
-            raise RenderError(
+            raise DecryptionFailed(
                 f"`{keys.sops}` not found, needed to decrypt this SOPS file: build it with "
                 "`deploy/local-cluster/cluster.py build --with sops` (or install sops) and put it on PATH",
                 file=rel,
             ) from None
         except subprocess.TimeoutExpired:
-            raise RenderError(f"`sops --decrypt` did not finish within {keys.timeout:g}s", file=rel) from None
+            raise DecryptionFailed(f"`sops --decrypt` did not finish within {keys.timeout:g}s", file=rel) from None
         return _outcome(done, rel, docs)
 
 
 def _outcome(done: subprocess.CompletedProcess[bytes], rel: str, docs: Sequence[tuple[int, Any]]) -> bytes:
     """sops' stdout, or the RenderError its exit code names (its stderr is never quoted)."""
     if done.returncode in (_MAC_MISMATCH, _MAC_NOT_FOUND):
-        raise RenderError("SOPS file's MAC does not verify: the file was changed after it was encrypted", file=rel)
+        raise DecryptionFailed("SOPS file's MAC does not verify: the file was changed after it was encrypted", file=rel)
     if done.returncode in (_BAD_MAC_VALUE, _BAD_VALUE):
-        raise RenderError(
+        raise DecryptionFailed(
             "SOPS file does not decrypt: an encrypted value fails its authentication (changed or damaged)", file=rel
         )
     if done.returncode == _NO_KEY:
-        raise RenderError(f"no given key fits this SOPS file (encrypted for {_recipients(docs)})", file=rel)
+        raise DecryptionFailed(f"no given key fits this SOPS file (encrypted for {_recipients(docs)})", file=rel)
     if done.returncode != 0:
-        raise RenderError(f"`sops --decrypt` failed (exit {done.returncode}); the file is not applied", file=rel)
+        raise DecryptionFailed(f"`sops --decrypt` failed (exit {done.returncode}); the file is not applied", file=rel)
     return done.stdout
 
 
@@ -234,7 +251,7 @@ def _refuse_unsupported_only(docs: Sequence[tuple[int, Any]], rel: str) -> None:
     address written in the file) with whatever credentials it finds; refused before it runs."""
     kinds = {kind for kind, _ in _key_entries(docs)}
     if kinds and not kinds & set(_SUPPORTED):
-        raise RenderError(
+        raise DecryptionFailed(
             f"SOPS file encrypted only for {', '.join(sorted(kinds))} keys: gitops-sync decrypts with age and "
             "OpenPGP keys only (add an age or OpenPGP recipient with `sops updatekeys`)",
             file=rel,

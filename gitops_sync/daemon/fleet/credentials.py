@@ -22,8 +22,11 @@ from gitops_sync.source.credentials import GitCredentials
 KEYS = ("username", "password", "bearerToken", "identity", "known_hosts", "ca.crt")
 
 
-class SecretCredentials:
-    """`()` -> the GitCredentials in Secret `namespace/name`, read as `user` ("" = the controller itself)."""
+class SecretReader:
+    """A Secret of a GitSync's namespace named by its `field`, GET at every use as `user` ("" = the controller
+    itself): `data` raises `error` naming the Secret and why, never a value. keys.py reads spec.decryption's."""
+
+    field = "spec.secretRef"
 
     def __init__(self, client: Client, namespace: str, name: str, user: str, *, timeout: float = 10.0) -> None:
         self.client = client
@@ -34,21 +37,31 @@ class SecretCredentials:
 
     @property
     def where(self) -> str:
-        return f"Secret {self.namespace}/{self.name} (spec.secretRef)"
+        return f"Secret {self.namespace}/{self.name} ({self.field})"
 
-    def __call__(self) -> GitCredentials:
+    def data(self, error: type[Exception]) -> dict[str, Any]:
+        """The Secret's `data` (values still base64)."""
         path = f"/api/v1/namespaces/{self.namespace}/secrets/{self.name}"
         try:
             doc = self.client.request("GET", path, timeout=self.timeout)
         except NotFoundError:
-            raise CredentialsUnavailable(f"{self.where} not found") from None
+            raise error(f"{self.where} not found") from None
         except ForbiddenError:
             who = self.user.removeprefix("system:serviceaccount:").replace(":", "/", 1)
             who = f"ServiceAccount {who}" if self.user else "the controller"
-            raise CredentialsUnavailable(f"{self.where}: {who} may not get it (403 Forbidden)") from None
+            raise error(f"{self.where}: {who} may not get it (403 Forbidden)") from None
         except ClusterError as exc:
-            raise CredentialsUnavailable(f"cannot read {self.where}: {exc}") from None
-        values = _decoded((doc if isinstance(doc, dict) else {}).get("data") or {}, self.where)
+            raise error(f"cannot read {self.where}: {exc}") from None
+        data = (doc if isinstance(doc, dict) else {}).get("data") or {}
+        return data if isinstance(data, dict) else {}
+
+
+class SecretCredentials(SecretReader):
+    """`()` -> the GitCredentials in Secret `namespace/name`, read as `user` ("" = the controller itself)."""
+
+    def __call__(self) -> GitCredentials:
+        data = self.data(CredentialsUnavailable)
+        values = _decoded(data, self.where)
         if not any(values.get(k) for k in KEYS[:5]):
             raise CredentialsUnavailable(f"{self.where} holds none of the keys {', '.join(KEYS[:5])}")
         creds = GitCredentials(
@@ -83,4 +96,4 @@ def _decoded(data: dict[str, Any], where: str) -> dict[str, str]:
     return out
 
 
-__all__ = ["KEYS", "SecretCredentials"]
+__all__ = ["KEYS", "SecretCredentials", "SecretReader"]

@@ -18,6 +18,7 @@ from gitops_sync.conventions import RECONCILE_REQUESTED, ConflictPolicy
 from gitops_sync.daemon.reconcile.desired import SourceSpec
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.options import parse_duration
+from gitops_sync.render.sops import Decryption
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source.credentials import GitCredentials
 
@@ -99,6 +100,9 @@ class GitSync:
     prune_cascade: bool = False  # spec.pruneCascade: the cascade guard does not refuse its prunes
     kube_config: KubeConfigRef | None = None  # spec.kubeConfig.secretRef: the target cluster (None: this one)
     secret_ref: str = ""  # spec.secretRef.name: a Secret of this namespace holding its Git credentials
+    # spec.decryption (provider sops): secretRef.name, a Secret of this namespace holding SOPS keys ("" = none
+    # given: an encrypted file fails); None: no spec.decryption (an encrypted file fails naming the field).
+    decryption: str | None = None
     # Every spec field `parse` asked for, present or not ("kubeConfig.secretRef.key", "dependsOn[].name"):
     # what the installed CRD's schema must declare, or the API server prunes it (crd.py).
     fields: frozenset[str] = field(default=frozenset(), compare=False)
@@ -135,9 +139,11 @@ class GitSync:
         *,
         debounce: float,
         credentials: Callable[[], GitCredentials | None] | None = None,
+        decryption: Callable[[], Decryption] | None = None,
     ) -> SourceSpec:
         """Options of the source: the controller's render options, this object's repository and policy;
-        `credentials`: what reads its spec.secretRef at every fetch (sources.py)."""
+        `credentials` and `decryption`: what reads its spec.secretRef and spec.decryption Secret at every
+        fetch (sources.py)."""
         src = SourceOptions(
             repo=self.repository,
             revision=self.revision,
@@ -147,6 +153,7 @@ class GitSync:
             timeout=base.timeout,
             local_policy=base.local_policy,
             credentials=credentials,
+            decryption=decryption,
         )
         # The ApplySet parent (inventory) of a GitSync is named after it and lives beside it.
         pass_opts = PassOptions(
@@ -212,6 +219,7 @@ def parse(obj: Manifest) -> GitSync:
         prune_cascade=bool(spec.get("pruneCascade", False)),
         kube_config=kube_config_of(spec, where),
         secret_ref=_secret_ref(spec, ns, where),
+        decryption=_decryption(spec, ns, where),
         fields=frozenset(asked),  # the last argument: every read above is in
     )
 
@@ -293,6 +301,19 @@ def _secret_ref(spec: dict[str, Any], ns: str, where: str) -> str:
     if not isinstance(ref, dict) or not isinstance(ref.get("name", ""), str):
         raise InvalidSpec(f"{where}: spec.secretRef must be {{name: <a Secret in {ns}>}}")
     return str(ref.get("name") or "")
+
+
+def _decryption(spec: dict[str, Any], ns: str, where: str) -> str | None:
+    """spec.decryption (Flux's shape): {provider: sops, secretRef: {name}}; the Secret's name ("" without one)."""
+    dec = spec.get("decryption")
+    if dec is None:
+        return None
+    ref = dec.get("secretRef") if isinstance(dec, dict) else None
+    if not isinstance(dec, dict) or dec.get("provider") != "sops":
+        raise InvalidSpec(f"{where}: spec.decryption.provider must be sops")
+    if ref is not None and (not isinstance(ref, dict) or not isinstance(ref.get("name", ""), str)):
+        raise InvalidSpec(f"{where}: spec.decryption.secretRef must be {{name: <a Secret in {ns}>}}")
+    return str((ref or {}).get("name") or "")
 
 
 def _depends_on(spec: dict[str, Any], ns: str, where: str) -> tuple[tuple[str, str], ...]:

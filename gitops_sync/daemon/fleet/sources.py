@@ -22,6 +22,7 @@ from gitops_sync.daemon.fleet import gitsync
 from gitops_sync.daemon.fleet.clusters import RemoteCluster, RemoteClusters
 from gitops_sync.daemon.fleet.credentials import SecretCredentials
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
+from gitops_sync.daemon.fleet.keys import SecretKeys
 from gitops_sync.daemon.fleet.status import Deletion
 from gitops_sync.daemon.process.controller import DaemonOptions, FencedClient
 from gitops_sync.daemon.reconcile.access import ReadAccess
@@ -170,8 +171,11 @@ class SourceFactory:
         if gs.secret_ref:  # read at every fetch, as the GitSync's ServiceAccount when it has one
             reader = self._client(gs, lambda: True, self.share)  # a GET, on the controller's cluster
             credentials = SecretCredentials(reader, gs.namespace, gs.secret_ref, gs.impersonate)
+        keys = None
+        if gs.decryption is not None:  # its SOPS keys: read before every render, as its ServiceAccount too
+            keys = SecretKeys(self._client(gs, lambda: True, self.share), gs.namespace, gs.decryption, gs.impersonate)
         r = SourceReconciler(
-            gs.source_spec(self.source_options, debounce=opts.debounce, credentials=credentials),
+            gs.source_spec(self.source_options, debounce=opts.debounce, credentials=credentials, decryption=keys),
             engine=engine,
             queue=Scoped(self.queue, gs.ref),
             shared=self.shared if remote is None else replace(self.shared, cache=remote.cache),

@@ -36,6 +36,7 @@ from gitops_sync.errors import (
     ChartRepositoryNotAllowed,
     ClusterError,
     CredentialsUnavailable,
+    DecryptionFailed,
     RepositoryNotAllowed,
 )
 from gitops_sync.log import get_logger
@@ -233,7 +234,7 @@ class SourceReconciler(PassRunner):
         try:
             checkout, objects = self.desired.load()
         except Exception as exc:
-            reasoned = (RepositoryNotAllowed, CredentialsUnavailable, ChartRepositoryNotAllowed)
+            reasoned = (RepositoryNotAllowed, CredentialsUnavailable, ChartRepositoryNotAllowed, DecryptionFailed)
             reason = exc.reason if isinstance(exc, reasoned) else SOURCE_FAILED
             self._source_failed(masked(exc, self.desired.redactor()), self.desired.failed_revision(exc), reason)
             return False

@@ -69,15 +69,6 @@ def test_only_secrets_may_be_encrypted(tmp_path: Path, secret_tools: SecretTools
     assert "hidden-value" not in str(err.value)
 
 
-def test_an_encrypted_file_in_a_kustomization_is_refused(tmp_path: Path, secret_tools: SecretTools) -> None:
-    """kustomize would pass the ciphertext through: never applied."""
-    key, recipient = secret_tools.age_key("kustomize")
-    encrypted(secret_tools, tmp_path, "app/secret.yaml", SECRET.format(name="s", value="v"), recipient)
-    (tmp_path / "app" / "kustomization.yaml").write_text("resources:\n- secret.yaml\n")
-    with pytest.raises(RenderError, match=r"app \(kustomize\)#1: SOPS-encrypted manifest or values in a kustomization"):
-        render(tmp_path, options(secret_tools, key))
-
-
 def test_render_cache_stores_nothing_for_a_decrypted_source(tmp_path: Path, secret_tools: SecretTools) -> None:
     """The plain source is stored (the cache works here), the one with a decrypted Secret is not."""
     key, recipient = secret_tools.age_key("cache")
@@ -100,50 +91,16 @@ def test_render_cache_stores_nothing_for_a_decrypted_source(tmp_path: Path, secr
         assert value.encode() not in path.read_bytes()
 
 
-def test_a_sops_env_file_in_a_secret_generator_is_refused(tmp_path: Path, secret_tools: SecretTools) -> None:
-    """kustomize puts the ciphertext values of a SOPS dotenv file into the generated Secret's data."""
-    key, recipient = secret_tools.age_key("generator")
-    plain = secret_tools.work / "db.env"
-    plain.write_text("PASSWORD=never-applied-as-ciphertext\n")
-    app = tmp_path / "app"
-    app.mkdir()
-    args = ["sops", "encrypt", "--input-type", "dotenv", "--output-type", "dotenv", "--age", recipient, str(plain)]
-    (app / "db.env").write_bytes(secret_tools.run(*args))
-    plain.unlink()
-    (app / "kustomization.yaml").write_text("secretGenerator:\n- name: db\n  envs:\n  - db.env\n")
-    with pytest.raises(RenderError, match=r"app \(kustomize\)#1: SOPS-encrypted manifest or values"):
-        render(tmp_path, options(secret_tools, key))
-
-
-def test_an_encrypted_helm_values_file_is_refused(tmp_path: Path, secret_tools: SecretTools) -> None:
-    key, recipient = secret_tools.age_key("values")
-    chart = tmp_path / "chart"
-    (chart / "templates").mkdir(parents=True)
-    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: app\nversion: 0.1.0\n")
-    (chart / "templates" / "cm.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  v: {{ .Values.password | quote }}\n"
-    )
-    values = secret_tools.work / "values.yaml"
-    values.write_text("password: never-templated\n")
-    given = tmp_path / "secret-values.yaml"
-    secret_tools.encrypt(values, given, age=recipient)
-    opts = options(secret_tools, key)
-    opts.helm = str(secret_tools.bin_dir / "helm")
-    opts.helm_values = (given,)
-    with pytest.raises(RenderError, match=r"secret-values.yaml: SOPS-encrypted Helm values file: not supported"):
-        render(chart, opts)
-    secret_tools.encrypt(values, chart / "values.yaml", age=recipient)  # the chart's own values
-    opts.helm_values = ()
-    with pytest.raises(RenderError, match=r"values.yaml: SOPS-encrypted Helm values file"):
-        render(chart, opts)
-
-
 def test_the_daemons_memory_store_keeps_a_decrypted_render(tmp_path: Path, secret_tools: SecretTools) -> None:
     """Memory only: a re-poll of the same files is served without running sops again."""
     key, recipient = secret_tools.age_key("memory")
     encrypted(secret_tools, tmp_path, "s.yaml", SECRET.format(name="s", value="v"), recipient)
     cache = RenderCache(MemoryStore())
     first = cache.render(Checkout(tmp_path, "", str(tmp_path), ""), options(secret_tools, key), render)
-    gone = replace(options(secret_tools, key), decryption=Decryption(sops=str(tmp_path / "no-sops")))
+    keys = options(secret_tools, key).decryption
+    gone = replace(options(secret_tools, key), decryption=replace(keys, sops=str(tmp_path / "no-sops")))
     again = cache.render(Checkout(tmp_path, "", str(tmp_path), ""), gone, render)
     assert cache.hits == 1 and again[0].manifest == first[0].manifest
+    other, _ = secret_tools.age_key("other")  # other keys (a GitSync's Secret rotated): rendered anew, and refused
+    with pytest.raises(RenderError, match="no given key fits"):
+        cache.render(Checkout(tmp_path, "", str(tmp_path), ""), options(secret_tools, other), render)

@@ -214,3 +214,58 @@ def test_wrong_key_tampered_mac_and_no_key_apply_and_prune_nothing(
     assert changed["data"]["setting"] == "v1"
     assert live_password(kube, namespace, "db") == value
     assert kube.kubectl("get", "secret", "db-renamed", "-n", namespace, check=False).returncode != 0
+
+
+def test_encrypted_kustomize_and_helm_inputs_sync_and_leave_nothing_on_disk(
+    kube: KubeCluster, namespace: str, tmp_path: Path, secret_tools: SecretTools
+) -> None:
+    """A commit with a kustomization (an encrypted resource and a secretGenerator's encrypted dotenv file) and a
+    chart (its own encrypted values.yaml): synced, the values only in the cluster, neither in any output nor in
+    the cache directory nor left in $TMPDIR (the private copies kustomize and helm read are gone)."""
+    key, recipient = secret_tools.age_key("tools")
+    token, password, chart_pw = (f"{w}-{uuid.uuid4().hex}" for w in ("token", "pw", "chart"))
+    repo = Repo(tmp_path / "repo", secret_tools)
+    (repo.root / "app").mkdir()
+    repo.put_encrypted("app/secret.yaml", secret_yaml("api", token), age=recipient)
+    env_plain = secret_tools.work / f"db-{uuid.uuid4().hex}.env"
+    env_plain.write_text(f"password={password}\n")
+    args = ["sops", "encrypt", "--input-type", "dotenv", "--output-type", "dotenv", "--age", recipient]
+    (repo.root / "app" / "db.env").write_bytes(secret_tools.run(*args, str(env_plain)))
+    env_plain.unlink()
+    repo.put(
+        "app/kustomization.yaml",
+        "resources:\n- secret.yaml\nsecretGenerator:\n- name: db\n  envs:\n  - db.env\n"
+        "generatorOptions:\n  disableNameSuffixHash: true\n",
+    )
+    (repo.root / "chart" / "templates").mkdir(parents=True)
+    repo.put("chart/Chart.yaml", "apiVersion: v2\nname: chart\nversion: 0.1.0\n")
+    repo.put(
+        "chart/templates/secret.yaml",
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: chart-db\nstringData:\n  password: {{ .Values.password }}\n",
+    )
+    values_plain = secret_tools.work / f"values-{uuid.uuid4().hex}.yaml"
+    values_plain.write_text(f"password: {chart_pw}\n")
+    (repo.root / "chart" / "values.yaml").write_bytes(
+        secret_tools.run("sops", "encrypt", "--age", recipient, str(values_plain))
+    )
+    values_plain.unlink()
+    repo.commit("encrypted tool inputs")
+    cache, tmp = tmp_path / "cache", tmp_path / "tmp"
+    tmp.mkdir()
+    src = ["--repo", str(repo.root), "--revision", "main", "-n", namespace, "--cache-dir", str(cache)]
+    env = {"SOPS_AGE_KEY_FILE": str(key), "TMPDIR": str(tmp)}
+    outputs = []
+    for command in ("sync", "diff"):
+        done = gs(kube, secret_tools, command, *src, "-o", "json", "--log-level", "debug", env=env)
+        assert done.returncode == 0, done.stderr
+        outputs += [done.stdout, done.stderr]
+    secret = json.loads(kube.kubectl("get", "secret", "api", "-n", namespace, "-o", "json").stdout)
+    assert base64.b64decode(secret["data"]["password"]).decode() == token
+    db = json.loads(kube.kubectl("get", "secret", "db", "-n", namespace, "-o", "json").stdout)
+    assert base64.b64decode(db["data"]["password"]).decode() == password
+    assert live_password(kube, namespace, "chart-db") == chart_pw
+    assert_never_shown(forms(token, password, chart_pw), *outputs)
+    assert_not_in_dir(forms(token, password, chart_pw), cache)
+    renders = cache / "renders"
+    assert not (renders.exists() and list(renders.glob("*.json")))
+    assert list(tmp.iterdir()) == [], list(tmp.iterdir())

@@ -261,3 +261,29 @@ def test_the_daemon_memory_store_serves_a_second_render(tmp_path: Path, monkeypa
     load(src, cache)
     load(src, cache)
     assert counting.calls == 1 and (cache.hits, cache.misses) == (1, 1)
+
+
+def test_the_memory_store_renders_anew_when_a_gitsyncs_keys_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spec.decryption's Secret is read before every render (SourceOptions.decryption): a rotated or removed
+    key must not be served a render decrypted with the old one (the disk store never holds one anyway)."""
+    from gitops_sync.render.sops import Decryption
+
+    repo = make_repo(tmp_path, {"a.yaml": CM.format(name="a")})
+    counting = Counting(monkeypatch)
+    cache = RenderCache(MemoryStore(max_entries=8))
+    keys = [Decryption(age=("AGE-SECRET-KEY-1A",))]
+    src = source(repo, tmp_path, decryption=lambda: keys[0])
+    load(src, cache)
+    load(src, cache)
+    assert counting.calls == 1  # the same keys: served
+    keys[0] = Decryption(age=("AGE-SECRET-KEY-1B",))
+    load(src, cache)
+    assert counting.calls == 2  # rotated: rendered again
+    disk = engine.disk_render_cache(src)
+    load(src, disk)
+    keys[0] = Decryption(age=("AGE-SECRET-KEY-1C",))
+    load(src, disk)  # on disk (the CLI's), the keys are not in the key: nothing that decrypted is stored
+    assert counting.calls == 3
+    assert not any("AGE-SECRET" in p.read_text() for p in (tmp_path / "cache").rglob("*.json"))

@@ -110,16 +110,19 @@ def test_a_file_for_cloud_kms_or_vault_keys_only_is_refused_before_sops_runs(tmp
 
 
 def test_keys_from_a_secrets_data_in_fluxs_layout() -> None:
-    """What a GitSync's spec.decryption.secretRef will hold: `*.agekey` and `*.asc` entries, in memory."""
+    """What a GitSync's spec.decryption.secretRef holds: `*.agekey` and `*.asc` entries, in memory."""
     from gitops_sync.render.sops import from_secret
     from gitops_sync.source.verify import from_secret as trusted_from_secret
 
     data = {"team.agekey": f"# public key: {RECIPIENT}\n{IDENTITY}\n".encode(), "ops.asc": b"-----BEGIN PGP", "x": b"y"}
-    keys = from_secret(data, "team-a/sops-keys")
+    keys = from_secret(data, "Secret team-a/sops-keys")
     assert keys.age == (IDENTITY,) and keys.pgp == (b"-----BEGIN PGP",)
     assert IDENTITY not in repr(keys)
     with pytest.raises(RenderError, match=r"Secret team-a/sops-keys, key bad\.agekey holds no age identity"):
-        from_secret({"bad.agekey": RECIPIENT.encode()}, "team-a/sops-keys")
+        from_secret({"bad.agekey": RECIPIENT.encode()}, "Secret team-a/sops-keys")
+    with pytest.raises(RenderError, match=r"Secret team-a/sops-keys holds no key"):
+        from_secret({"x": b"y"}, "Secret team-a/sops-keys")
+    assert keys.fingerprint() != from_secret({"a.agekey": IDENTITY[:-1].encode() + b"Q"}, "s").fingerprint()
     trusted = trusted_from_secret({"allowed_signers": b"a@b ssh-ed25519 AAAA", "k.asc": b"pub"}, tags=True)
     assert trusted.allowed_signers == b"a@b ssh-ed25519 AAAA" and trusted.pgp_public_keys == (b"pub",)
     assert trusted.tags and trusted.commits and not trusted_from_secret({})

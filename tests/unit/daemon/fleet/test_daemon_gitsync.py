@@ -53,6 +53,7 @@ def test_parse_reads_every_field() -> None:
                 "wait": True,
                 "timeout": "90s",
                 "secretRef": {"name": "git-creds"},
+                "decryption": {"provider": "sops", "secretRef": {"name": "sops-keys"}},
             },
             annotations={gitsync.RECONCILE_ANNOTATION: "now"},
         )
@@ -61,7 +62,9 @@ def test_parse_reads_every_field() -> None:
     assert gs.impersonate == "system:serviceaccount:team-a:deployer"
     assert gs.depends_on == (("team-a", "base"), ("infra", "crds"))
     assert gs.suspend and gs.wait and gs.timeout == 90 and gs.reconcile_requested == "now"
-    assert gs.secret_ref == "git-creds"
+    assert gs.secret_ref == "git-creds" and gs.decryption == "sops-keys"
+    assert parse(obj({"repository": "r"})).decryption is None  # no spec.decryption: nothing is decrypted
+    assert parse(obj({"repository": "r", "decryption": {"provider": "sops"}})).decryption == ""  # no keys given
 
 
 @pytest.mark.parametrize(
@@ -75,6 +78,9 @@ def test_parse_reads_every_field() -> None:
         ({"repository": "r", "dependsOn": [{}]}, "spec.dependsOn[0]"),
         ({"repository": "r", "secretRef": "creds"}, "spec.secretRef"),
         ({"repository": "r", "secretRef": {"name": 7}}, "spec.secretRef"),
+        ({"repository": "r", "decryption": {"provider": "vault"}}, "spec.decryption.provider must be sops"),
+        ({"repository": "r", "decryption": "sops"}, "spec.decryption.provider"),
+        ({"repository": "r", "decryption": {"provider": "sops", "secretRef": "k"}}, "spec.decryption.secretRef"),
     ],
 )
 def test_parse_names_the_object_and_the_field(spec: dict[str, Any], problem: str) -> None:
@@ -231,6 +237,9 @@ def test_every_spec_field_of_the_crd_is_described_for_kubectl_explain() -> None:
     undescribed = list(_undescribed(spec, "spec"))
     assert not undescribed, f"kubectl explain gitsync.spec says <no description> for {undescribed}"
     assert "secretRef" in spec["properties"] and "name" in spec["properties"]["secretRef"]["properties"]
+    decryption = spec["properties"]["decryption"]
+    assert decryption["properties"]["provider"]["enum"] == ["sops"] and decryption["required"] == ["provider"]
+    assert "name" in decryption["properties"]["secretRef"]["properties"]
 
 
 def test_detect_only_status_counts_gits_changes_as_planned_and_only_live_changes_as_drift() -> None:
