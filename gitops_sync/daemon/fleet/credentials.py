@@ -31,6 +31,7 @@ class SecretCredentials:
         self.name = name
         self.user = user
         self.timeout = timeout
+        self.scope = cache_scope(namespace, user, name)
 
     @property
     def where(self) -> str:
@@ -60,12 +61,25 @@ class SecretCredentials:
             known_hosts=values.get("known_hosts", ""),
             ca_cert=values.get("ca.crt", ""),
             isolated=True,
+            cache_scope=self.scope,
         )
         try:
             creds.check()
         except Exception as exc:  # a key missing: the Secret's fault, said with its name
             raise CredentialsUnavailable(str(exc)) from None
         return creds
+
+
+def cache_scope(namespace: str, user: str, secret: str) -> str:
+    """Whose clone cache a GitSync's fetch uses: one per (namespace, ServiceAccount, Secret), so a tenant never
+    reads a clone fetched with the controller's or another tenant's credentials (names only)."""
+    return f"{namespace}|{user}|{secret}"
+
+
+def tenant_without_secret(namespace: str, user: str) -> GitCredentials:
+    """A tenant GitSync without spec.secretRef: no credentials at all, fetched hermetically (never with the
+    controller's ssh keys, agent, credential helpers, ~/.netrc or global git configuration)."""
+    return GitCredentials(isolated=True, cache_scope=cache_scope(namespace, user, ""))
 
 
 def _decoded(data: dict[str, Any], where: str) -> dict[str, str]:
@@ -83,4 +97,4 @@ def _decoded(data: dict[str, Any], where: str) -> dict[str, str]:
     return out
 
 
-__all__ = ["KEYS", "SecretCredentials"]
+__all__ = ["KEYS", "SecretCredentials", "cache_scope", "tenant_without_secret"]

@@ -9,6 +9,7 @@ the moment its GitSync is rebuilt, suspended, switched to detect-only or deleted
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.fleet import gitsync
 from gitops_sync.daemon.fleet.clusters import RemoteCluster, RemoteClusters
-from gitops_sync.daemon.fleet.credentials import SecretCredentials
+from gitops_sync.daemon.fleet.credentials import SecretCredentials, tenant_without_secret
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
 from gitops_sync.daemon.fleet.status import Deletion
 from gitops_sync.daemon.process.controller import DaemonOptions, FencedClient
@@ -30,6 +31,7 @@ from gitops_sync.daemon.reconcile.reporter import QueueKey
 from gitops_sync.daemon.runtime.queue import WorkQueue
 from gitops_sync.engine import Engine, SourceOptions
 from gitops_sync.resource import Manifest
+from gitops_sync.source.credentials import GitCredentials
 
 FleetKey = tuple[str, QueueKey]  # (namespace/name of the GitSync, its key)
 
@@ -166,10 +168,12 @@ class SourceFactory:
         access = None
         if gs.impersonate:  # its reads of the shared cache are checked as its ServiceAccount (access.py)
             access = ReadAccess(self._client(gs, lambda: True, share), gs.impersonate)  # a review changes nothing
-        credentials = None
+        credentials: Callable[[], GitCredentials | None] | None = None  # None: the controller's own
         if gs.secret_ref:  # read at every fetch, as the GitSync's ServiceAccount when it has one
             reader = self._client(gs, lambda: True, self.share)  # a GET, on the controller's cluster
             credentials = SecretCredentials(reader, gs.namespace, gs.secret_ref, gs.impersonate)
+        elif gs.impersonate:  # a tenant without a Secret: none at all, never the controller's
+            credentials = functools.partial(tenant_without_secret, gs.namespace, gs.impersonate)
         r = SourceReconciler(
             gs.source_spec(self.source_options, debounce=opts.debounce, credentials=credentials),
             engine=engine,
