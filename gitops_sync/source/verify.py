@@ -30,6 +30,7 @@ class VerificationFailed(SourceError):
     """The head commit is unsigned, or not signed by a trusted key (`Ready=False reason=VerificationFailed`)."""
 
     reason = "VerificationFailed"
+    revision = ""  # the commit refused (set by verify_checkout): the GitSync's status names it
 
 
 @dataclass(frozen=True)
@@ -115,10 +116,14 @@ def verify_checkout(checkout: Checkout, keys: TrustedKeys) -> str:
             "commit; pass --revision (a branch, tag or commit) so the verified commit is what is rendered"
         )
     found = []
-    if keys.tags:
-        found.append(f"tag {checkout.ref}: " + verify_tag(checkout.git_dir, checkout.ref, checkout.revision, keys))
-    if keys.commits:
-        found.append(verify_commit(checkout.git_dir, checkout.revision, keys).describe())
+    try:
+        if keys.tags:
+            found.append(f"tag {checkout.ref}: " + verify_tag(checkout.git_dir, checkout.ref, checkout.revision, keys))
+        if keys.commits:
+            found.append(verify_commit(checkout.git_dir, checkout.revision, keys).describe())
+    except VerificationFailed as exc:
+        exc.revision = checkout.revision
+        raise
     return "; ".join(found)
 
 

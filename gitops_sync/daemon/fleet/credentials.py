@@ -1,10 +1,12 @@
-"""A GitSync's spec.secretRef: its Git credentials, read from the API server at every fetch.
+"""A GitSync's spec.secretRef (its Git credentials) and spec.verify.secretRef (the keys it trusts), read from
+the API server at every fetch.
 
 `SecretCredentials` is what `SourceOptions.credentials` calls (engine/loading.py) before each fetch: it GETs
 the Secret with the source's own client, so a GitSync with `serviceAccountName` reads it AS that
 ServiceAccount (Impersonate-User: the API server decides, a tenant never borrows a Secret its account may
 not read), and a rotated Secret is used by the next fetch without a restart. Nothing is cached or written:
-the values go to source/credentials.py for one fetch. A Secret that cannot be used raises
+the values go to source/credentials.py for one fetch (`SecretKeys`: to source/verify.py for one check). A
+Secret that cannot be used raises
 CredentialsUnavailable naming the Secret and why (the GitSync's Ready=False reason), never a value.
 """
 
@@ -17,13 +19,17 @@ from typing import Any
 from gitops_sync.cluster.client import Client
 from gitops_sync.errors import ClusterError, CredentialsUnavailable, ForbiddenError, NotFoundError
 from gitops_sync.source.credentials import GitCredentials
+from gitops_sync.source.verify import TrustedKeys, from_secret
 
 # The keys Flux's GitRepository reads from its secretRef (and only those are looked at).
 KEYS = ("username", "password", "bearerToken", "identity", "known_hosts", "ca.crt")
 
 
-class SecretCredentials:
-    """`()` -> the GitCredentials in Secret `namespace/name`, read as `user` ("" = the controller itself)."""
+class SecretReader:
+    """GETs Secret `namespace/name` as `user` ("" = the controller itself) for one fetch; `field` names the spec
+    field that points at it in every message."""
+
+    field = "spec.secretRef"
 
     def __init__(self, client: Client, namespace: str, name: str, user: str, *, timeout: float = 10.0) -> None:
         self.client = client
@@ -35,9 +41,10 @@ class SecretCredentials:
 
     @property
     def where(self) -> str:
-        return f"Secret {self.namespace}/{self.name} (spec.secretRef)"
+        return f"Secret {self.namespace}/{self.name} ({self.field})"
 
-    def __call__(self) -> GitCredentials:
+    def data(self) -> dict[str, Any]:
+        """The Secret's `data` (base64 values), or CredentialsUnavailable naming it and why."""
         path = f"/api/v1/namespaces/{self.namespace}/secrets/{self.name}"
         try:
             doc = self.client.request("GET", path, timeout=self.timeout)
@@ -49,7 +56,15 @@ class SecretCredentials:
             raise CredentialsUnavailable(f"{self.where}: {who} may not get it (403 Forbidden)") from None
         except ClusterError as exc:
             raise CredentialsUnavailable(f"cannot read {self.where}: {exc}") from None
-        values = _decoded((doc if isinstance(doc, dict) else {}).get("data") or {}, self.where)
+        data = (doc if isinstance(doc, dict) else {}).get("data") or {}
+        return data if isinstance(data, dict) else {}
+
+
+class SecretCredentials(SecretReader):
+    """`()` -> the GitCredentials in the Secret of spec.secretRef."""
+
+    def __call__(self) -> GitCredentials:
+        values = _decoded(self.data(), self.where)
         if not any(values.get(k) for k in KEYS[:5]):
             raise CredentialsUnavailable(f"{self.where} holds none of the keys {', '.join(KEYS[:5])}")
         creds = GitCredentials(
@@ -68,6 +83,31 @@ class SecretCredentials:
         except Exception as exc:  # a key missing: the Secret's fault, said with its name
             raise CredentialsUnavailable(str(exc)) from None
         return creds
+
+
+class SecretKeys(SecretReader):
+    """`()` -> the TrustedKeys of spec.verify's Secret: its `*.asc` (armored OpenPGP public keys) and
+    `allowed_signers` (SSH); `commits`/`tags`: what spec.verify.mode wants signed."""
+
+    field = "spec.verify.secretRef"
+
+    def __init__(self, *args: Any, commits: bool, tags: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commits, self.tags = commits, tags
+
+    def __call__(self) -> TrustedKeys:
+        data: dict[str, bytes] = {}
+        for key, raw in self.data().items():
+            try:
+                data[str(key)] = base64.b64decode(str(raw), validate=True)
+            except binascii.Error:
+                raise CredentialsUnavailable(f"{self.where}: key {key} is not base64") from None
+        keys = from_secret(data, commits=self.commits, tags=self.tags)
+        if not keys:
+            raise CredentialsUnavailable(
+                f"{self.where} holds no trusted key: give *.asc (OpenPGP public keys) and/or allowed_signers (SSH)"
+            )
+        return keys
 
 
 def cache_scope(namespace: str, user: str, secret: str) -> str:
@@ -97,4 +137,4 @@ def _decoded(data: dict[str, Any], where: str) -> dict[str, str]:
     return out
 
 
-__all__ = ["KEYS", "SecretCredentials", "cache_scope", "tenant_without_secret"]
+__all__ = ["KEYS", "SecretCredentials", "SecretKeys", "SecretReader", "cache_scope", "tenant_without_secret"]

@@ -12,7 +12,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitops_sync.conventions import RECONCILE_REQUESTED, ConflictPolicy
 from gitops_sync.daemon.reconcile.desired import SourceSpec
@@ -20,6 +20,9 @@ from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.options import parse_duration
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source.credentials import GitCredentials
+
+if TYPE_CHECKING:
+    from gitops_sync.source.verify import TrustedKeys
 
 GROUP = "gitops-sync.io"
 VERSION = "v1alpha1"
@@ -72,6 +75,20 @@ class KubeConfigRef:
         return f"Secret {namespace}/{self.secret}"
 
 
+# spec.verify.mode, Flux's names (matched without case): what must be signed by a trusted key.
+VERIFY_MODES = {"head": (True, False), "tag": (False, True), "tagandhead": (True, True)}  # (commit, tag)
+
+
+@dataclass(frozen=True)
+class VerifyRef:
+    """spec.verify: the rendered commit (HEAD) and/or the tag spec.revision names must be signed by a key of
+    Secret `secret` (its `*.asc` OpenPGP keys and `allowed_signers`), read as the GitSync's ServiceAccount."""
+
+    secret: str
+    commits: bool = True
+    tags: bool = False
+
+
 @dataclass(frozen=True)
 class GitSync:
     """One GitSync as the controller acts on it."""
@@ -99,6 +116,7 @@ class GitSync:
     prune_cascade: bool = False  # spec.pruneCascade: the cascade guard does not refuse its prunes
     kube_config: KubeConfigRef | None = None  # spec.kubeConfig.secretRef: the target cluster (None: this one)
     secret_ref: str = ""  # spec.secretRef.name: a Secret of this namespace holding its Git credentials
+    verify: VerifyRef | None = None  # spec.verify: signatures checked before a commit is rendered
 
     @property
     def ref(self) -> str:
@@ -132,9 +150,10 @@ class GitSync:
         *,
         debounce: float,
         credentials: Callable[[], GitCredentials | None] | None = None,
+        verify: Callable[[], TrustedKeys] | None = None,
     ) -> SourceSpec:
         """Options of the source: the controller's render options, this object's repository and policy;
-        `credentials`: what reads its spec.secretRef at every fetch (sources.py)."""
+        `credentials`: what reads its spec.secretRef at every fetch, `verify` its spec.verify Secret (sources.py)."""
         src = SourceOptions(
             repo=self.repository,
             revision=self.revision,
@@ -144,6 +163,7 @@ class GitSync:
             timeout=base.timeout,
             local_policy=base.local_policy,
             credentials=credentials,
+            verify=verify,
         )
         # The ApplySet parent (inventory) of a GitSync is named after it and lives beside it.
         pass_opts = PassOptions(
@@ -218,6 +238,7 @@ def parse(obj: Manifest) -> GitSync:
         prune_cascade=bool(spec.get("pruneCascade", False)),
         kube_config=kube_config_of(spec, where),
         secret_ref=_secret_ref(spec, ns, where),
+        verify=_verify(spec, where),
     )
 
 
@@ -226,13 +247,19 @@ def kube_config_of(spec: dict[str, Any], where: str) -> KubeConfigRef | None:
     kc = spec.get("kubeConfig")
     if kc is None:
         return None
-    ref = kc.get("secretRef") if isinstance(kc, dict) else None
-    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
-        raise InvalidSpec(f"{where}: spec.kubeConfig.secretRef.name is required (a Secret in the GitSync's namespace)")
+    ref = _named_secret(kc, "spec.kubeConfig", where)
     key = ref.get("key") or ""
     if not isinstance(key, str):
         raise InvalidSpec(f"{where}: spec.kubeConfig.secretRef.key must be a string")
     return KubeConfigRef(ref["name"], key)
+
+
+def _named_secret(block: object, field: str, where: str) -> dict[str, Any]:
+    """`block`'s secretRef, which must name a Secret (of the GitSync's namespace: there is no namespace field)."""
+    ref = block.get("secretRef") if isinstance(block, dict) else None
+    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
+        raise InvalidSpec(f"{where}: {field}.secretRef.name is required (a Secret in the GitSync's namespace)")
+    return ref
 
 
 def _secret_ref(spec: dict[str, Any], ns: str, where: str) -> str:
@@ -241,6 +268,21 @@ def _secret_ref(spec: dict[str, Any], ns: str, where: str) -> str:
     if not isinstance(ref, dict) or not isinstance(ref.get("name", ""), str):
         raise InvalidSpec(f"{where}: spec.secretRef must be {{name: <a Secret in {ns}>}}")
     return str(ref.get("name") or "")
+
+
+def _verify(spec: dict[str, Any], where: str) -> VerifyRef | None:
+    """spec.verify: {mode: HEAD|Tag|TagAndHEAD (default HEAD), secretRef: {name}}; None when absent."""
+    v = spec.get("verify")
+    if v is None:
+        return None
+    ref = _named_secret(v, "spec.verify", where)
+    mode = str(v.get("mode") or "HEAD")
+    if mode.lower() not in VERIFY_MODES:
+        raise InvalidSpec(f"{where}: spec.verify.mode must be HEAD, Tag or TagAndHEAD, not {mode!r}")
+    if VERIFY_MODES[mode.lower()][1] and not spec.get("revision"):
+        raise InvalidSpec(f"{where}: spec.verify.mode {mode} needs spec.revision naming the signed tag")
+    commits, tags = VERIFY_MODES[mode.lower()]
+    return VerifyRef(ref["name"], commits=commits, tags=tags)
 
 
 def _depends_on(spec: dict[str, Any], ns: str, where: str) -> tuple[tuple[str, str], ...]:
@@ -317,6 +359,7 @@ __all__ = [
     "GitSync",
     "InvalidSpec",
     "KubeConfigRef",
+    "VerifyRef",
     "collection_path",
     "is_ready",
     "kube_config_of",

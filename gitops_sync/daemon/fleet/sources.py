@@ -21,7 +21,7 @@ from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.fleet import gitsync
 from gitops_sync.daemon.fleet.clusters import RemoteCluster, RemoteClusters
-from gitops_sync.daemon.fleet.credentials import SecretCredentials, tenant_without_secret
+from gitops_sync.daemon.fleet.credentials import SecretCredentials, SecretKeys, tenant_without_secret
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
 from gitops_sync.daemon.fleet.status import Deletion
 from gitops_sync.daemon.process.controller import DaemonOptions, FencedClient
@@ -174,8 +174,13 @@ class SourceFactory:
             credentials = SecretCredentials(reader, gs.namespace, gs.secret_ref, gs.impersonate)
         elif gs.impersonate:  # a tenant without a Secret: none at all, never the controller's
             credentials = functools.partial(tenant_without_secret, gs.namespace, gs.impersonate)
+        keys = None
+        if gs.verify is not None:  # its trusted keys, read at every fetch as its ServiceAccount too
+            reader = self._client(gs, lambda: True, self.share)
+            v = gs.verify
+            keys = SecretKeys(reader, gs.namespace, v.secret, gs.impersonate, commits=v.commits, tags=v.tags)
         r = SourceReconciler(
-            gs.source_spec(self.source_options, debounce=opts.debounce, credentials=credentials),
+            gs.source_spec(self.source_options, debounce=opts.debounce, credentials=credentials, verify=keys),
             engine=engine,
             queue=Scoped(self.queue, gs.ref),
             shared=self.shared if remote is None else replace(self.shared, cache=remote.cache),
