@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from gitops_sync.daemon.fleet.credentials import cache_scope
+from gitops_sync.source.checkout import repository_key
 from tests.conftest import KubeCluster
 from tests.gitservers import SshGitServer, bare_repository, commit_to, https_server, keypair, ssh_server
 from tests.integration.daemon_support import Daemon, configmap, wait_until
@@ -129,8 +131,9 @@ def test_a_tenant_without_a_secret_never_uses_the_controllers_credentials(
         status = d.get("/status")[1].decode()
     texts = [log_path.read_text(), status, json.dumps(kube.list("events", namespace))]
     assert not [t for t in texts if PASSWORD in t]
-    caches = [p for p in (tmp_path / "cache").iterdir() if (p / "repo.git").is_dir()]
-    assert len(caches) >= 4, caches  # h and s, each once for the controller and once for the tenant scope
+    caches = {p.name for p in (tmp_path / "cache").iterdir() if (p / "repo.git").is_dir()}
+    tenant_scope = cache_scope(namespace, f"system:serviceaccount:{namespace}:tenant", "")
+    assert {repository_key(h_url, ""), repository_key(h_url, tenant_scope)} <= caches  # a clone each
 
 
 REMOVE_SECRET_REF = json.dumps([{"op": "remove", "path": "/spec/secretRef"}])
