@@ -181,3 +181,37 @@ def test_signed_commits_apply_unsigned_or_unknown_signers_are_refused_and_keys_r
         assert uid(kube, namespace, "s-old") == kept
     events = json.dumps(kube.list("events", namespace))
     assert "VerificationFailed" in events
+
+
+def test_tag_mode_verifies_the_signed_tag_spec_revision_names(
+    kube: KubeCluster, crd: None, namespace: str, tmp_path: Path, tools: SecretTools
+) -> None:
+    alice, alice_signers = tools.signer("alice")
+    repos = tmp_path / "repos"
+    repo = Repo(repos / "tagged")
+    repo.commit({"a.yaml": configmap("tag-cm", {"v": "1"})}, ssh_signing(alice))
+    sign = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={alice}"]
+    repo.git.git.execute(["git", *sign, "tag", "-s", "-m", "release", "v1"])
+    repo.commit({"a.yaml": configmap("tag-cm", {"v": "2"})}, ssh_signing(alice))
+    repo.git.git.execute(["git", "tag", "v2"])  # lightweight: it cannot be signed
+    docs = [
+        keys_secret(namespace, {"allowed_signers": alice_signers.read_text()}),
+        gitsync(
+            "rel", namespace, repo.root, revision="v1", verify={"mode": "TagAndHEAD", "secretRef": {"name": "keys"}}
+        ),
+    ]
+    kube.kubectl("apply", "-f", "-", input="---\n".join(docs))
+    args = [*fleet_args(namespace, repos), "--cache-dir", str(tmp_path / "cache")]
+    with Daemon(args, kube.env, tmp_path / "fleet.log") as d:
+        d.wait_ready(60)
+        wait_until("rel Ready", lambda: ready(kube, namespace, "rel").get("status") == "True", 90, 0.3)
+        signed_by = gs_status(kube, namespace, "rel")["signedBy"]
+        assert signed_by.startswith("tag v1: alice@example.com (SSH key") and signed_by.count("alice@example.com") == 2
+        assert cm_data(kube, namespace, "tag-cm") == {"v": "1"}
+        kube.kubectl("patch", "gitsync", "rel", "-n", namespace, "--type=merge", "-p", '{"spec":{"revision":"v2"}}')
+        wait_until("v2 refused", lambda: ready(kube, namespace, "rel").get("reason") == "VerificationFailed", 60, 0.3)
+        assert (
+            "tag v2" in ready(kube, namespace, "rel")["message"]
+            and "lightweight tag" in ready(kube, namespace, "rel")["message"]
+        )
+        assert cm_data(kube, namespace, "tag-cm") == {"v": "1"}
