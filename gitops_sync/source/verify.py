@@ -15,8 +15,11 @@ signer it returns goes into the pass's report (ChangeSet.signer).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import subprocess
+import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,6 +48,14 @@ class TrustedKeys:
 
     def __bool__(self) -> bool:
         return bool(self.allowed_signers.strip() or self.pgp_public_keys)
+
+    @property
+    def digest(self) -> str:
+        """What is trusted, as one SHA-256 (the keys are public material)."""
+        h = hashlib.sha256()
+        for part in (self.allowed_signers, *self.pgp_public_keys):
+            h.update(hashlib.sha256(part).digest())
+        return h.hexdigest()
 
 
 def from_cli(
@@ -115,6 +126,9 @@ def verify_checkout(checkout: Checkout, keys: TrustedKeys) -> str:
             f"--verify-commits/--verify-tag: {checkout.repo} is rendered as a directory, not as the files of a "
             "commit; pass --revision (a branch, tag or commit) so the verified commit is what is rendered"
         )
+    memo = _VERIFIED.get((checkout.revision, keys.digest)) if keys.commits and not keys.tags else None
+    if memo is not None and time.monotonic() - memo[1] < VERIFIED_TTL:
+        return memo[0]
     found = []
     try:
         if keys.tags:
@@ -124,7 +138,25 @@ def verify_checkout(checkout: Checkout, keys: TrustedKeys) -> str:
     except VerificationFailed as exc:
         exc.revision = checkout.revision
         raise
+    if keys.commits and not keys.tags:  # a commit is immutable: its signature checks out the same with the same keys
+        _remember((checkout.revision, keys.digest), "; ".join(found))
     return "; ".join(found)
+
+
+# Commits verified (HEAD mode) by (commit, digest of the keys): a daemon polling an unchanged commit does not
+# run gpg/ssh-keygen again (0.16-0.32 s each) until VERIFIED_TTL passes (an expired or revoked key counts then)
+# or the keys change (a rotated Secret: another digest). Only successes; a tag is always checked (it can move).
+_VERIFIED: dict[tuple[str, str], tuple[str, float]] = {}
+_VERIFIED_LOCK = threading.Lock()
+VERIFIED_TTL = 600.0
+_VERIFIED_MAX = 4096
+
+
+def _remember(key: tuple[str, str], signer: str) -> None:
+    with _VERIFIED_LOCK:
+        if len(_VERIFIED) >= _VERIFIED_MAX:
+            _VERIFIED.clear()
+        _VERIFIED[key] = (signer, time.monotonic())
 
 
 @contextlib.contextmanager

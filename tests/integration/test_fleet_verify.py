@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,13 +97,14 @@ def uid(kube: KubeCluster, namespace: str, name: str) -> str:
 
 
 @pytest.fixture
-def tools(tmp_path: Path) -> Iterator[SecretTools]:
-    """gpg and ssh-keygen as the system has them (no sops needed), keys under tmp_path."""
-    work = tmp_path / "keys"
-    work.mkdir()
+def tools() -> Iterator[SecretTools]:
+    """gpg and ssh-keygen as the system has them (no sops needed). Keys under a short /tmp directory: gpg-agent's
+    socket path must stay within 107 bytes, which a pytest tmp_path under xdist exceeds."""
+    work = Path(tempfile.mkdtemp(prefix="fleet-verify-", dir="/tmp"))
     tools = SecretTools(Path("/usr/bin"), work)
     yield tools
     tools.stop_agents()
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def test_signed_commits_apply_unsigned_or_unknown_signers_are_refused_and_keys_rotate(
