@@ -182,6 +182,19 @@ def test_signed_commits_apply_unsigned_or_unknown_signers_are_refused_and_keys_r
         assert d.proc.pid == pid and d.proc.poll() is None
         assert ready(kube, namespace, "ssh")["reason"] == "VerificationFailed"  # still unsigned
         assert uid(kube, namespace, "s-old") == kept
+
+        # OpenPGP, a key the Secret does not hold: refused naming the key id git found.
+        eve = tools.pgp_key("eve")
+        eve_signing, eve_env = pgp_signing(eve)
+        by_eve = p_repo.commit({"a.yaml": configmap("p-cm", {"v": "3"})}, eve_signing, eve_env)
+
+        def eve_refused() -> bool:
+            return by_eve in ready(kube, namespace, "pgp").get("message", "")
+
+        wait_until("eve's commit refused", eve_refused, 60, 0.3)
+        c = ready(kube, namespace, "pgp")
+        assert c["reason"] == "VerificationFailed" and eve.fingerprint[-16:] in c["message"], c
+        assert cm_data(kube, namespace, "p-cm") == {"v": "2"}
     events = json.dumps(kube.list("events", namespace))
     assert "VerificationFailed" in events
 
