@@ -45,6 +45,8 @@ class TrustedKeys:
     timeout: float = 60.0
     commits: bool = True  # the commit rendered must be signed (Flux's HEAD mode)
     tags: bool = False  # the tag --revision names must be signed (Flux's Tag mode; both: TagAndHEAD)
+    # How messages name the check and the revision it reads: the CLI's flags, or a GitSync's spec fields.
+    names: tuple[str, str] = ("--verify-tag", "--revision")
 
     def __bool__(self) -> bool:
         return bool(self.allowed_signers.strip() or self.pgp_public_keys)
@@ -78,7 +80,8 @@ def from_secret(data: Mapping[str, bytes], *, commits: bool = True, tags: bool =
     the fleet passes it: `allowed_signers` (SSH, ssh-keygen(1) format) and every `*.asc` (armored OpenPGP
     public keys, Flux's layout)."""
     pgp = tuple(data[name] for name in sorted(data) if name.endswith(".asc"))
-    return TrustedKeys(data.get("allowed_signers", b""), pgp, commits=commits, tags=tags)
+    names = ("spec.verify (mode Tag)", "spec.revision")
+    return TrustedKeys(data.get("allowed_signers", b""), pgp, commits=commits, tags=tags, names=names)
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -123,8 +126,8 @@ def verify_checkout(checkout: Checkout, keys: TrustedKeys) -> str:
     verified (not a work tree as it is)."""
     if checkout.git_dir is None or not checkout.revision or checkout.revision.endswith("-dirty"):
         raise VerificationFailed(
-            f"--verify-commits/--verify-tag: {checkout.repo} is rendered as a directory, not as the files of a "
-            "commit; pass --revision (a branch, tag or commit) so the verified commit is what is rendered"
+            f"--verify-commits/--verify-tag/spec.verify: {checkout.repo} is rendered as a directory, not as the files "
+            f"of a commit; set {keys.names[1]} (a branch, tag or commit) so the verified commit is what is rendered"
         )
     memo = _VERIFIED.get((checkout.revision, keys.digest)) if keys.commits and not keys.tags else None
     if memo is not None and time.monotonic() - memo[1] < VERIFIED_TTL:
@@ -196,9 +199,10 @@ def verify_tag(git_dir: Path, tag: str, commit: str, keys: TrustedKeys) -> str:
         target = _run([*git, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], env, keys.timeout)
         verified = _run([*git, "verify-tag", "--raw", ref], env, keys.timeout) if kind == "tag" else None
     if kind not in ("tag", "commit"):
-        raise VerificationFailed(f"--verify-tag: --revision {tag or '(none)'} is not a tag of {git_dir.name}")
+        check, revision = keys.names
+        raise VerificationFailed(f"{check}: {revision} {tag or '(none)'} is not a tag of {git_dir.name}")
     if target.stdout.strip() != commit:
-        raise VerificationFailed(f"--verify-tag: tag {tag} does not point at the rendered commit {commit}")
+        raise VerificationFailed(f"{keys.names[0]}: tag {tag} does not point at the rendered commit {commit}")
     if verified is None:
         raise VerificationFailed(f"tag {tag} (commit {commit}) is a lightweight tag: it cannot be signed")
     found = _tag_signature(verified.stderr)

@@ -102,3 +102,15 @@ def test_a_commit_verified_once_is_not_checked_again_until_the_keys_change_or_ti
     now[0] += verify.VERIFIED_TTL + 1
     load(source)
     assert len(checks) == 4
+
+
+def test_a_gitsyncs_tag_check_names_its_spec_fields(tmp_path: Path) -> None:
+    from gitops_sync.source.verify import from_secret
+
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    git(repo, "commit", "-q", "--allow-empty", "-m", "x")
+    keys = from_secret({"allowed_signers": signer(tmp_path, "alice")[1]}, commits=False, tags=True)
+    source = SourceOptions(repo=str(repo), revision="main", cache_dir=tmp_path / "cache", verify=lambda: keys)
+    with pytest.raises(VerificationFailed, match=r"spec\.verify \(mode Tag\): spec\.revision main is not a tag"):
+        load(source)
