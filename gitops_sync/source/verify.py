@@ -130,7 +130,7 @@ def verify_checkout(checkout: Checkout, keys: TrustedKeys) -> str:
             f"of a commit; set {keys.names[1]} (a branch, tag or commit) so the verified commit is what is rendered"
         )
     memo = _VERIFIED.get((checkout.revision, keys.digest)) if keys.commits and not keys.tags else None
-    if memo is not None and time.monotonic() - memo[1] < VERIFIED_TTL:
+    if memo is not None and _clock() - memo[1] < VERIFIED_TTL:
         return memo[0]
     found = []
     try:
@@ -152,6 +152,7 @@ def verify_checkout(checkout: Checkout, keys: TrustedKeys) -> str:
 _VERIFIED: dict[tuple[str, str], tuple[str, float]] = {}
 _VERIFIED_LOCK = threading.Lock()
 VERIFIED_TTL = 600.0
+_clock = time.monotonic
 _VERIFIED_MAX = 4096
 
 
@@ -159,7 +160,7 @@ def _remember(key: tuple[str, str], signer: str) -> None:
     with _VERIFIED_LOCK:
         if len(_VERIFIED) >= _VERIFIED_MAX:
             _VERIFIED.clear()
-        _VERIFIED[key] = (signer, time.monotonic())
+        _VERIFIED[key] = (signer, _clock())
 
 
 @contextlib.contextmanager

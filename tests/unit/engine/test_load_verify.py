@@ -97,7 +97,7 @@ def test_a_commit_verified_once_is_not_checked_again_until_the_keys_change_or_ti
         load(source)
     keys[0] = TrustedKeys(allowed_signers=alice_line)
     now = [1e9]
-    monkeypatch.setattr(verify.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(verify, "_clock", lambda: now[0])
     load(source)
     now[0] += verify.VERIFIED_TTL + 1
     load(source)
