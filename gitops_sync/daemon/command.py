@@ -246,6 +246,11 @@ def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, **flags: 
             "Git credential flags and variables are for --repo: a GitSync names its own in spec.secretRef "
             "(docs/private-repositories.md)"
         )
+    if source.render.kustomize_allow_external and not source.repo:
+        raise click.UsageError(
+            "--kustomize-allow-external is for --repo: a GitSync's kustomizations would fetch remote bases with "
+            "the controller's Git credentials and read files of the controller's disk"
+        )
     _serve(_options(source, cluster, f))
 
 

@@ -61,9 +61,10 @@ def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Check
     """Fetch and render; raises SourceError/RenderError before anything touches the cluster.
 
     `cache`: renders of a commit already rendered are served from it (gitops_sync.rendercache)."""
+    keys = source.verify() if callable(source.verify) else source.verify  # a Secret's: read before each fetch
     checkout = fetch_source(source)
-    if source.verify is not None:  # before the render: an unverified commit is never rendered nor applied
-        checkout = replace(checkout, signer=verify_checkout(checkout, source.verify))
+    if keys is not None:  # before the render: an unverified commit is never rendered nor applied
+        checkout = replace(checkout, signer=verify_checkout(checkout, keys))
     # The repository top (not --path) bounds symlinks and anchors relative --helm-values paths; a submodule
     # whose files are not there is never rendered as an empty directory.
     opts = replace(source.render, repo_root=checkout.repo_root or checkout.root, holes=checkout.holes)

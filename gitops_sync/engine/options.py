@@ -30,8 +30,9 @@ class SourceOptions:
     # Git credentials beyond the URL's own, asked for on every fetch (a rotated Secret is read again):
     # the CLI's flags (a constant), a GitSync's spec.secretRef (read as its ServiceAccount). None: none.
     credentials: Callable[[], GitCredentials | None] | None = field(default=None, compare=False, repr=False)
-    # --verify-commits / --verify-tag: signed by one of these keys before it is rendered (source/verify.py).
-    verify: TrustedKeys | None = None
+    # --verify-commits / --verify-tag: signed by one of these keys before it is rendered (source/verify.py);
+    # a GitSync's spec.verify: what reads its Secret, at every fetch (a rotated key is used at once).
+    verify: TrustedKeys | Callable[[], TrustedKeys] | None = field(default=None, compare=False, repr=False)
     # SOPS keys asked for before every render (a rotated Secret is read again): a GitSync's spec.decryption,
     # read as its ServiceAccount. None: render.decryption (the CLI's flags, read once).
     decryption: Callable[[], Decryption] | None = field(default=None, compare=False, repr=False)

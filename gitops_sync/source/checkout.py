@@ -127,38 +127,35 @@ def _fetch_remote(
 ) -> Checkout:
     masked = mask_url(url)
     with authenticated(url, creds) as remote:
-        return _fetch_with(url, remote, masked, revision, path, cache, timeout)
+        repo_cache = cache / repository_key(remote.url, creds.cache_scope if creds is not None else "")
+        return _fetch_with(url, remote, masked, revision, path, repo_cache, timeout)
+
+
+def repository_key(url: str, scope: str) -> str:
+    """The clone cache's directory of `url` (without credentials) fetched by `scope`, never a credential: a
+    rotated token keeps its cache. Each tenant scope has its own: a tenant never reads objects fetched with
+    the controller's or another tenant's credentials (a commit its own could not fetch)."""
+    key = url.rstrip("/") + (f"\0{scope}" if scope else "")
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
 def _fetch_with(
-    url: str, remote: Remote, masked: str, revision: str | None, path: str | None, cache: Path, timeout: float
+    url: str, remote: Remote, masked: str, revision: str | None, path: str | None, repo_cache: Path, timeout: float
 ) -> Checkout:
-    # Keyed by the URL alone, never a credential: a rotated token keeps its cache.
-    repo_cache = cache / hashlib.sha256(remote.url.rstrip("/").encode()).hexdigest()[:24]
     with locked(repo_cache):
         bare = open_bare(repo_cache / "repo.git", masked)
         clear_stale_locks(repo_cache / "repo.git")
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
         if revision is None:
             refspecs.append(f"+HEAD:{_REMOTE_HEAD}")
-        run_remote(
-            bare,
-            timeout,
-            url,
-            remote,
-            "fetch",
-            "--prune",
-            "--force",
-            "--no-write-fetch-head",
-            "--",
-            remote.url,
-            *refspecs,
-        )
+        # Submodules are never fetched: their gitlinks are holes (submodules.py).
+        fetch_args = ("fetch", "--no-write-fetch-head", "--no-recurse-submodules")
+        run_remote(bare, timeout, url, remote, *fetch_args, "--prune", "--force", "--", remote.url, *refspecs)
         sha = _resolve(bare, revision or _REMOTE_HEAD, masked, timeout)
         if sha is None and revision is not None and re.fullmatch(r"[0-9a-fA-F]{40}", revision):
             # A commit no branch or tag points at: servers that allow it hand it out by SHA.
             with contextlib.suppress(SourceError):
-                run_remote(bare, timeout, url, remote, "fetch", "--no-write-fetch-head", "--", remote.url, revision)
+                run_remote(bare, timeout, url, remote, *fetch_args, "--", remote.url, revision)
             sha = _resolve(bare, revision, masked, timeout)
         if sha is None:
             raise SourceError(f"unknown revision {revision!r} in {masked} (not a branch, tag or commit)")

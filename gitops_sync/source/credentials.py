@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gitops_sync.errors import SourceError
-from gitops_sync.source.remote import Remote, git_config_env, is_ssh
+from gitops_sync.errors import CredentialsUnavailable, SourceError
+from gitops_sync.source.remote import Remote, is_ssh
 
 # An empty `credential.helper` clears git's list: a tenant's fetch never uses what the controller stored.
 _NO_HELPERS = ("credential.helper", "")
@@ -39,9 +39,13 @@ class GitCredentials:
     known_hosts: str = ""
     known_hosts_file: Path | None = None
     ca_cert: str = ""  # PEM of the CA an https server's certificate is checked against (a Secret's ca.crt)
-    # A tenant's credentials (a GitSync's Secret): ssh reads no config, agent or key of the controller's
-    # own, trusts only the given known_hosts, and git none of the controller's credential helpers.
+    # A tenant's credentials (its GitSync's Secret, or none at all): git runs hermetically (a private empty
+    # HOME, no system or global configuration, credential helper, askpass, ssh config, agent or key of the
+    # controller's; ssh trusts only the given known_hosts): Remote.environment.
     isolated: bool = False
+    # Whose clone cache the fetch uses ("" = the controller's): objects fetched with other credentials are
+    # never read (checkout.fetch keys the cache by URL and scope). Names only, never a credential.
+    cache_scope: str = ""
 
     @property
     def has_http(self) -> bool:
@@ -110,31 +114,50 @@ def _read(path: Path, flag: str) -> str:
 @contextmanager
 def authenticated(url: str, credentials: GitCredentials | None) -> Iterator[Remote]:
     """The `Remote` to fetch `url` with: the URL's own userinfo as today, the given credentials on top
-    (they win). SSH files are written for the duration of the block only."""
+    (they win). SSH files are written for the duration of the block only. `isolated` credentials (a
+    tenant's, possibly empty) fetch hermetically: git and ssh in a private empty HOME, nothing of the
+    controller's (Remote.environment)."""
     remote = Remote.of(url)
     if credentials is None:
         yield remote
         return
     credentials.check()
     ssh = is_ssh(remote.url)
-    where = credentials.origin or "the credentials"
-    if credentials.isolated and ssh and credentials.has_http:
-        raise SourceError(f"{where} holds a password or token, but {remote.url} is an SSH URL (give identity)")
-    if credentials.isolated and ssh and not credentials.identity:  # else ssh would offer the controller's keys
-        raise SourceError(f"{where} holds no SSH identity, but {remote.url} is an SSH URL")
-    if credentials.isolated and not ssh and credentials.identity:
-        raise SourceError(f"{where} holds an SSH identity, but {remote.url} is not an SSH URL")
-    if not (credentials.has_ssh if ssh else credentials.ca_cert):
+    if credentials.isolated:
+        _refuse_unusable(remote.url, credentials, ssh)
+    elif not (credentials.has_ssh if ssh else credentials.ca_cert):
         yield remote if ssh else _http(remote, credentials, None)
         return
     workdir = Path(tempfile.mkdtemp(prefix="gitops-sync-git-"))  # 0700, removed when the fetch is done
     try:
-        if ssh:
-            yield replace(remote, env={**remote.env, "GIT_SSH_COMMAND": _ssh_command(credentials, workdir)})
-        else:
-            yield _http(remote, credentials, _private_file(workdir / "ca.crt", credentials.ca_cert))
+        if ssh and credentials.has_ssh:
+            remote = replace(remote, env={**remote.env, "GIT_SSH_COMMAND": _ssh_command(credentials, workdir)})
+        elif not ssh:
+            ca = _private_file(workdir / "ca.crt", credentials.ca_cert) if credentials.ca_cert else None
+            remote = _http(remote, credentials, ca)
+        if credentials.isolated:
+            (workdir / "home").mkdir(mode=0o700)
+            remote = replace(remote, home=workdir / "home")
+        yield remote
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _refuse_unusable(url: str, credentials: GitCredentials, ssh: bool) -> None:
+    """A tenant's credentials that do not fit the URL: said before git runs (a tenant's SSH fetch without a
+    key of its own could only fail, as ssh is never given the controller's)."""
+    where = credentials.origin or "the credentials"
+    if ssh and credentials.has_http:
+        raise CredentialsUnavailable(f"{where} holds a password or token, but {url} is an SSH URL (give identity)")
+    if ssh and not credentials.identity:
+        given = credentials.has_ssh or credentials.ca_cert or credentials.origin
+        have = f"{where} holds no SSH identity" if given else "it has no spec.secretRef"
+        raise CredentialsUnavailable(
+            f"authentication failed for {url}: {have} (a tenant GitSync fetches an SSH URL with the identity and "
+            "known_hosts of its spec.secretRef only, never with the controller's keys)"
+        )
+    if not ssh and credentials.identity:
+        raise CredentialsUnavailable(f"{where} holds an SSH identity, but {url} is not an SSH URL")
 
 
 def _http(remote: Remote, creds: GitCredentials, ca_file: Path | None) -> Remote:
@@ -143,14 +166,14 @@ def _http(remote: Remote, creds: GitCredentials, ca_file: Path | None) -> Remote
     (GIT_SSL_CAINFO: git lets that variable, when the controller's environment sets it, beat `http.sslCAInfo`)."""
     ca = {"GIT_SSL_CAINFO": str(ca_file)} if ca_file is not None else {}
     if creds.bearer_token:
-        pairs = [_NO_HELPERS, ("http.extraHeader", f"Authorization: Bearer {creds.bearer_token}")]
-        return Remote(remote.url, {**git_config_env(pairs), **ca}, (creds.bearer_token,))  # the URL's login dropped
+        header = ("http.extraHeader", f"Authorization: Bearer {creds.bearer_token}")
+        return Remote(remote.url, ca, (creds.bearer_token,), (_NO_HELPERS, header))  # the URL's login dropped
     if creds.password:
         login = Remote.with_login(remote.url, creds.username or remote.login_user, creds.password)
-    elif remote.env:  # the URL's own login
+    elif remote.config:  # the URL's own login
         login = remote
     else:
-        login = replace(remote, env=git_config_env([_NO_HELPERS])) if creds.isolated else remote  # none of ours
+        login = replace(remote, config=(_NO_HELPERS,)) if creds.isolated else remote  # none of ours
     return replace(login, env={**login.env, **ca})
 
 

@@ -7,8 +7,11 @@ status show it next).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
@@ -42,20 +45,34 @@ _AUTH = (
 
 
 def run_remote(repo: git.Repo, timeout: float, url: str, remote: Remote, *args: str) -> str:
-    """Run a git command against `url` (credentials in `remote.env`), translating failures into a
-    SourceError naming the host; the credentials' values are masked out of whatever git said."""
-    from git.exc import GitCommandError, GitCommandNotFound
-
+    """Run a git command against `url` in the repository `repo` (its whole environment from
+    `remote.environment()`: credentials, or a tenant's hermetic one), translating failures into a SourceError
+    naming the host; the credentials' values are masked out of whatever git said."""
     try:
-        out: str = repo.git.execute(["git", *args], kill_after_timeout=timeout, env=remote.env)
-    except GitCommandNotFound:
-        raise SourceError("the `git` command is not installed (GitPython needs it on PATH)") from None
-    except GitCommandError as err:
-        stderr = str(err.stderr or "")
+        proc = subprocess.Popen(
+            ["git", *args],
+            cwd=repo.git_dir,
+            env=remote.environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its ssh or git-remote-https too: a timeout kills the whole group
+        )
+    except FileNotFoundError:
+        raise SourceError("the `git` command is not installed (it must be on PATH)") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        err += f"\nTimeout: the command timed out after {timeout:g}s".encode()
+    if proc.returncode != 0:
+        stderr = err.decode(errors="replace")
         for secret in remote.secrets:
             stderr = stderr.replace(secret, "***")
-        raise SourceError(explain(url, stderr, timeout)) from None
-    return out
+        raise SourceError(explain(url, stderr, timeout))
+    return out.decode(errors="replace").rstrip("\n")
 
 
 def explain(url: str, stderr: str, timeout: float) -> str:

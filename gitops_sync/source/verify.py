@@ -15,8 +15,11 @@ signer it returns goes into the pass's report (ChangeSet.signer).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import subprocess
+import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,6 +33,7 @@ class VerificationFailed(SourceError):
     """The head commit is unsigned, or not signed by a trusted key (`Ready=False reason=VerificationFailed`)."""
 
     reason = "VerificationFailed"
+    revision = ""  # the commit refused (set by verify_checkout): the GitSync's status names it
 
 
 @dataclass(frozen=True)
@@ -41,9 +45,19 @@ class TrustedKeys:
     timeout: float = 60.0
     commits: bool = True  # the commit rendered must be signed (Flux's HEAD mode)
     tags: bool = False  # the tag --revision names must be signed (Flux's Tag mode; both: TagAndHEAD)
+    # How messages name the check and the revision it reads: the CLI's flags, or a GitSync's spec fields.
+    names: tuple[str, str] = ("--verify-tag", "--revision")
 
     def __bool__(self) -> bool:
         return bool(self.allowed_signers.strip() or self.pgp_public_keys)
+
+    @property
+    def digest(self) -> str:
+        """What is trusted, as one SHA-256 (the keys are public material)."""
+        h = hashlib.sha256()
+        for part in (self.allowed_signers, *self.pgp_public_keys):
+            h.update(hashlib.sha256(part).digest())
+        return h.hexdigest()
 
 
 def from_cli(
@@ -66,7 +80,8 @@ def from_secret(data: Mapping[str, bytes], *, commits: bool = True, tags: bool =
     the fleet passes it: `allowed_signers` (SSH, ssh-keygen(1) format) and every `*.asc` (armored OpenPGP
     public keys, Flux's layout)."""
     pgp = tuple(data[name] for name in sorted(data) if name.endswith(".asc"))
-    return TrustedKeys(data.get("allowed_signers", b""), pgp, commits=commits, tags=tags)
+    names = ("spec.verify (mode Tag)", "spec.revision")
+    return TrustedKeys(data.get("allowed_signers", b""), pgp, commits=commits, tags=tags, names=names)
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -111,15 +126,41 @@ def verify_checkout(checkout: Checkout, keys: TrustedKeys) -> str:
     verified (not a work tree as it is)."""
     if checkout.git_dir is None or not checkout.revision or checkout.revision.endswith("-dirty"):
         raise VerificationFailed(
-            f"--verify-commits/--verify-tag: {checkout.repo} is rendered as a directory, not as the files of a "
-            "commit; pass --revision (a branch, tag or commit) so the verified commit is what is rendered"
+            f"--verify-commits/--verify-tag/spec.verify: {checkout.repo} is rendered as a directory, not as the files "
+            f"of a commit; set {keys.names[1]} (a branch, tag or commit) so the verified commit is what is rendered"
         )
+    memo = _VERIFIED.get((checkout.revision, keys.digest)) if keys.commits and not keys.tags else None
+    if memo is not None and _clock() - memo[1] < VERIFIED_TTL:
+        return memo[0]
     found = []
-    if keys.tags:
-        found.append(f"tag {checkout.ref}: " + verify_tag(checkout.git_dir, checkout.ref, checkout.revision, keys))
-    if keys.commits:
-        found.append(verify_commit(checkout.git_dir, checkout.revision, keys).describe())
+    try:
+        if keys.tags:
+            found.append(f"tag {checkout.ref}: " + verify_tag(checkout.git_dir, checkout.ref, checkout.revision, keys))
+        if keys.commits:
+            found.append(verify_commit(checkout.git_dir, checkout.revision, keys).describe())
+    except VerificationFailed as exc:
+        exc.revision = checkout.revision
+        raise
+    if keys.commits and not keys.tags:  # a commit is immutable: its signature checks out the same with the same keys
+        _remember((checkout.revision, keys.digest), "; ".join(found))
     return "; ".join(found)
+
+
+# Commits verified (HEAD mode) by (commit, digest of the keys): a daemon polling an unchanged commit does not
+# run gpg/ssh-keygen again (0.16-0.32 s each) until VERIFIED_TTL passes (an expired or revoked key counts then)
+# or the keys change (a rotated Secret: another digest). Only successes; a tag is always checked (it can move).
+_VERIFIED: dict[tuple[str, str], tuple[str, float]] = {}
+_VERIFIED_LOCK = threading.Lock()
+VERIFIED_TTL = 600.0
+_clock = time.monotonic
+_VERIFIED_MAX = 4096
+
+
+def _remember(key: tuple[str, str], signer: str) -> None:
+    with _VERIFIED_LOCK:
+        if len(_VERIFIED) >= _VERIFIED_MAX:
+            _VERIFIED.clear()
+        _VERIFIED[key] = (signer, _clock())
 
 
 @contextlib.contextmanager
@@ -159,9 +200,10 @@ def verify_tag(git_dir: Path, tag: str, commit: str, keys: TrustedKeys) -> str:
         target = _run([*git, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], env, keys.timeout)
         verified = _run([*git, "verify-tag", "--raw", ref], env, keys.timeout) if kind == "tag" else None
     if kind not in ("tag", "commit"):
-        raise VerificationFailed(f"--verify-tag: --revision {tag or '(none)'} is not a tag of {git_dir.name}")
+        check, revision = keys.names
+        raise VerificationFailed(f"{check}: {revision} {tag or '(none)'} is not a tag of {git_dir.name}")
     if target.stdout.strip() != commit:
-        raise VerificationFailed(f"--verify-tag: tag {tag} does not point at the rendered commit {commit}")
+        raise VerificationFailed(f"{keys.names[0]}: tag {tag} does not point at the rendered commit {commit}")
     if verified is None:
         raise VerificationFailed(f"tag {tag} (commit {commit}) is a lightweight tag: it cannot be signed")
     found = _tag_signature(verified.stderr)

@@ -12,7 +12,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitops_sync.conventions import RECONCILE_REQUESTED, ConflictPolicy
 from gitops_sync.daemon.reconcile.desired import SourceSpec
@@ -21,6 +21,9 @@ from gitops_sync.options import parse_duration
 from gitops_sync.render.sops import Decryption
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source.credentials import GitCredentials
+
+if TYPE_CHECKING:
+    from gitops_sync.source.verify import TrustedKeys
 
 GROUP = "gitops-sync.io"
 VERSION = "v1alpha1"
@@ -73,6 +76,20 @@ class KubeConfigRef:
         return f"Secret {namespace}/{self.secret}"
 
 
+# spec.verify.mode, Flux's names (matched without case): what must be signed by a trusted key.
+VERIFY_MODES = {"head": (True, False), "tag": (False, True), "tagandhead": (True, True)}  # (commit, tag)
+
+
+@dataclass(frozen=True)
+class VerifyRef:
+    """spec.verify: the rendered commit (HEAD) and/or the tag spec.revision names must be signed by a key of
+    Secret `secret` (its `*.asc` OpenPGP keys and `allowed_signers`), read as the GitSync's ServiceAccount."""
+
+    secret: str
+    commits: bool = True
+    tags: bool = False
+
+
 @dataclass(frozen=True)
 class GitSync:
     """One GitSync as the controller acts on it."""
@@ -103,6 +120,7 @@ class GitSync:
     # spec.decryption (provider sops): secretRef.name, a Secret of this namespace holding SOPS keys ("" = none
     # given: an encrypted file fails); None: no spec.decryption (an encrypted file fails naming the field).
     decryption: str | None = None
+    verify: VerifyRef | None = None  # spec.verify: signatures checked before a commit is rendered
     # Every spec field `parse` asked for, present or not ("kubeConfig.secretRef.key", "dependsOn[].name"):
     # what the installed CRD's schema must declare, or the API server prunes it (crd.py).
     fields: frozenset[str] = field(default=frozenset(), compare=False)
@@ -140,10 +158,11 @@ class GitSync:
         debounce: float,
         credentials: Callable[[], GitCredentials | None] | None = None,
         decryption: Callable[[], Decryption] | None = None,
+        verify: Callable[[], TrustedKeys] | None = None,
     ) -> SourceSpec:
         """Options of the source: the controller's render options, this object's repository and policy;
-        `credentials` and `decryption`: what reads its spec.secretRef and spec.decryption Secret at every
-        fetch (sources.py)."""
+        `credentials`, `decryption` and `verify`: what reads its spec.secretRef, spec.decryption and
+        spec.verify Secrets at every fetch (sources.py)."""
         src = SourceOptions(
             repo=self.repository,
             revision=self.revision,
@@ -154,6 +173,7 @@ class GitSync:
             local_policy=base.local_policy,
             credentials=credentials,
             decryption=decryption,
+            verify=verify,
         )
         # The ApplySet parent (inventory) of a GitSync is named after it and lives beside it.
         pass_opts = PassOptions(
@@ -220,6 +240,7 @@ def parse(obj: Manifest) -> GitSync:
         kube_config=kube_config_of(spec, where),
         secret_ref=_secret_ref(spec, ns, where),
         decryption=_decryption(spec, ns, where),
+        verify=_verify(spec, where),
         fields=frozenset(asked),  # the last argument: every read above is in
     )
 
@@ -286,13 +307,19 @@ def kube_config_of(spec: dict[str, Any], where: str) -> KubeConfigRef | None:
     kc = spec.get("kubeConfig")
     if kc is None:
         return None
-    ref = kc.get("secretRef") if isinstance(kc, dict) else None
-    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
-        raise InvalidSpec(f"{where}: spec.kubeConfig.secretRef.name is required (a Secret in the GitSync's namespace)")
+    ref = _named_secret(kc, "spec.kubeConfig", where)
     key = ref.get("key") or ""
     if not isinstance(key, str):
         raise InvalidSpec(f"{where}: spec.kubeConfig.secretRef.key must be a string")
     return KubeConfigRef(ref["name"], key)
+
+
+def _named_secret(block: object, field: str, where: str) -> dict[str, Any]:
+    """`block`'s secretRef, which must name a Secret (of the GitSync's namespace: there is no namespace field)."""
+    ref = block.get("secretRef") if isinstance(block, dict) else None
+    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
+        raise InvalidSpec(f"{where}: {field}.secretRef.name is required (a Secret in the GitSync's namespace)")
+    return ref
 
 
 def _secret_ref(spec: dict[str, Any], ns: str, where: str) -> str:
@@ -314,6 +341,21 @@ def _decryption(spec: dict[str, Any], ns: str, where: str) -> str | None:
     if ref is not None and (not isinstance(ref, dict) or not isinstance(ref.get("name", ""), str)):
         raise InvalidSpec(f"{where}: spec.decryption.secretRef must be {{name: <a Secret in {ns}>}}")
     return str((ref or {}).get("name") or "")
+
+
+def _verify(spec: dict[str, Any], where: str) -> VerifyRef | None:
+    """spec.verify: {mode: HEAD|Tag|TagAndHEAD (default HEAD), secretRef: {name}}; None when absent."""
+    v = spec.get("verify")
+    if v is None:
+        return None
+    ref = _named_secret(v, "spec.verify", where)
+    mode = str(v.get("mode") or "HEAD")
+    if mode.lower() not in VERIFY_MODES:
+        raise InvalidSpec(f"{where}: spec.verify.mode must be HEAD, Tag or TagAndHEAD, not {mode!r}")
+    if VERIFY_MODES[mode.lower()][1] and not spec.get("revision"):
+        raise InvalidSpec(f"{where}: spec.verify.mode {mode} needs spec.revision naming the signed tag")
+    commits, tags = VERIFY_MODES[mode.lower()]
+    return VerifyRef(ref["name"], commits=commits, tags=tags)
 
 
 def _depends_on(spec: dict[str, Any], ns: str, where: str) -> tuple[tuple[str, str], ...]:
@@ -390,6 +432,7 @@ __all__ = [
     "GitSync",
     "InvalidSpec",
     "KubeConfigRef",
+    "VerifyRef",
     "collection_path",
     "is_ready",
     "kube_config_of",

@@ -1,6 +1,6 @@
 """A GitSync's spec.decryption: the SOPS keys of its Secret, read from the API server at every fetch.
 
-`SecretKeys` is what `SourceOptions.decryption` calls (engine/loading.py) before each render: it GETs the
+`DecryptionKeys` is what `SourceOptions.decryption` calls (engine/loading.py) before each render: it GETs the
 Secret with the source's own client, so a GitSync with `serviceAccountName` reads it AS that ServiceAccount
 (a tenant never decrypts with a Secret its account may not read), and a rotated key is used by the next
 fetch without a restart. Flux's layout (kustomize-controller): `*.agekey` entries hold age identities, `*.asc`
@@ -21,7 +21,7 @@ from gitops_sync.render import sops
 KEY_SUFFIXES = (".agekey", ".asc")
 
 
-class SecretKeys(SecretReader):
+class DecryptionKeys(SecretReader):
     """`()` -> the sops.Decryption of Secret `namespace/name`, read as `user` ("" = the controller itself);
     `name` "" (spec.decryption without secretRef): no keys, so an encrypted file fails naming it."""
 
@@ -42,4 +42,4 @@ class SecretKeys(SecretReader):
         return sops.from_secret(values, self.where)
 
 
-__all__ = ["KEY_SUFFIXES", "SecretKeys"]
+__all__ = ["KEY_SUFFIXES", "DecryptionKeys"]

@@ -9,6 +9,7 @@ the moment its GitSync is rebuilt, suspended, switched to detect-only or deleted
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Callable
@@ -20,9 +21,9 @@ from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.fleet import gitsync
 from gitops_sync.daemon.fleet.clusters import RemoteCluster, RemoteClusters
-from gitops_sync.daemon.fleet.credentials import SecretCredentials
+from gitops_sync.daemon.fleet.credentials import SecretCredentials, SigningKeys, tenant_without_secret
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
-from gitops_sync.daemon.fleet.keys import SecretKeys
+from gitops_sync.daemon.fleet.keys import DecryptionKeys
 from gitops_sync.daemon.fleet.status import Deletion
 from gitops_sync.daemon.process.controller import DaemonOptions, FencedClient
 from gitops_sync.daemon.reconcile.access import ReadAccess
@@ -31,6 +32,7 @@ from gitops_sync.daemon.reconcile.reporter import QueueKey
 from gitops_sync.daemon.runtime.queue import WorkQueue
 from gitops_sync.engine import Engine, SourceOptions
 from gitops_sync.resource import Manifest
+from gitops_sync.source.credentials import GitCredentials
 
 FleetKey = tuple[str, QueueKey]  # (namespace/name of the GitSync, its key)
 
@@ -167,15 +169,20 @@ class SourceFactory:
         access = None
         if gs.impersonate:  # its reads of the shared cache are checked as its ServiceAccount (access.py)
             access = ReadAccess(self._client(gs, lambda: True, share), gs.impersonate)  # a review changes nothing
-        credentials = None
+        credentials: Callable[[], GitCredentials | None] | None = None  # None: the controller's own
         if gs.secret_ref:  # read at every fetch, as the GitSync's ServiceAccount when it has one
             reader = self._client(gs, lambda: True, self.share)  # a GET, on the controller's cluster
             credentials = SecretCredentials(reader, gs.namespace, gs.secret_ref, gs.impersonate)
-        keys = None
-        if gs.decryption is not None:  # its SOPS keys: read before every render, as its ServiceAccount too
-            keys = SecretKeys(self._client(gs, lambda: True, self.share), gs.namespace, gs.decryption, gs.impersonate)
+        elif gs.impersonate:  # a tenant without a Secret: none at all, never the controller's
+            credentials = functools.partial(tenant_without_secret, gs.namespace, gs.impersonate)
         r = SourceReconciler(
-            gs.source_spec(self.source_options, debounce=opts.debounce, credentials=credentials, decryption=keys),
+            gs.source_spec(
+                self.source_options,
+                debounce=opts.debounce,
+                credentials=credentials,
+                decryption=self._decryption_keys(gs),
+                verify=self._signing_keys(gs),
+            ),
             engine=engine,
             queue=Scoped(self.queue, gs.ref),
             shared=self.shared if remote is None else replace(self.shared, cache=remote.cache),
@@ -189,6 +196,19 @@ class SourceFactory:
         return Source(
             gs=gs, shard=shard, reconciler=r, client=client, token=token, next_poll=self._due(gs), remote=remote
         )
+
+    def _decryption_keys(self, gs: GitSync) -> DecryptionKeys | None:
+        """spec.decryption's SOPS keys: read before every render, as its ServiceAccount when it has one."""
+        if gs.decryption is None:
+            return None
+        return DecryptionKeys(self._client(gs, lambda: True, self.share), gs.namespace, gs.decryption, gs.impersonate)
+
+    def _signing_keys(self, gs: GitSync) -> SigningKeys | None:
+        """spec.verify's trusted keys: read at every fetch, as its ServiceAccount when it has one."""
+        if gs.verify is None:
+            return None
+        v, reader = gs.verify, self._client(gs, lambda: True, self.share)
+        return SigningKeys(reader, gs.namespace, v.secret, gs.impersonate, commits=v.commits, tags=v.tags)
 
     def _remote(self, gs: GitSync) -> RemoteCluster | None:
         """The remote cluster of a GitSync with spec.kubeConfig, its Secret read as its ServiceAccount."""

@@ -105,6 +105,8 @@ def status_of(
     doc["lastAppliedRevision"] = snap.applied[0] if snap.applied else ""
     doc["lastAttemptedRevision"] = snap.attempted or snap.revision
     doc["charts"] = [dict(c) for c in snap.charts]  # pulled from repositories: repository, chart, version, digest
+    if snap.signer:  # spec.verify: who signed the revision held
+        doc["signedBy"] = snap.signer
     objects = sum(1 for e in snap.entries if not e.left_git)
     doc["inventory"] = {"name": snap.inventory_name, "namespace": snap.inventory_namespace, "objects": objects}
     source_error = snap.source_error

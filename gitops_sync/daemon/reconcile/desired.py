@@ -23,6 +23,7 @@ from gitops_sync.rendercache import MemoryStore, RenderCache
 from gitops_sync.resource import DesiredObject, ObjectKey
 from gitops_sync.source import Checkout, SourceIdentity, identify
 from gitops_sync.source.checkout import is_remote
+from gitops_sync.source.verify import VerificationFailed
 
 log = get_logger("gitops_sync.daemon")
 
@@ -115,6 +116,8 @@ class DesiredSource:
 
     def failed_revision(self, exc: BaseException) -> str:
         """The commit a failed load was at: known when the fetch worked and the render failed."""
+        if isinstance(exc, VerificationFailed):
+            return exc.revision  # fetched, and refused before it was rendered
         if isinstance(exc, SourceError):
             return ""
         with contextlib.suppress(Exception):

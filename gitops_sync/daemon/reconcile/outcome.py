@@ -85,6 +85,7 @@ class SourceSnapshot:
     last_pass: Mapping[str, Any] = field(default_factory=dict)
     settling: bool = False  # a new render waits for its second look: what is held is not Git's yet
     charts: tuple[dict[str, str], ...] = ()  # pulled from repositories for the state held (Checkout.charts)
+    signer: str = ""  # who signed the revision held (spec.verify, --verify-commits/--verify-tag)
     last_hooks: Mapping[str, Any] = field(default_factory=dict)  # the Helm hooks the last pass running any ran
 
     @property

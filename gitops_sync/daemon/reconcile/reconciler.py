@@ -45,6 +45,7 @@ from gitops_sync.plan.masking import Redactor
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source import mask_url, short_revision
+from gitops_sync.source.verify import VerificationFailed
 
 log = get_logger("gitops_sync.daemon")
 
@@ -193,6 +194,7 @@ class SourceReconciler(PassRunner):
             last_hooks=last_hooks,
             settling=self.desired.settling,
             charts=src.checkout.charts if src else (),
+            signer=src.checkout.signer if src else "",
         )
 
     # -- the work ---------------------------------------------------------------------------
@@ -234,7 +236,13 @@ class SourceReconciler(PassRunner):
         try:
             checkout, objects = self.desired.load()
         except Exception as exc:
-            reasoned = (RepositoryNotAllowed, CredentialsUnavailable, ChartRepositoryNotAllowed, DecryptionFailed)
+            reasoned = (
+                RepositoryNotAllowed,
+                CredentialsUnavailable,
+                ChartRepositoryNotAllowed,
+                DecryptionFailed,
+                VerificationFailed,
+            )
             reason = exc.reason if isinstance(exc, reasoned) else SOURCE_FAILED
             self._source_failed(masked(exc, self.desired.redactor()), self.desired.failed_revision(exc), reason)
             return False

@@ -58,6 +58,7 @@ def changeset_doc(
         inventory_namespace=snap.inventory_namespace,
         source_identity=snap.identity,
         charts=[dict(c) for c in snap.charts],
+        signer=snap.signer,
     )
     doc = cs.to_dict()
     for obj, e in zip(doc["objects"], cs.sorted_entries(), strict=True):

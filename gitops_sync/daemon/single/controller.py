@@ -306,8 +306,6 @@ class Daemon(Process[QueueKey]):
         doc = views.changeset_doc(
             snap, self.source.history, self.source.yields, self.cluster_condition, full_history=full_history
         )
-        if (held := self.source.desired.state) is not None and held.checkout.signer:  # --verify-commits/-tag
-            doc["signedBy"] = held.checkout.signer
         ready, why = self.ready()
         doc["daemon"] = {
             **views.daemon_doc(

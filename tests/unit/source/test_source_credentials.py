@@ -62,8 +62,10 @@ def test_remote_url_and_credentials_are_split(url: str, clean: str, user: str | 
 
 def test_existing_git_config_env_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
-    env = Remote.of("https://a:b@h/r.git").env
-    assert env["GIT_CONFIG_COUNT"] == "3"
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "core.quotePath")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "false")
+    env = Remote.of("https://a:b@h/r.git").environment()
+    assert env["GIT_CONFIG_COUNT"] == "3" and env["GIT_CONFIG_KEY_0"] == "core.quotePath"
     assert env["GIT_CONFIG_KEY_1"] == env["GIT_CONFIG_KEY_2"] == "credential.helper"
 
 

@@ -13,13 +13,15 @@ import pytest
 
 from gitops_sync.errors import SourceError
 from gitops_sync.source.credentials import GitCredentials, authenticated
+from gitops_sync.source.remote import Remote
 
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA-not-a-real-key\n-----END OPENSSH PRIVATE KEY-----"
 KNOWN = "[git.example]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDummy\n"
 
 
-def _config(env: dict[str, str]) -> dict[str, str]:
-    """GIT_CONFIG_KEY_n/VALUE_n as {key: last value}."""
+def _config(remote: Remote) -> dict[str, str]:
+    """GIT_CONFIG_KEY_n/VALUE_n of git's environment as {key: last value}."""
+    env = remote.environment()
     n = int(env["GIT_CONFIG_COUNT"])
     return {env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"] for i in range(n) if f"GIT_CONFIG_KEY_{i}" in env}
 
@@ -56,7 +58,7 @@ def test_a_bearer_token_is_a_header_in_the_environment_and_no_helper_is_asked() 
     creds = GitCredentials(bearer_token="tok-123456", isolated=True)
     with authenticated("https://user:old@git.example/r.git", creds) as remote:
         assert remote.url == "https://git.example/r.git"
-        config = _config(remote.env)
+        config = _config(remote)
         assert config["http.extraHeader"] == "Authorization: Bearer tok-123456"
         assert config["credential.helper"] == ""
         assert remote.secrets == ("tok-123456",)
@@ -81,7 +83,7 @@ def test_a_tenants_https_fetch_without_a_password_asks_no_helper_of_the_controll
     with pytest.raises(SourceError, match="no SSH identity"), authenticated("git@g:r.git", only_hosts):
         pass
     with authenticated("https://g/r.git", GitCredentials(ca_cert="x", isolated=True)) as remote:
-        assert _config(remote.env)["credential.helper"] == ""
+        assert _config(remote)["credential.helper"] == ""
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""What `SecretKeys` makes of a GitSync's spec.decryption Secret: Flux's key names, a refusal naming the
+"""What `DecryptionKeys` makes of a GitSync's spec.decryption Secret: Flux's key names, a refusal naming the
 Secret with reason DecryptionFailed, never a value.
 
 Reading it as a tenant's ServiceAccount against the real API server, with the real `sops` (rotation, 403, a
@@ -11,7 +11,7 @@ import base64
 
 import pytest
 
-from gitops_sync.daemon.fleet.keys import SecretKeys
+from gitops_sync.daemon.fleet.keys import DecryptionKeys
 from gitops_sync.errors import DecryptionFailed
 from tests.unit.fakes import FakeApi, fake_client, status_body
 
@@ -20,14 +20,14 @@ IDENTITY = "AGE-SECRET-KEY-1QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ
 ARMORED = b"-----BEGIN PGP PRIVATE KEY BLOCK-----\nxyz\n-----END PGP PRIVATE KEY BLOCK-----\n"
 
 
-def read(data: dict[str, bytes] | None, *, status: int = 200) -> SecretKeys:
+def read(data: dict[str, bytes] | None, *, status: int = 200) -> DecryptionKeys:
     encoded = {k: base64.b64encode(v).decode() for k, v in (data or {}).items()}
     api = FakeApi()
     if status == 200:
         api.on("GET", PATH, {"apiVersion": "v1", "kind": "Secret", "data": encoded})
     else:
         api.on("GET", PATH, (status, status_body(status, "Forbidden" if status == 403 else "NotFound")))
-    return SecretKeys(fake_client(api), "team-a", "sops-keys", "system:serviceaccount:team-a:deployer")
+    return DecryptionKeys(fake_client(api), "team-a", "sops-keys", "system:serviceaccount:team-a:deployer")
 
 
 def test_fluxs_key_names_are_read() -> None:
@@ -39,7 +39,7 @@ def test_fluxs_key_names_are_read() -> None:
 
 def test_no_secret_ref_means_no_keys_and_no_request() -> None:
     api = FakeApi()
-    assert not SecretKeys(fake_client(api), "team-a", "", "")()
+    assert not DecryptionKeys(fake_client(api), "team-a", "", "")()
     assert not api.calls
 
 

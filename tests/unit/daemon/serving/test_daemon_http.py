@@ -215,3 +215,16 @@ def test_at_the_connection_cap_the_stalest_slow_client_makes_room_for_a_probe() 
         for s in socks:
             s.close()
         srv.stop()
+
+
+def test_the_fleet_refuses_what_would_lend_the_controllers_access_to_tenants() -> None:
+    """`run` without --repo: no Git credential flag, and no --kustomize-allow-external (remote bases fetched
+    with the controller's Git credentials, files of its disk read into a tenant's objects)."""
+    from click.testing import CliRunner
+
+    from gitops_sync.daemon import command
+
+    result = CliRunner().invoke(command.run, ["--kustomize-allow-external"], env={"GITOPS_SYNC_REPO": ""})
+    assert result.exit_code == 2 and "--kustomize-allow-external is for --repo" in result.output, result.output
+    result = CliRunner().invoke(command.run, [], env={"GITOPS_SYNC_REPO": "", "GITOPS_SYNC_GIT_PASSWORD": "x"})
+    assert result.exit_code == 2 and "Git credential flags and variables are for --repo" in result.output
