@@ -54,8 +54,9 @@ FORMAT = 2  # of the key and the entry; a change makes every old entry a miss
 _KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 _SYMLINK_MODE = "120000"
 # Render options the key leaves out: paths the key covers otherwise, and SOPS keys (a render that decrypted
-# anything is never written to disk, and a process's keys never change while it keeps one in memory).
-_NOT_IN_KEY = ("repo_root", "helm_values", "decryption")
+# anything is never written to disk, and a process's keys never change while it keeps one in memory), and a
+# GitSync's chart credentials (never in a key: each pass resolves its charts with them before the look-up).
+_NOT_IN_KEY = ("repo_root", "helm_values", "decryption", "chart_access")
 
 
 class Store(Protocol):

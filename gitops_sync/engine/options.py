@@ -11,6 +11,7 @@ from gitops_sync.apply import cascade
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.plan import ignore
 from gitops_sync.render import RenderOptions
+from gitops_sync.render.charts import RepositoryAccess
 from gitops_sync.source.allow import LocalRepositories
 from gitops_sync.source.credentials import GitCredentials
 from gitops_sync.source.verify import TrustedKeys
@@ -31,6 +32,11 @@ class SourceOptions:
     credentials: Callable[[], GitCredentials | None] | None = field(default=None, compare=False, repr=False)
     # --verify-commits / --verify-tag: signed by one of these keys before it is rendered (source/verify.py).
     verify: TrustedKeys | None = None
+    # Chart repository credentials asked for once per pass (a GitSync's spec.chartCredentials Secrets, read as
+    # its ServiceAccount, so a rotated Secret is used by the next pass); they go to render.chart_access.
+    chart_credentials: Callable[[], tuple[RepositoryAccess, ...]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
 
 @dataclass

@@ -37,18 +37,8 @@ class SecretCredentials:
         return f"Secret {self.namespace}/{self.name} (spec.secretRef)"
 
     def __call__(self) -> GitCredentials:
-        path = f"/api/v1/namespaces/{self.namespace}/secrets/{self.name}"
-        try:
-            doc = self.client.request("GET", path, timeout=self.timeout)
-        except NotFoundError:
-            raise CredentialsUnavailable(f"{self.where} not found") from None
-        except ForbiddenError:
-            who = self.user.removeprefix("system:serviceaccount:").replace(":", "/", 1)
-            who = f"ServiceAccount {who}" if self.user else "the controller"
-            raise CredentialsUnavailable(f"{self.where}: {who} may not get it (403 Forbidden)") from None
-        except ClusterError as exc:
-            raise CredentialsUnavailable(f"cannot read {self.where}: {exc}") from None
-        values = _decoded((doc if isinstance(doc, dict) else {}).get("data") or {}, self.where)
+        data = read_secret(self.client, self.namespace, self.name, self.user, self.where, self.timeout)
+        values = decoded(data, self.where, KEYS)
         if not any(values.get(k) for k in KEYS[:5]):
             raise CredentialsUnavailable(f"{self.where} holds none of the keys {', '.join(KEYS[:5])}")
         creds = GitCredentials(
@@ -68,10 +58,27 @@ class SecretCredentials:
         return creds
 
 
-def _decoded(data: dict[str, Any], where: str) -> dict[str, str]:
-    """The Secret's values of KEYS as text (stripped: a stray newline from `echo` breaks a password)."""
+def read_secret(client: Client, namespace: str, name: str, user: str, where: str, timeout: float) -> dict[str, Any]:
+    """The `data` of Secret namespace/name, read with `client` (as `user`, "" = the controller); a Secret that
+    cannot be read raises CredentialsUnavailable naming `where` and why."""
+    try:
+        doc = client.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}", timeout=timeout)
+    except NotFoundError:
+        raise CredentialsUnavailable(f"{where} not found") from None
+    except ForbiddenError:
+        who = user.removeprefix("system:serviceaccount:").replace(":", "/", 1)
+        who = f"ServiceAccount {who}" if user else "the controller"
+        raise CredentialsUnavailable(f"{where}: {who} may not get it (403 Forbidden)") from None
+    except ClusterError as exc:
+        raise CredentialsUnavailable(f"cannot read {where}: {exc}") from None
+    data = (doc if isinstance(doc, dict) else {}).get("data")
+    return data if isinstance(data, dict) else {}
+
+
+def decoded(data: dict[str, Any], where: str, keys: tuple[str, ...]) -> dict[str, str]:
+    """The Secret's values of `keys` as text (stripped: a stray newline from `echo` breaks a password)."""
     out: dict[str, str] = {}
-    for key in KEYS:
+    for key in keys:
         raw = data.get(key)
         if not raw:
             continue
@@ -83,4 +90,4 @@ def _decoded(data: dict[str, Any], where: str) -> dict[str, str]:
     return out
 
 
-__all__ = ["KEYS", "SecretCredentials"]
+__all__ = ["KEYS", "SecretCredentials", "decoded", "read_secret"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from gitops_sync.conventions import RECONCILE_REQUESTED, ConflictPolicy
 from gitops_sync.daemon.reconcile.desired import SourceSpec
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.options import parse_duration
+from gitops_sync.render.charts import RepositoryAccess
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source.credentials import GitCredentials
 
@@ -99,6 +101,8 @@ class GitSync:
     prune_cascade: bool = False  # spec.pruneCascade: the cascade guard does not refuse its prunes
     kube_config: KubeConfigRef | None = None  # spec.kubeConfig.secretRef: the target cluster (None: this one)
     secret_ref: str = ""  # spec.secretRef.name: a Secret of this namespace holding its Git credentials
+    # spec.chartCredentials: (repository URL prefix, Secret of this namespace) for its charts and OCI artifacts
+    chart_credentials: tuple[tuple[str, str], ...] = ()
 
     @property
     def ref(self) -> str:
@@ -132,9 +136,11 @@ class GitSync:
         *,
         debounce: float,
         credentials: Callable[[], GitCredentials | None] | None = None,
+        chart_credentials: Callable[[], tuple[RepositoryAccess, ...]] | None = None,
     ) -> SourceSpec:
         """Options of the source: the controller's render options, this object's repository and policy;
-        `credentials`: what reads its spec.secretRef at every fetch (sources.py)."""
+        `credentials`: what reads its spec.secretRef at every fetch, `chart_credentials` its
+        spec.chartCredentials Secrets at every pass (sources.py)."""
         src = SourceOptions(
             repo=self.repository,
             revision=self.revision,
@@ -144,6 +150,7 @@ class GitSync:
             timeout=base.timeout,
             local_policy=base.local_policy,
             credentials=credentials,
+            chart_credentials=chart_credentials,
         )
         # The ApplySet parent (inventory) of a GitSync is named after it and lives beside it.
         pass_opts = PassOptions(
@@ -218,6 +225,7 @@ def parse(obj: Manifest) -> GitSync:
         prune_cascade=bool(spec.get("pruneCascade", False)),
         kube_config=kube_config_of(spec, where),
         secret_ref=_secret_ref(spec, ns, where),
+        chart_credentials=chart_credentials_of(spec, where),
     )
 
 
@@ -241,6 +249,27 @@ def _secret_ref(spec: dict[str, Any], ns: str, where: str) -> str:
     if not isinstance(ref, dict) or not isinstance(ref.get("name", ""), str):
         raise InvalidSpec(f"{where}: spec.secretRef must be {{name: <a Secret in {ns}>}}")
     return str(ref.get("name") or "")
+
+
+def chart_credentials_of(spec: dict[str, Any], where: str) -> tuple[tuple[str, str], ...]:
+    """spec.chartCredentials: [{url, secretRef: {name}}] -> ((url, Secret name), ...), each Secret of the
+    GitSync's own namespace; a URL is an https://, http:// or oci:// prefix without credentials in it."""
+    out: list[tuple[str, str]] = []
+    entries = spec.get("chartCredentials") or []
+    if not isinstance(entries, list):
+        raise InvalidSpec(f"{where}: spec.chartCredentials must be a list of {{url, secretRef: {{name}}}}")
+    for i, entry in enumerate(entries):
+        at = f"{where}: spec.chartCredentials[{i}]"
+        url = entry.get("url") if isinstance(entry, dict) else None
+        ref = entry.get("secretRef") if isinstance(entry, dict) else None
+        name = ref.get("name") if isinstance(ref, dict) else None
+        if not isinstance(url, str) or not isinstance(name, str) or not name:
+            raise InvalidSpec(f"{at} needs a url and secretRef.name (a Secret in the GitSync's namespace)")
+        parsed = urllib.parse.urlsplit(url.strip())
+        if parsed.scheme not in ("https", "http", "oci") or not parsed.hostname or parsed.username or parsed.query:
+            raise InvalidSpec(f"{at}.url must be an https:// or oci:// URL prefix without credentials or query")
+        out.append((url.strip().rstrip("/"), name))
+    return tuple(out)
 
 
 def _depends_on(spec: dict[str, Any], ns: str, where: str) -> tuple[tuple[str, str], ...]:

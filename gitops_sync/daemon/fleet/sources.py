@@ -19,6 +19,7 @@ from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.fleet import gitsync
+from gitops_sync.daemon.fleet.chart_credentials import ChartSecrets
 from gitops_sync.daemon.fleet.clusters import RemoteCluster, RemoteClusters
 from gitops_sync.daemon.fleet.credentials import SecretCredentials
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
@@ -170,8 +171,15 @@ class SourceFactory:
         if gs.secret_ref:  # read at every fetch, as the GitSync's ServiceAccount when it has one
             reader = self._client(gs, lambda: True, self.share)  # a GET, on the controller's cluster
             credentials = SecretCredentials(reader, gs.namespace, gs.secret_ref, gs.impersonate)
+        charts = None
+        if gs.chart_credentials:  # read at every pass, as its ServiceAccount when it has one
+            reader = self._client(gs, lambda: True, self.share)
+            charts = ChartSecrets(reader, gs.namespace, gs.chart_credentials, gs.impersonate)
+        spec = gs.source_spec(
+            self.source_options, debounce=opts.debounce, credentials=credentials, chart_credentials=charts
+        )
         r = SourceReconciler(
-            gs.source_spec(self.source_options, debounce=opts.debounce, credentials=credentials),
+            spec,
             engine=engine,
             queue=Scoped(self.queue, gs.ref),
             shared=self.shared if remote is None else replace(self.shared, cache=remote.cache),
