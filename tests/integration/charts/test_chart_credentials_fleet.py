@@ -24,25 +24,15 @@ from test_artifact_source import push_artifact
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
 from tests.integration.test_fleet import CRD, condition, fleet_args
+from tests.integration.test_private_repositories_fleet import gitsync, secret
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
 WRONG = "not-the-password-5e1f"
 
 
-def _secret(name: str, namespace: str, data: dict[str, str]) -> str:
-    doc = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace}}
-    return json.dumps({**doc, "type": "Opaque", "stringData": data}) + "\n"
-
-
 def _gitsync(name: str, namespace: str, repository: str, **spec: Any) -> str:
-    doc = {
-        "apiVersion": "gitops-sync.io/v1alpha1",
-        "kind": "GitSync",
-        "metadata": {"name": name, "namespace": namespace},
-    }
-    spec = {"repository": repository, "interval": "2s", "serviceAccountName": "tenant", "prune": True, **spec}
-    return json.dumps({**doc, "spec": spec}) + "\n"
+    return gitsync(name, namespace, repository, serviceAccountName="tenant", prune=True, **spec)
 
 
 def _chart_file(url: str, release: str) -> str:
@@ -95,9 +85,9 @@ def test_gitsyncs_pull_private_charts_with_the_credentials_of_their_own_secrets(
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
     docs = [
-        _secret("charts", namespace, right),
-        _secret("charts-wrong", namespace, {**right, "password": WRONG}),
-        _secret("charts-forbidden", namespace, right),  # the tenant may not get it
+        secret("charts", namespace, right),
+        secret("charts-wrong", namespace, {**right, "password": WRONG}),
+        secret("charts-forbidden", namespace, right),  # the tenant may not get it
         _gitsync("right", namespace, str(repos["right"].path), chartCredentials=_creds(https, "charts")),
         _gitsync("oci", namespace, str(repos["oci"].path), chartCredentials=_creds(oci, "charts")),
         _gitsync("artifact", namespace, f"{oci}/artifacts/tenant:live", chartCredentials=_creds(oci, "charts")),
@@ -153,7 +143,7 @@ def test_gitsyncs_pull_private_charts_with_the_credentials_of_their_own_secrets(
             assert kube.find("configmap", f"{name}-config", namespace) is None
 
         # Rotation: the wrong Secret now holds the right password; the next pass uses it, no restart.
-        kube.kubectl("apply", "-f", "-", input=_secret("charts-wrong", namespace, right))
+        kube.kubectl("apply", "-f", "-", input=secret("charts-wrong", namespace, right))
         wait_until("wrong Ready after the rotation", lambda: ready("wrong"), 60)
         assert kube.find("configmap", "wrong-config", namespace)
 
