@@ -150,5 +150,5 @@ def test_gitsyncs_pull_private_charts_with_the_credentials_of_their_own_secrets(
         seen = json.dumps(d.status()) + log.read_text()
         seen += json.dumps([kube.get("gitsync", n, namespace).get("status") for n in repos])
         seen += kube.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
-        for secret in (registries.password, WRONG):
-            assert secret not in seen
+        for value in (registries.password, WRONG):
+            assert value not in seen
