@@ -125,10 +125,15 @@ def to_record(engine: Engine, s: PassState, *, applied: bool) -> str | None:
 
 
 def run_leaving(engine: Engine, s: PassState, event: str) -> None:
-    """The `event` hooks of every release that left Git; a failure stops the pass (s.stopped)."""
+    """The `event` hooks of every release that left Git; a failure stops the pass (s.stopped). After the
+    post-delete hooks of a pass that records nothing (an empty render: record_applied does not run), their
+    releases leave the record here, or every later pass would run them again."""
     gone = leaving(s)
-    if gone:
-        s.stopped = not run(engine, s.cs, gone, event, s.opts.timeout)
+    if not gone:
+        return
+    s.stopped = not run(engine, s.cs, gone, event, s.opts.timeout)
+    if event == POST and not s.stopped and not s.records:
+        _write(engine, s.inv, {r: m for r, m in recorded(s.inv).items() if r not in gone})
 
 
 def run(engine: Engine, cs: ChangeSet, record: Record, event: str, timeout: float) -> bool:
@@ -150,8 +155,12 @@ def before_collect(engine: Engine, cs: ChangeSet, inv: Inventory, timeout: float
 def after_collect(engine: Engine, cs: ChangeSet, inv: Inventory, timeout: float, *, keep_parent: bool) -> None:
     """Its members pruned: the post-delete hooks of every recorded release, then (the parent staying, for a
     collection that waits) the record cleared, so the collection that deletes the parent runs none again."""
-    if not run(engine, cs, recorded(inv), POST, timeout) or not keep_parent:
-        return
+    if run(engine, cs, recorded(inv), POST, timeout) and keep_parent:
+        _write(engine, inv, {})
+
+
+def _write(engine: Engine, inv: Inventory, record: Record) -> None:
+    """The parent records `record` as its delete hooks, the rest as it was."""
     inventory.save(
         engine.client,
         inv,
@@ -160,7 +169,7 @@ def after_collect(engine: Engine, cs: ChangeSet, inv: Inventory, timeout: float,
         field_manager=engine.field_manager,
         revision=inv.recorded.get(ATTEMPTED_REVISION, ""),
         source=inv.recorded.get(SOURCE, ""),
-        delete_hooks="",
+        delete_hooks=encode(record),
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from bench.cases import Measure
 from bench.charts import chart_rows
+from bench.report import TIMES
 
 
 def _doc(chart: list[float], plain: list[float], served: list[str], *, ok: bool = True) -> dict[str, Any]:
@@ -19,13 +20,13 @@ def _doc(chart: list[float], plain: list[float], served: list[str], *, ok: bool 
 
 def test_within_the_target_with_the_index_only_passes() -> None:
     (row,) = chart_rows(_doc([1.1, 1.0, 1.2], [1.0, 1.0, 1.0], ["/bench/index.yaml"] * 3))
-    assert (row.result, row.ratio, row.n) == ("PASS", "1.10×", "100")
+    assert (row.result, row.ratio, row.n) == ("PASS", f"1.10{TIMES}", "100")
     assert "0 writes" in row.ours and row.kubectl == "plain Git 1.00 s" and "/bench/index.yaml" in row.note
 
 
 def test_over_the_target_misses() -> None:
     (row,) = chart_rows(_doc([1.5], [1.0], ["/bench/index.yaml"]))
-    assert row.result == "MISS" and row.ratio == "1.50×"
+    assert row.result == "MISS" and row.ratio == f"1.50{TIMES}"
 
 
 def test_an_archive_fetched_again_a_failed_run_or_no_figures_is_an_error() -> None:
