@@ -90,7 +90,8 @@ class Client:
                 where = (
                     f"`ca.crt` in {self.access.origin}"
                     if self.access.origin
-                    else (f"`caFile` in the credentials file (${CREDENTIALS_ENV}), or `insecureSkipTLSVerify: true`")
+                    else f"`caFile` in the credentials file (${CREDENTIALS_ENV}), or `insecureSkipTLSVerify: true`; "
+                    "a GitSync: `ca.crt` in a Secret of spec.chartCredentials"
                 )
                 raise self.error(
                     f"TLS verification failed ({reason.verify_message}): give this repository's CA bundle as {where}"

@@ -78,21 +78,24 @@ def test_gitsyncs_pull_private_charts_with_the_credentials_of_their_own_secrets(
             ("oci", published.oci),
             ("wrong", published.https),
             ("missing", published.https),
+            ("untrusted", published.https),
             ("forbidden", published.https),
         )
     }
-    _tenant(kube, namespace, ("charts", "charts-wrong"))
+    _tenant(kube, namespace, ("charts", "charts-wrong", "charts-ca"))
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
     docs = [
         secret("charts", namespace, right),
         secret("charts-wrong", namespace, {**right, "password": WRONG}),
         secret("charts-forbidden", namespace, right),  # the tenant may not get it
+        secret("charts-ca", namespace, {"ca.crt": ca}),  # the CA alone: trusted, but no credentials
         _gitsync("right", namespace, str(repos["right"].path), chartCredentials=_creds(https, "charts")),
         _gitsync("oci", namespace, str(repos["oci"].path), chartCredentials=_creds(oci, "charts")),
         _gitsync("artifact", namespace, f"{oci}/artifacts/tenant:live", chartCredentials=_creds(oci, "charts")),
         _gitsync("wrong", namespace, str(repos["wrong"].path), chartCredentials=_creds(https, "charts-wrong")),
-        _gitsync("missing", namespace, str(repos["missing"].path)),
+        _gitsync("missing", namespace, str(repos["missing"].path), chartCredentials=_creds(https, "charts-ca")),
+        _gitsync("untrusted", namespace, str(repos["untrusted"].path)),  # no entry: not even the CA
         _gitsync(
             "forbidden", namespace, str(repos["forbidden"].path), chartCredentials=_creds(https, "charts-forbidden")
         ),
@@ -136,10 +139,12 @@ def test_gitsyncs_pull_private_charts_with_the_credentials_of_their_own_secrets(
             and "HTTP 401" in reason("wrong")["message"]
         )
         wait_until("missing refused", lambda: "none are configured" in reason("missing").get("message", ""), 60)
+        wait_until("untrusted refused", lambda: "TLS verification failed" in reason("untrusted").get("message", ""), 60)
+        assert "a GitSync: `ca.crt` in a Secret of spec.chartCredentials" in reason("untrusted")["message"]
         wait_until("forbidden refused", lambda: reason("forbidden").get("reason") == "CredentialsUnavailable", 60)
         message = reason("forbidden")["message"]
         assert f"Secret {namespace}/charts-forbidden" in message and "may not get it (403 Forbidden)" in message
-        for name in ("wrong", "missing", "forbidden"):
+        for name in ("wrong", "missing", "untrusted", "forbidden"):
             assert kube.find("configmap", f"{name}-config", namespace) is None
 
         # Rotation: the wrong Secret now holds the right password; the next pass uses it, no restart.
