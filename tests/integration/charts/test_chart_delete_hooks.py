@@ -8,7 +8,8 @@ kwok-stages.yaml, stage pod-failed).
 - A failing pre-delete hook: exit 2 naming it, nothing pruned (the chart's objects and anything else that left Git
   stay), and again at the next pass; removing the record from the inventory is the way out.
 - A GitSync with prune deleted: its finalizer runs the recorded pre-delete hooks, prunes, runs post-delete; one
-  without prune runs none.
+  without prune runs none; one whose pre-delete hook fails keeps its finalizer and objects (the hook in its status)
+  until the record is removed from its inventory.
 """
 
 from __future__ import annotations
@@ -146,15 +147,18 @@ def test_deleting_a_gitsync_with_prune_runs_its_delete_hooks_and_one_without_pru
     kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
     pruning = GitRepo(tmp_path / "pruning", _chart("web"))
     kept = GitRepo(tmp_path / "kept", _chart("api"))
+    failing = GitRepo(tmp_path / "failing", _chart("bad", fail=True))
     docs = [gitsync("pruning", namespace, pruning.path, prune=True), gitsync("kept", namespace, kept.path)]
+    docs.append(gitsync("failing", namespace, failing.path, prune=True))
     kube.kubectl("apply", "-f", "-", input="---\n".join(docs))
     log = tmp_path / "fleet.log"
     with Daemon(fleet_args(namespace, tmp_path), kube.env, log) as d:
         d.wait_ready(90)
         wait_ready(kube, namespace, "pruning", timeout=120)
         wait_ready(kube, namespace, "kept", timeout=120)
+        wait_ready(kube, namespace, "failing", timeout=120)
         assert kube.find("configmap", "web-config", namespace) and kube.find("configmap", "api-config", namespace)
-        kube.kubectl("delete", "gitsync", "pruning", "kept", "-n", namespace, "--wait=false")
+        kube.kubectl("delete", "gitsync", "pruning", "kept", "failing", "-n", namespace, "--wait=false")
         wait_until("both GitSyncs gone", lambda: not kube.find("gitsync", "pruning", namespace), 120)
         wait_until("kept gone", lambda: not kube.find("gitsync", "kept", namespace), 60)
         ran = [(h["hook_event"], h["object"].split("/")[-1]) for h in d.logged("hook ran")]
@@ -167,6 +171,18 @@ def test_deleting_a_gitsync_with_prune_runs_its_delete_hooks_and_one_without_pru
         order += [i for i, (e, h, o) in enumerate(lines) if e == "hook ran" and o.endswith("/web-post-delete")]
         order += [i for i, (e, _, _) in enumerate(lines) if e == "GitSync deleted: its objects were pruned"][:1]
         assert len(order) == 3 and order == sorted(order), lines
+
+        # A failing pre-delete hook keeps the GitSync (its finalizer) and its objects, the hook in its status;
+        # removing the record from its inventory lets the retry prune and the GitSync go.
+        def last_error() -> str:
+            return str((kube.find("gitsync", "failing", namespace) or {}).get("status", {}).get("lastError", ""))
+
+        wait_until("the failing hook reported", lambda: "hook pre-delete" in last_error(), 90)
+        assert "bad-pre-delete" in last_error() and kube.find("configmap", "bad-config", namespace)
+        assert kube.find("gitsync", "failing", namespace)
+        kube.kubectl("annotate", "configmap", "gitsync-failing", "-n", namespace, "gitops-sync.io/delete-hooks-")
+        wait_until("failing gone", lambda: not kube.find("gitsync", "failing", namespace), 120)
+        assert kube.find("configmap", "bad-config", namespace) is None
     assert kube.find("configmap", "web-config", namespace) is None
     assert _complete(kube, "web-pre-delete", namespace) and _complete(kube, "web-post-delete", namespace)
     assert kube.find("configmap", "api-config", namespace) and kube.find("job", "api-pre-delete", namespace) is None
