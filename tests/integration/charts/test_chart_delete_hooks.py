@@ -14,13 +14,10 @@ kwok-stages.yaml, stage pod-failed).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from test_chart_hooks import _ran, _sync
 
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
@@ -59,18 +56,6 @@ def _chart(name: str, *, fail: bool = False) -> dict[str, str]:
     }
 
 
-def _sync(kube: KubeCluster, repo: GitRepo, namespace: str, tmp_path: Path, *more: str) -> tuple[int, dict[str, Any]]:
-    cmd = [sys.executable, "-m", "gitops_sync", "sync", "--repo", str(repo.path), "-n", namespace]
-    cmd += ["--cache-dir", str(tmp_path / "cache"), "--name", f"t-{namespace}", "-o", "json", *more]
-    r = subprocess.run(cmd, env=kube.env, capture_output=True, text=True, timeout=240, check=False)
-    assert r.stdout, r.stderr
-    return r.returncode, json.loads(r.stdout)
-
-
-def _ran(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return [(h["event"], h["object"].split("/")[-1], h["ok"]) for h in doc["hooks"]]
-
-
 def _complete(kube: KubeCluster, name: str, namespace: str) -> bool:
     job = kube.find("job", name, namespace) or {}
     return any(
@@ -87,19 +72,19 @@ def test_a_chart_leaving_git_runs_its_delete_hooks_around_the_prune_only_with_pr
 ) -> None:
     files = {**_chart("db"), "apps/keep/cm.yaml": configmap("keep", {"a": "b"})}
     repo = GitRepo(tmp_path / "repo", files)
-    code, doc = _sync(kube, repo, namespace, tmp_path, "--prune")
+    code, doc = _sync(kube, repo, namespace, tmp_path)
     assert code == 0, doc["errors"]
     assert [e for e, _, _ in _ran(doc)] == ["post-install"]  # installing runs no delete hook
 
     # The chart leaves Git; without --prune nothing is deleted and no delete hook runs.
     repo.commit(_without(files, "db"), "db leaves")
-    code, doc = _sync(kube, repo, namespace, tmp_path)
+    code, doc = _sync(kube, repo, namespace, tmp_path, prune=False)
     assert code == 0 and _ran(doc) == [], doc
     assert kube.find("configmap", "db-config", namespace) and kube.find("job", "db-pre-delete", namespace) is None
 
     # The first pass with prune: pre-delete by weight (the marker at -1, deleted as it succeeded; the Job at 1),
     # then the prune, then post-delete.
-    code, doc = _sync(kube, repo, namespace, tmp_path, "--prune")
+    code, doc = _sync(kube, repo, namespace, tmp_path)
     assert code == 0, doc["errors"]
     assert _ran(doc) == [
         ("pre-delete", "db-pre-delete-marker", "true"),
@@ -113,7 +98,7 @@ def test_a_chart_leaving_git_runs_its_delete_hooks_around_the_prune_only_with_pr
     assert [o["name"] for o in pruned] == ["db-config"], doc["objects"]
 
     # Deleted once: the next pass runs none.
-    code, doc = _sync(kube, repo, namespace, tmp_path, "--prune")
+    code, doc = _sync(kube, repo, namespace, tmp_path)
     assert code == 0 and _ran(doc) == [], doc
 
 
@@ -123,11 +108,11 @@ def test_a_failing_pre_delete_hook_keeps_everything_until_it_succeeds_or_its_rec
     files = {**_chart("db", fail=True), "apps/other/cm.yaml": configmap("other", {"a": "b"})}
     files["apps/keep/cm.yaml"] = configmap("keep", {"a": "b"})  # an empty render would not prune at all
     repo = GitRepo(tmp_path / "repo", files)
-    code, doc = _sync(kube, repo, namespace, tmp_path, "--prune")
+    code, doc = _sync(kube, repo, namespace, tmp_path)
     assert code == 0, doc["errors"]
     repo.commit({**_without(files, "db"), "apps/other/cm.yaml": None}, "db and other leave")
     for _ in range(2):  # the same at the next pass: the release's hooks are still recorded
-        code, doc = _sync(kube, repo, namespace, tmp_path, "--prune")
+        code, doc = _sync(kube, repo, namespace, tmp_path)
         assert code == 2, doc
         assert _ran(doc) == [("pre-delete", "db-pre-delete-marker", "true"), ("pre-delete", "db-pre-delete", "false")]
         assert any("hook pre-delete" in e and "db-pre-delete" in e and "Job failed" in e for e in doc["errors"]), doc
@@ -135,7 +120,7 @@ def test_a_failing_pre_delete_hook_keeps_everything_until_it_succeeds_or_its_rec
         assert kube.find("configmap", "db-config", namespace) and kube.find("configmap", "other", namespace)
     # The way out (docs/charts.md): remove the record of delete hooks from the inventory; then prune proceeds.
     kube.kubectl("annotate", "configmap", f"t-{namespace}", "-n", namespace, "gitops-sync.io/delete-hooks-")
-    code, doc = _sync(kube, repo, namespace, tmp_path, "--prune")
+    code, doc = _sync(kube, repo, namespace, tmp_path)
     assert code == 0 and _ran(doc) == [], (doc["errors"], doc["hooks"])
     assert kube.find("configmap", "db-config", namespace) is None and kube.find("configmap", "other", namespace) is None
 
