@@ -21,7 +21,7 @@ from test_chart_hooks import _ran, _sync
 
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
-from tests.integration.test_fleet import CRD, fleet_args, gitsync, wait_ready
+from tests.integration.test_fleet import CRD, fleet_args, gitsync, gs_status, wait_ready
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
@@ -142,6 +142,12 @@ def test_deleting_a_gitsync_with_prune_runs_its_delete_hooks_and_one_without_pru
         wait_ready(kube, namespace, "pruning", timeout=120)
         wait_ready(kube, namespace, "kept", timeout=120)
         wait_ready(kube, namespace, "failing", timeout=120)
+
+        def last_hooks() -> list[str]:  # status.lastHooks: what the last pass that ran hooks ran
+            hooks = gs_status(kube, namespace, "pruning").get("lastHooks", {}).get("hooks") or []
+            return [f"{h['event']} {h['object'].split('/')[-1]} {h['ok']}" for h in hooks]
+
+        wait_until("status.lastHooks", lambda: last_hooks() == ["post-install web-post-install true"], 60)
         assert kube.find("configmap", "web-config", namespace) and kube.find("configmap", "api-config", namespace)
         kube.kubectl("delete", "gitsync", "pruning", "kept", "failing", "-n", namespace, "--wait=false")
         wait_until("both GitSyncs gone", lambda: not kube.find("gitsync", "pruning", namespace), 120)
