@@ -96,12 +96,14 @@ class Runner:
         argv: list[str],
         namespace: str,
         check: Callable[[subprocess.CompletedProcess[str]], tuple[bool, str, int | None]],
+        env: dict[str, str] | None = None,
     ) -> Measure:
         settle(self.cluster)
         mark = self.audit.mark() if self.audit else None
         metrics_before = self.metrics.snapshot()
         t0 = time.perf_counter()
-        r = subprocess.run(argv, env=self.cluster.env, capture_output=True, text=True, check=False, timeout=3600)
+        env = env or self.cluster.env
+        r = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=3600)
         seconds = time.perf_counter() - t0
         ok, note, found = check(r)
         m = Measure(seconds=seconds, exit_code=r.returncode, ok=ok, found=found, note=note)

@@ -32,6 +32,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `gitops_sync`
 
 from bench import daemon as daemon_cases
 from bench.cases import Measure, Runner, Tools
+from bench.charts import chart_case, chart_rows
 from bench.env import REPO, BenchCluster, log, machine, versions
 from bench.report import case_rows, daemon_rows, markdown, scale_rows, startup_rows, text_table
 from bench.scale import QUICK_RESYNC, RESYNC, scale_case
@@ -40,7 +41,7 @@ from bench.workload import generate
 from gitops_sync.log import configure as configure_logging
 
 NOT_AVAILABLE = "not measured: daemon not available"
-ALL_CASES = (0, 1, 2, 3, 4, 5, 6)
+ALL_CASES = (0, 1, 2, 3, 4, 5, 6, 7)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -69,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="markdown file to write (default BENCHMARKS.md when every case runs and not --quick)",
     )
     p.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
-    p.add_argument("--cases", default=None, help="which cases to run (default all: 0,1,2,3,4,5,6)")
+    p.add_argument("--cases", default=None, help="which cases to run (default all: 0,1,2,3,4,5,6,7)")
     p.add_argument("--startup-repeats", type=int, default=None, help="runs of each command in case 0 (default 15)")
     p.add_argument("--daemon-objects", type=int, default=None, help="objects in case 4 (default 1000)")
     p.add_argument("--daemon-changes", type=int, default=None, help="out-of-band changes in case 4a (default 50)")
@@ -81,6 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated object counts of case 6, one run each (default 20000; --quick 150)",
     )
     p.add_argument("--scale-changes", type=int, default=None, help="out-of-band changes in case 6 (default 30)")
+    p.add_argument("--chart-objects", type=int, default=None, help="objects the chart of case 7 renders (default 100)")
+    p.add_argument("--chart-repeats", type=int, default=None, help="no-op runs of each source in case 7 (default 9)")
     p.add_argument("--concurrency", type=int, default=None, help="pass --concurrency to gitops-sync")
     p.add_argument("--python", default=sys.executable, help="the Python that has gitops-sync installed")
     args = p.parse_args(argv)
@@ -94,6 +97,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.startup_repeats = args.startup_repeats or (3 if quick else 15)
     args.scale_objects = [int(s) for s in (args.scale_objects or ("150" if quick else "20000")).split(",") if s.strip()]
     args.scale_changes = args.scale_changes or (3 if quick else 30)
+    args.chart_objects = args.chart_objects or (20 if quick else 100)
+    args.chart_repeats = args.chart_repeats or (1 if quick else 9)
     args.cases = {int(c) for c in (args.cases or ",".join(map(str, ALL_CASES))).split(",") if c.strip()}
     if args.output is None and not quick and args.cases == set(ALL_CASES):
         args.output = REPO / "BENCHMARKS.md"  # only a full run replaces the published table
@@ -161,6 +166,8 @@ def _run(args: argparse.Namespace, cluster: BenchCluster, workdir: Path, started
             "startup_repeats": args.startup_repeats,
             "scale_objects": args.scale_objects,
             "scale_changes": args.scale_changes,
+            "chart_objects": args.chart_objects,
+            "chart_repeats": args.chart_repeats,
         },
     }
     if 0 in args.cases:
@@ -194,12 +201,19 @@ def _run(args: argparse.Namespace, cluster: BenchCluster, workdir: Path, started
         doc["rss"] = {"not_measured": NOT_AVAILABLE if not have_daemon else "not measured: case not selected"}
 
     doc["scale"] = _scale(args, cluster, gs, workdir, have_daemon) if 6 in args.cases else []
+    if 7 in args.cases:
+        runner = Runner(Tools(cluster, gs, args.concurrency), workdir)
+        try:
+            doc["chart"] = chart_case(cluster, gs, workdir, runner, args.chart_objects, args.chart_repeats).to_dict()
+        finally:
+            runner.close()
 
     rows = (
         startup_rows(doc.get("startup"))
         + case_rows(cases)
         + daemon_rows(doc["daemon"], doc["rss"])
         + scale_rows(doc["scale"])
+        + chart_rows(doc.get("chart"))
     )
     doc["duration_seconds"] = time.monotonic() - started
     doc["rows"] = [r.to_dict() for r in rows]

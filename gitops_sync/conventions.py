@@ -21,6 +21,7 @@ __all__ = [
     "CLUSTER_ID",
     "CREATE_ONLY",
     "CSA_MANAGER",
+    "DELETE_HOOKS",
     "DEPLOYMENT_REVISION",
     "FIELD_MANAGER",
     "GROUP_KINDS",
@@ -100,6 +101,9 @@ SOURCE_IDENTITY: Final = "gitops-sync.io/source-identity"
 # that records another cluster than the one a pass reaches (copied by a backup tool, restored elsewhere) is
 # never pruned from; absent on parents written before it (recorded on the next write).
 CLUSTER_ID: Final = "gitops-sync.io/cluster-id"
+# The Helm pre-delete/post-delete hooks of the releases applied (engine/delete_hooks.py): what runs when a
+# release leaves Git, or the source is deleted, once its objects are no longer rendered. gzip + base64 of JSON.
+DELETE_HOOKS: Final = "gitops-sync.io/delete-hooks"
 
 # ---- ours, on a GitSync (the fleet controller's custom resource) ---------------------------------------
 # Set by `gitops-sync reconcile` (any value, a time by convention): fetch and reconcile now.

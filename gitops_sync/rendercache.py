@@ -55,8 +55,9 @@ _KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomizatio
 _SYMLINK_MODE = "120000"
 # Render options the key leaves out: paths the key covers otherwise, and SOPS keys (a render that decrypted
 # anything is never written to disk; in memory, a digest of the keys is part of the key: a GitSync's key
-# Secret is read at every fetch, and a rotated or removed key must render anew).
-_NOT_IN_KEY = ("repo_root", "helm_values", "decryption")
+# Secret is read at every fetch, and a rotated or removed key must render anew), and a GitSync's chart
+# credentials (never in a key: each pass resolves its charts with them before the look-up).
+_NOT_IN_KEY = ("repo_root", "helm_values", "decryption", "chart_access")
 
 
 class Store(Protocol):

@@ -20,6 +20,7 @@ from gitops_sync.conventions import (
     APPLIED_REVISION,
     ATTEMPTED_REVISION,
     CLUSTER_ID,
+    DELETE_HOOKS,
     FIELD_MANAGER,
     GROUP_KINDS,
     ID_LABEL,
@@ -122,6 +123,8 @@ class Inventory:
         }
         if applied:  # absent until a first clean pass: never "applied" on the strength of an attempt
             body["metadata"]["annotations"][APPLIED_REVISION] = applied
+        if self.recorded.get(DELETE_HOOKS):  # kept as recorded unless `save` is given new ones
+            body["metadata"]["annotations"][DELETE_HOOKS] = self.recorded[DELETE_HOOKS]
         return body
 
 
@@ -209,6 +212,7 @@ def save(
     revision: str = "",
     source: str = "",
     applied: bool = False,
+    delete_hooks: str | None = None,
 ) -> None:
     """Record the parent. Before applying, record the union of old and new so a crash never hides members.
 
@@ -226,7 +230,7 @@ def save(
         group_kinds, namespaces, attempted=revision, applied=revision if applied else kept, source=source
     )
     annotations = body["metadata"]["annotations"]
-    if inv.exists and all(inv.recorded.get(k) == v for k, v in annotations.items()):
+    if not _set_delete_hooks(inv, annotations, delete_hooks) and inv.exists:
         return
     # Written only over the parent this pass read, or created only where none was: see the docstring.
     body["metadata"]["resourceVersion"] = inv.resource_version if inv.exists else CREATE_ONLY_RV
@@ -253,8 +257,19 @@ def save(
             f"since this one read it ({_describe(live)}): not recording over it"
         ) from exc
     inv.group_kinds, inv.namespaces, inv.exists = set(group_kinds), set(namespaces) | {inv.namespace}, True
+    inv.recorded.pop(DELETE_HOOKS, None)
     inv.recorded.update(annotations)
     inv.resource_version = str(((written or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _set_delete_hooks(inv: Inventory, annotations: dict[str, str], delete_hooks: str | None) -> bool:
+    """`delete_hooks` (the Helm delete hooks to record now, "" none, None: as recorded; engine/delete_hooks.py)
+    into `annotations`; whether they now differ from what the parent records."""
+    if delete_hooks is not None:
+        annotations.pop(DELETE_HOOKS, None)
+        annotations.update({DELETE_HOOKS: delete_hooks} if delete_hooks else {})
+    dropped = DELETE_HOOKS in inv.recorded and DELETE_HOOKS not in annotations
+    return dropped or any(inv.recorded.get(k) != v for k, v in annotations.items())
 
 
 def _covers(inv: Inventory, live: Manifest, annotations: dict[str, str], *, applied: bool) -> bool:

@@ -14,6 +14,7 @@ from gitops_sync.apply.manager import LiveMap, OnEntry, ResourceManager, not_att
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import FIELD_MANAGER
+from gitops_sync.engine import delete_hooks
 from gitops_sync.engine.naming import checkout_label
 from gitops_sync.engine.options import PassOptions
 from gitops_sync.engine.phases import PHASES
@@ -99,6 +100,7 @@ class Engine:
         advice: str = cascade.CASCADE_ADVICE,
         keep_parent: bool = False,
         pending_done: bool = False,
+        timeout: float = 300.0,
     ) -> tuple[ChangeSet, bool]:
         """A deleted source's garbage collection: prune every member of its inventory, then the parent.
 
@@ -111,6 +113,8 @@ class Engine:
         A member finalizers hold (its deletion pending) keeps the parent, an error naming it (the caller
         retries), unless `keep_parent`, or `pending_done`: the API server accepted its deletion and nothing
         waits for it to finish (deletionPolicy Delete, MirrorPrune), so it counts as gone and the parent goes.
+        The recorded Helm pre-delete hooks run first (one failing: nothing pruned), post-delete ones after a
+        clean prune, each within `timeout` (engine/delete_hooks.py).
         """
         cs = ChangeSet(inventory=name, inventory_namespace=namespace, source_identity=identity)
         inv = inventory.load(self.client, name, namespace, identity, cluster_id=self.cluster_id)
@@ -124,7 +128,11 @@ class Engine:
             prune_cascade=prune_cascade,
             cascade_advice=advice,
         )
+        if delete_hooks.any_recorded(inv) and not delete_hooks.before_collect(self, cs, inv, timeout):
+            return cs, True
         pruned_all = Prune(self, cs, [inv], opts, False, parent_goes=True, pending_done=pending_done).run([])
+        if delete_hooks.any_recorded(inv) and pruned_all and not cs.has_errors:
+            delete_hooks.after_collect(self, cs, inv, timeout, keep_parent=keep_parent)
         unserved = inventory.unserved_kinds(self.discovery, inv)
         if unserved:  # their members cannot be listed: the parent is how they are found once served again
             cs.errors.append(

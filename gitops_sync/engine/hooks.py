@@ -26,6 +26,7 @@ from gitops_sync.cluster.client import APPLY_PATCH
 from gitops_sync.errors import ClusterError
 from gitops_sync.log import get_logger
 from gitops_sync.plan import planner
+from gitops_sync.plan.changeset import ChangeSet
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import DesiredObject, ObjectKey
 
@@ -69,7 +70,7 @@ class Hook:
 
 def _hook(t: Target) -> Hook:
     ann = _annotations(t.manifest)
-    events = frozenset(e.strip() for e in str(ann.get(HOOK, "")).split(",") if e.strip())
+    events = events_of(t.manifest)
     try:
         weight = int(str(ann.get(WEIGHT, "0")).strip() or "0")
     except ValueError:
@@ -78,11 +79,25 @@ def _hook(t: Target) -> Hook:
     return Hook(t, events, weight, policies or frozenset({BEFORE_CREATION}))
 
 
+def events_of(manifest: dict[str, Any]) -> frozenset[str]:
+    """The events a hook object's `helm.sh/hook` annotation names."""
+    return frozenset(e.strip() for e in str(_annotations(manifest).get(HOOK, "")).split(",") if e.strip())
+
+
+def resolved(engine: Engine, objects: Sequence[DesiredObject], namespace: str) -> list[Target]:
+    """Hook objects resolved against the cluster, one at a time: hooks named by generateName share the key of
+    an empty name (each run creates a new one)."""
+    return [t for o in objects for t in planner.resolve([o], engine.discovery, namespace)]
+
+
 def due(engine: Engine, s: PassState, event: str) -> list[Hook]:
     """The hooks of `event` (`pre-install`, …), resolved against the cluster, in weight, kind, name order."""
     objects = [o for o in s.checkout.hooks if isinstance(o, DesiredObject)]
-    # One at a time: hooks named by generateName share the key of an empty name (each run creates a new one).
-    targets = [t for o in objects for t in planner.resolve([o], engine.discovery, s.opts.namespace)]
+    return of_event(resolved(engine, objects, s.opts.namespace), event)
+
+
+def of_event(targets: Sequence[Target], event: str) -> list[Hook]:
+    """The hooks among `targets` that `event` runs, in weight, kind, name order."""
     hooks = [h for h in map(_hook, targets) if event in h.events]
     return sorted(hooks, key=lambda h: (h.weight, h.target.key.kind, h.target.key.name or _generate_name(h.target)))
 
@@ -93,24 +108,29 @@ def _generate_name(t: Target) -> str:
 
 def run_event(engine: Engine, s: PassState, event: str) -> bool:
     """Run the hooks of `event` one by one; False (and an error in the change set) when one failed."""
-    for hook in due(engine, s, event):
-        ok, message, key = _run(engine, s, hook)
-        s.cs.hooks.append(
+    return run_hooks(engine, s.cs, due(engine, s, event), event, s.opts.timeout)
+
+
+def run_hooks(engine: Engine, cs: ChangeSet, hooks: Sequence[Hook], event: str, timeout: float) -> bool:
+    """Run `hooks` (of `event`) one by one, each within `timeout`; False (and an error in `cs`) when one
+    failed: the rest are not run."""
+    for hook in hooks:
+        ok, message, key = _run(engine, hook, timeout)
+        cs.hooks.append(
             {"event": event, "object": str(key), "weight": str(hook.weight), "result": message, "ok": str(ok).lower()}
         )
         log.info("hook ran", hook_event=event, object=str(key), weight=hook.weight, ok=ok, result=message)
         if not ok:
-            s.cs.errors.append(f"hook {event} {key} (weight {hook.weight}) failed: {message}")
+            cs.errors.append(f"hook {event} {key} (weight {hook.weight}) failed: {message}")
             return False
     return True
 
 
-def _run(engine: Engine, s: PassState, hook: Hook) -> tuple[bool, str, ObjectKey]:
+def _run(engine: Engine, hook: Hook, timeout: float) -> tuple[bool, str, ObjectKey]:
     """(succeeded, what happened, the object): created (a generateName hook: a new object, by POST) or
     applied (server-side, after deleting the previous one under before-hook-creation), waited for, deleted
     as its policy says."""
     t, client = hook.target, engine.client
-    timeout = s.opts.timeout
     try:
         if not t.key.name:
             created = client.request(

@@ -22,6 +22,7 @@ from gitops_sync.source.verify import verify_checkout
 def fetch_source(source: SourceOptions) -> Checkout:
     """The source's directory and commit (raises SourceError, RepositoryNotAllowed under its local policy);
     an `oci://` source is an OCI artifact, its manifest digest the revision (render/artifact.py)."""
+    source = with_chart_credentials(source)
     if source.repo.startswith("oci://"):
         return _fetch_artifact(source)
     return fetch(
@@ -41,7 +42,7 @@ def _fetch_artifact(source: SourceOptions) -> Checkout:
     GitSync's is the tenant's, held to --allow-chart-repository (render.chart_repositories)."""
     opts = source.render
     ref = artifact.parse(source.repo)
-    entries = charts.load_access(opts.chart_credentials, env=opts.chart_credentials_env)
+    entries = opts.chart_entries()
     own = (ref.repository,) if opts.chart_credentials_env else ()
     access = charts.access_for(ref.repository, entries, (*opts.chart_repositories, *own))
     try:
@@ -61,6 +62,7 @@ def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Check
     """Fetch and render; raises SourceError/RenderError before anything touches the cluster.
 
     `cache`: renders of a commit already rendered are served from it (gitops_sync.rendercache)."""
+    source = with_chart_credentials(source)
     keys = source.verify() if callable(source.verify) else source.verify  # a Secret's: read before each fetch
     checkout = fetch_source(source)
     if keys is not None:  # before the render: an unverified commit is never rendered nor applied
@@ -75,6 +77,15 @@ def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Check
     objects = render(checkout.root, opts) if cache is None else cache.render(checkout, opts, render)
     plain, hooks = split_hooks(objects)  # helm.sh/hook objects run as phases of a pass, never applied as objects
     return replace(checkout, charts=pulled_charts(objects), hooks=tuple(hooks)), plain
+
+
+def with_chart_credentials(source: SourceOptions) -> SourceOptions:
+    """`source` with its chart credentials read once for this pass (into render.chart_access); unchanged when
+    it has none to read. Raises what reading them raises (a GitSync's CredentialsUnavailable)."""
+    if source.chart_credentials is None:
+        return source
+    render = replace(source.render, chart_access=(*source.render.chart_access, *source.chart_credentials()))
+    return replace(source, render=render, chart_credentials=None)
 
 
 def pulled_charts(objects: list[DesiredObject]) -> tuple[dict[str, str], ...]:

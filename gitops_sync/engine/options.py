@@ -11,6 +11,7 @@ from gitops_sync.apply import cascade
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.plan import ignore
 from gitops_sync.render import RenderOptions
+from gitops_sync.render.charts import RepositoryAccess
 from gitops_sync.render.sops import Decryption
 from gitops_sync.source.allow import LocalRepositories
 from gitops_sync.source.credentials import GitCredentials
@@ -36,6 +37,11 @@ class SourceOptions:
     # SOPS keys asked for before every render (a rotated Secret is read again): a GitSync's spec.decryption,
     # read as its ServiceAccount. None: render.decryption (the CLI's flags, read once).
     decryption: Callable[[], Decryption] | None = field(default=None, compare=False, repr=False)
+    # Chart repository credentials asked for once per pass (a GitSync's spec.chartCredentials Secrets, read as
+    # its ServiceAccount, so a rotated Secret is used by the next pass); they go to render.chart_access.
+    chart_credentials: Callable[[], tuple[RepositoryAccess, ...]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from gitops_sync import conventions
 from gitops_sync.apply import inventory
 from gitops_sync.apply.manager import NOT_ATTEMPTED
-from gitops_sync.engine import hooks, legacy
+from gitops_sync.engine import delete_hooks, hooks, legacy
 from gitops_sync.engine.positions import locate_fields
 from gitops_sync.engine.prune import Prune, wait_deleted
 from gitops_sync.engine.state import PassState, kinds_and_namespaces
@@ -176,6 +176,7 @@ def _record(engine: Engine, s: PassState, kinds: set[str], namespaces: set[str],
         revision=s.checkout.revision,
         source=s.cs.source,
         applied=applied,
+        delete_hooks=delete_hooks.to_record(engine, s, applied=applied),
     )
 
 
@@ -302,6 +303,17 @@ def wait_for_deletions(engine: Engine, s: PassState) -> None:
     wait_deleted(engine, s.cs, s.opts.timeout)
 
 
+def run_pre_delete_hooks(engine: Engine, s: PassState) -> None:
+    """pre-delete hooks of the releases that left Git, before prune deletes their objects; one failing stops
+    the pass (nothing pruned). engine/delete_hooks.py."""
+    delete_hooks.run_leaving(engine, s, delete_hooks.PRE)
+
+
+def run_post_delete_hooks(engine: Engine, s: PassState) -> None:
+    """post-delete hooks of the releases that left Git, once prune deleted their objects."""
+    delete_hooks.run_leaving(engine, s, delete_hooks.POST)
+
+
 def record_applied(engine: Engine, s: PassState) -> None:
     """Only now is the revision recorded as applied; an old inventory of this source is retired after it.
 
@@ -395,6 +407,18 @@ def runs_post_hooks(s: PassState) -> bool:
     return runs_hooks(s) and not s.cs.has_errors and s.pruned_all
 
 
+def deletes_releases(s: PassState) -> bool:
+    """A whole pass that writes and prunes, nothing failed so far, delete hooks recorded (engine/delete_hooks.py):
+    the releases that left Git are deleted by this prune, so their pre-delete hooks run before it."""
+    recorded = s.inventory is not None and delete_hooks.any_recorded(s.inventory)
+    return recorded and prunes(s) and runs_hooks(s) and not s.cs.has_errors
+
+
+def runs_post_delete_hooks(s: PassState) -> bool:
+    """As deletes_releases, once prune left nothing undone."""
+    return deletes_releases(s) and s.pruned_all
+
+
 def prunes_and_waits(s: PassState) -> bool:
     return prunes(s) and waits(s)
 
@@ -433,8 +457,10 @@ PHASES: tuple[Phase, ...] = (
     Phase("locate fields in Git", locate_in_git),
     Phase("note takeovers", note_takeovers),
     Phase("start the wait clock", start_wait_clock, waits),
+    Phase("run pre-delete hooks of releases that left Git", run_pre_delete_hooks, deletes_releases),
     Phase("prune", prune, prunes),
     Phase("wait for deletions", wait_for_deletions, prunes_and_waits),
+    Phase("run post-delete hooks of releases that left Git", run_post_delete_hooks, runs_post_delete_hooks),
     Phase("run post-install/post-upgrade hooks", run_post_hooks, runs_post_hooks),
     Phase("record applied", record_applied, completes),
     Phase("wait until healthy", wait_until_healthy, waits),

@@ -26,6 +26,9 @@ from gitops_sync.render.charts import CREDENTIALS_ENV, ChartLimits, ChartSpec, R
 
 _HELM_CHART_MEDIA = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 _OCI_MANIFEST_MEDIA = "application/vnd.oci.image.manifest.v1+json"
+# An `auths` entry of no host (.invalid is reserved): a registry config that has one is "configured", so helm's
+# credential store never goes looking for a native docker-credential helper of the controller's user.
+_NO_HOST: dict[str, Any] = {"gitops-sync.invalid": {}}
 
 
 class Client:
@@ -50,7 +53,9 @@ class Client:
                 "nothing was fetched",
                 file=label,
             )
-        self.ctx = ssl.create_default_context(cafile=str(access.ca_file) if access.ca_file else None)
+        self.ctx = ssl.create_default_context(
+            cafile=str(access.ca_file) if access.ca_file else None, cadata=access.ca_data or None
+        )
         if access.insecure_skip_tls_verify:
             self.ctx.check_hostname = False
             self.ctx.verify_mode = ssl.CERT_NONE
@@ -82,9 +87,14 @@ class Client:
         except (urllib.error.URLError, OSError) as err:
             reason = getattr(err, "reason", None) or err
             if isinstance(reason, ssl.SSLCertVerificationError):
+                where = (
+                    f"`ca.crt` in {self.access.origin}"
+                    if self.access.origin
+                    else f"`caFile` in the credentials file (${CREDENTIALS_ENV}), or `insecureSkipTLSVerify: true`; "
+                    "a GitSync: `ca.crt` in a Secret of spec.chartCredentials"
+                )
                 raise self.error(
-                    f"TLS verification failed ({reason.verify_message}): give this repository's CA bundle as "
-                    f"`caFile` in the credentials file (${CREDENTIALS_ENV}), or `insecureSkipTLSVerify: true`"
+                    f"TLS verification failed ({reason.verify_message}): give this repository's CA bundle as {where}"
                 ) from None
             raise self.error(f"cannot reach the repository ({_reason(reason)})") from None
 
@@ -104,10 +114,11 @@ class Client:
         if code in (401, 403) and not configured:
             return self.error(
                 f"the repository requires credentials (HTTP {code}) and none are configured for it: add an entry "
-                f"with its URL to the chart credentials file (${CREDENTIALS_ENV})"
+                f"with its URL to the chart credentials file (${CREDENTIALS_ENV}; a GitSync: spec.chartCredentials)"
             )
         if code in (401, 403):
-            return self.error(f"the repository refused the configured credentials (HTTP {code})")
+            origin = f" of {self.access.origin}" if self.access.origin else ""
+            return self.error(f"the repository refused the configured credentials{origin} (HTTP {code})")
         if code == 404:
             return self.error("not found in the repository (HTTP 404)")
         return self.error(f"the repository answered HTTP {code}")
@@ -213,47 +224,18 @@ class Client:
         """`helm pull` of exactly `version` into `work/out`, credentials in config files under `work`."""
         out = work / "out"
         out.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
-        env.update(
-            HELM_CONFIG_HOME=str(work / "config"),
-            HELM_CACHE_HOME=str(work / "cache"),
-            HELM_DATA_HOME=str(work / "data"),
-        )
-        args = ["pull"]
-        if self.oci:
-            host, name = self._oci_parts()
-            config = work / "registry.json"
-            auths = {}
-            if self._basic() is not None:
-                auths[host] = {"auth": self._basic()[len("Basic ") :]}  # type: ignore[index]
-            _write_private(config, json.dumps({"auths": auths}))
-            args += [f"oci://{host}/{name}", "--version", version, "--registry-config", str(config)]
-            if self.access.allow_http:
-                args.append("--plain-http")
-        else:
-            repos = work / "repositories.yaml"
-            cache = work / "repository-cache"
-            cache.mkdir()
-            entry: dict[str, Any] = {"name": "source", "url": self.spec.repo}
-            if self.access.username is not None:
-                entry["username"] = self.access.username
-            if self.access.password is not None:
-                entry["password"] = self.access.password
-            if self.access.ca_file is not None:
-                entry["caFile"] = str(self.access.ca_file)
-            if self.access.insecure_skip_tls_verify:
-                entry["insecure_skip_tls_verify"] = True
-            _write_private(repos, json.dumps({"apiVersion": "", "repositories": [entry]}))
-            (cache / "source-index.yaml").write_bytes(self.index)  # the index we resolved against, not a refetch
-            args += [f"source/{self.spec.chart}", "--version", version]
-            args += ["--repository-config", str(repos), "--repository-cache", str(cache)]
-        if self.access.ca_file is not None:
-            args += ["--ca-file", str(self.access.ca_file)]
+        ca_file = self.access.ca_file
+        if self.access.ca_data:  # a tenant's Secret `ca.crt`: helm wants a file
+            ca_file = work / "ca.crt"
+            _write_private(ca_file, self.access.ca_data)
+        args = ["pull", *(self._oci_args(work, version) if self.oci else self._repo_args(work, version, ca_file))]
+        if ca_file is not None:
+            args += ["--ca-file", str(ca_file)]
         if self.access.insecure_skip_tls_verify:
             args.append("--insecure-skip-tls-verify")
         args += ["--destination", str(out)]
         try:
-            _tools.helm(helm, args, self.label, _tools.Limits(limits.pull_timeout, 1 << 20), env)
+            _tools.helm(helm, args, self.label, _tools.Limits(limits.pull_timeout, 1 << 20), _pull_env(work))
         except RenderError as err:
             message = str(err).split(": ", 1)[-1]
             for secret in (self.access.password, self._basic()):
@@ -264,6 +246,52 @@ class Client:
         if len(found) != 1:
             raise self.error("`helm pull` wrote no single chart archive")
         return found[0]
+
+    def _oci_args(self, work: Path, version: str) -> list[str]:
+        host, name = self._oci_parts()
+        config = work / "registry.json"
+        auths: dict[str, Any] = dict(_NO_HOST)
+        basic = self._basic()
+        if basic is not None:
+            auths[host] = {"auth": basic[len("Basic ") :]}
+        _write_private(config, json.dumps({"auths": auths}))
+        args = [f"oci://{host}/{name}", "--version", version, "--registry-config", str(config)]
+        return [*args, "--plain-http"] if self.access.allow_http else args
+
+    def _repo_args(self, work: Path, version: str, ca_file: Path | None) -> list[str]:
+        repos = work / "repositories.yaml"
+        cache = work / "repository-cache"
+        cache.mkdir()
+        entry: dict[str, Any] = {"name": "source", "url": self.spec.repo}
+        if self.access.username is not None:
+            entry["username"] = self.access.username
+        if self.access.password is not None:
+            entry["password"] = self.access.password
+        if ca_file is not None:
+            entry["caFile"] = str(ca_file)
+        if self.access.insecure_skip_tls_verify:
+            entry["insecure_skip_tls_verify"] = True
+        _write_private(repos, json.dumps({"apiVersion": "", "repositories": [entry]}))
+        (cache / "source-index.yaml").write_bytes(self.index)  # the index we resolved against, not a refetch
+        args = [f"source/{self.spec.chart}", "--version", version]
+        return [*args, "--repository-config", str(repos), "--repository-cache", str(cache)]
+
+
+def _pull_env(work: Path) -> dict[str, str]:
+    """helm's environment for a pull: private homes under `work`, none of the caller's HELM_* settings.
+    helm's registry client falls back to Docker's config, and, with no `auths` entry, to the platform's
+    docker-credential helper: a private config whose one entry names no host, so no login of the controller's
+    user reaches a pull (a tenant's above all)."""
+    (work / "docker").mkdir()
+    _write_private(work / "docker" / "config.json", json.dumps({"auths": dict(_NO_HOST)}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
+    env.update(
+        HELM_CONFIG_HOME=str(work / "config"),
+        HELM_CACHE_HOME=str(work / "cache"),
+        HELM_DATA_HOME=str(work / "data"),
+        DOCKER_CONFIG=str(work / "docker"),
+    )
+    return env
 
 
 def _write_private(path: Path, text: str) -> None:

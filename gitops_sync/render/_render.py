@@ -8,7 +8,6 @@ objects go on to the planner, the messages to reports, logs and the daemon's /st
 
 from __future__ import annotations
 
-import functools
 import os
 import posixpath
 import sys
@@ -62,8 +61,16 @@ class RenderOptions:
     chart_cache: Path | None = None
     chart_credentials: Path | None = None
     # False: $GITOPS_SYNC_CHART_CREDENTIALS is not read (fleet mode: a tenant's helm-chart.yaml must not be
-    # fetched with credentials the operator configured for someone else; Secret references are to come).
+    # fetched with credentials the operator configured for someone else).
     chart_credentials_env: bool = True
+    # Credentials read for this pass from a GitSync's spec.chartCredentials Secrets (as its ServiceAccount):
+    # used after the file's entries, never allowing a repository, never in the render cache's key.
+    chart_access: tuple[charts.RepositoryAccess, ...] = ()
+
+    def chart_entries(self) -> list[charts.RepositoryAccess]:
+        """Every chart credentials entry of this render: the operator's file's, then chart_access."""
+        return charts.load_access(self.chart_credentials, env=self.chart_credentials_env, extra=self.chart_access)
+
     # URL prefixes of the chart repositories the operator allows (--allow-chart-repository); entries of the
     # credentials file are allowed too. Any other repository a helm-chart.yaml or a Chart.yaml dependency
     # names is refused before a request is sent (ChartRepositoryNotAllowed): the repository is untrusted input.
@@ -87,7 +94,7 @@ def resolve_chart_sources(root: Path, opts: RenderOptions) -> list[str]:
             continue  # in a dot directory, or inside a tree a tool renders whole: the walk never reads it
         spec = charts.load_spec(path, rel)
         if entries is None:
-            entries = charts.load_access(opts.chart_credentials, env=opts.chart_credentials_env)
+            entries = opts.chart_entries()
         access = charts.access_for(spec.repo, entries, opts.chart_repositories)
         version, digest = chart_pull.resolve(spec, rel, access, opts.chart_cache)
         out.append(f"{rel} {version} {digest}")
@@ -322,7 +329,7 @@ class _Walker:
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
         with tempfile.TemporaryDirectory(prefix="gitops-sync-deps-") as scratch:
             opts = self.opts
-            access = functools.partial(charts.load_access, opts.chart_credentials, env=opts.chart_credentials_env)
+            access = opts.chart_entries
             cache = opts.chart_cache or Path(scratch) / "cache"
             built = chart_deps.vendor(
                 directory, rel, self.boundary, Path(scratch), access, cache, opts.helm, opts.chart_repositories
@@ -353,7 +360,7 @@ class _Walker:
         names = [_join(rel, given) for given in spec.values_files]
         for name, path in zip(names, values, strict=True):
             self._check_values(path, name, encrypted_ok=True)
-        access = charts.load_access(self.opts.chart_credentials, env=self.opts.chart_credentials_env)
+        access = self.opts.chart_entries()
         limits = _tools.Limits(self.opts.tool_timeout, self.opts.max_tool_output_bytes)
         with sops_inputs.private_dir() as private:  # encrypted valuesFiles in plaintext while helm runs
             values, self.decrypted = sops_inputs.source_values(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,13 @@ class RepositoryAccess:
     # The operator allows fetching from this repository (an entry of the credentials file, or a prefix given
     # with --allow-chart-repository); the client refuses any other before a request is sent.
     allowed: bool = False
+    # A CA bundle given as text (a GitSync's Secret `ca.crt`), trusted like `ca_file`; never in a repr.
+    ca_data: str | None = field(default=None, repr=False)
+    # Where these settings come from, for errors ("" = the operator's credentials file); and whether a
+    # matching entry allows the repository: the operator's file does, a tenant's Secret (spec.chartCredentials)
+    # never widens the controller's --allow-chart-repository.
+    origin: str = ""
+    allows: bool = True
 
     def matches(self, repo: str) -> bool:
         return under_prefix(repo, self.url)
@@ -171,14 +179,17 @@ def _check_repo(repo: str, rel: str) -> None:
         raise RenderError("helmChart.repo must not have a query or fragment", file=rel)
 
 
-def load_access(path: Path | None, *, env: bool = True) -> list[RepositoryAccess]:
+def load_access(
+    path: Path | None, *, env: bool = True, extra: Sequence[RepositoryAccess] = ()
+) -> list[RepositoryAccess]:
     """The operator's credentials file (YAML or JSON, `repositories:` list): `path`, else (when `env`) the one
-    $GITOPS_SYNC_CHART_CREDENTIALS names, else none. Its errors name the file and the entry, never a value."""
+    $GITOPS_SYNC_CHART_CREDENTIALS names, else none; then `extra` (a GitSync's Secrets, read for this pass).
+    Its errors name the file and the entry, never a value."""
     if path is None and env:
         named = os.environ.get(CREDENTIALS_ENV)
         path = Path(named) if named else None
     if path is None:
-        return []
+        return list(extra)
     where = f"chart credentials file {path}"
     if not path.is_file():
         raise RenderError(f"{where} does not exist")
@@ -214,14 +225,14 @@ def load_access(path: Path | None, *, env: bool = True) -> list[RepositoryAccess
                 allow_http=entry.get("allowHTTP") is True,
             )
         )
-    return out
+    return [*out, *extra]
 
 
 def access_for(repo: str, entries: list[RepositoryAccess], allow: tuple[str, ...] = ()) -> RepositoryAccess:
     """The most specific entry for `repo` (longest URL prefix), or no credentials and default trust; allowed
     when an entry matches or `repo` is under one of the operator's `allow` prefixes (--allow-chart-repository)."""
     found = [e for e in entries if e.matches(repo)]
-    allowed = bool(found) or any(under_prefix(repo, p) for p in allow)
+    allowed = any(e.allows for e in found) or any(under_prefix(repo, p) for p in allow)
     best = max(found, key=lambda e: len(e.url)) if found else RepositoryAccess(url=repo)
     return replace(best, allowed=allowed)
 

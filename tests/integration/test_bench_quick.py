@@ -91,6 +91,15 @@ def test_bench_quick_produces_every_figure(kube: KubeCluster, tmp_path: Path) ->
         assert len(scale["daemon"]["pass_seconds"]) >= 2, scale["daemon"]  # the first pass and a resync
         assert scale["daemon"]["peak_bytes"] > 0 and scale["per_object"]["daemon peak kB"] > 0
 
+    # Case 7 (bench/charts.py): the chart source's and the plain source's no-op re-syncs, index.yaml only.
+    chart = doc["chart"]
+    assert chart["objects"] == 20 and not chart["notes"], chart
+    for source in ("chart", "plain"):
+        [m] = chart["runs"][source]
+        assert m["ok"] and m["seconds"] > 0, m
+    assert chart["served"] and all(p.endswith("/index.yaml") for p in chart["served"]), chart["served"]
+    assert [row["case"] for row in doc["rows"] if row["case"].startswith("7")] == ["7. chart source no-op re-sync"]
+
     # Case 0: each command ran every time, both tools and the Python floor (bench/startup.py).
     seconds = doc["startup"]["seconds"]
     assert len(seconds["version"]["gitops-sync"]) == len(seconds["version"]["kubectl"]) == 3, doc["startup"]

@@ -47,26 +47,14 @@ class SecretReader:
 
     def data(self, error: type[Exception] = CredentialsUnavailable) -> dict[str, Any]:
         """The Secret's `data` (base64 values), or `error` naming it and why."""
-        path = f"/api/v1/namespaces/{self.namespace}/secrets/{self.name}"
-        try:
-            doc = self.client.request("GET", path, timeout=self.timeout)
-        except NotFoundError:
-            raise error(f"{self.where} not found") from None
-        except ForbiddenError:
-            who = self.user.removeprefix("system:serviceaccount:").replace(":", "/", 1)
-            who = f"ServiceAccount {who}" if self.user else "the controller"
-            raise error(f"{self.where}: {who} may not get it (403 Forbidden)") from None
-        except ClusterError as exc:
-            raise error(f"cannot read {self.where}: {exc}") from None
-        data = (doc if isinstance(doc, dict) else {}).get("data") or {}
-        return data if isinstance(data, dict) else {}
+        return read_secret(self.client, self.namespace, self.name, self.user, self.where, self.timeout, error)
 
 
 class SecretCredentials(SecretReader):
     """`()` -> the GitCredentials in the Secret of spec.secretRef."""
 
     def __call__(self) -> GitCredentials:
-        values = _decoded(self.data(), self.where)
+        values = decoded(self.data(), self.where, KEYS)
         if not any(values.get(k) for k in KEYS[:5]):
             raise CredentialsUnavailable(f"{self.where} holds none of the keys {', '.join(KEYS[:5])}")
         creds = GitCredentials(
@@ -124,10 +112,35 @@ def tenant_without_secret(namespace: str, user: str) -> GitCredentials:
     return GitCredentials(isolated=True, cache_scope=cache_scope(namespace, user, ""))
 
 
-def _decoded(data: dict[str, Any], where: str) -> dict[str, str]:
-    """The Secret's values of KEYS as text (stripped: a stray newline from `echo` breaks a password)."""
+def read_secret(
+    client: Client,
+    namespace: str,
+    name: str,
+    user: str,
+    where: str,
+    timeout: float,
+    error: type[Exception] = CredentialsUnavailable,
+) -> dict[str, Any]:
+    """The `data` of Secret namespace/name, read with `client` (as `user`, "" = the controller); a Secret that
+    cannot be read raises `error` naming `where` and why, never a value."""
+    try:
+        doc = client.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}", timeout=timeout)
+    except NotFoundError:
+        raise error(f"{where} not found") from None
+    except ForbiddenError:
+        who = user.removeprefix("system:serviceaccount:").replace(":", "/", 1)
+        who = f"ServiceAccount {who}" if user else "the controller"
+        raise error(f"{where}: {who} may not get it (403 Forbidden)") from None
+    except ClusterError as exc:
+        raise error(f"cannot read {where}: {exc}") from None
+    data = (doc if isinstance(doc, dict) else {}).get("data")
+    return data if isinstance(data, dict) else {}
+
+
+def decoded(data: dict[str, Any], where: str, keys: tuple[str, ...]) -> dict[str, str]:
+    """The Secret's values of `keys` as text (stripped: a stray newline from `echo` breaks a password)."""
     out: dict[str, str] = {}
-    for key in KEYS:
+    for key in keys:
         raw = data.get(key)
         if not raw:
             continue
@@ -139,4 +152,13 @@ def _decoded(data: dict[str, Any], where: str) -> dict[str, str]:
     return out
 
 
-__all__ = ["KEYS", "SecretCredentials", "SecretReader", "SigningKeys", "cache_scope", "tenant_without_secret"]
+__all__ = [
+    "KEYS",
+    "SecretCredentials",
+    "SecretReader",
+    "SigningKeys",
+    "cache_scope",
+    "decoded",
+    "read_secret",
+    "tenant_without_secret",
+]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from gitops_sync.conventions import RECONCILE_REQUESTED, ConflictPolicy
 from gitops_sync.daemon.reconcile.desired import SourceSpec
 from gitops_sync.engine import PassOptions, SourceOptions
 from gitops_sync.options import parse_duration
+from gitops_sync.render.charts import RepositoryAccess
 from gitops_sync.render.sops import Decryption
 from gitops_sync.resource import Manifest, ObjectKey
 from gitops_sync.source.credentials import GitCredentials
@@ -121,6 +123,8 @@ class GitSync:
     # given: an encrypted file fails); None: no spec.decryption (an encrypted file fails naming the field).
     decryption: str | None = None
     verify: VerifyRef | None = None  # spec.verify: signatures checked before a commit is rendered
+    # spec.chartCredentials: (repository URL prefix, Secret of this namespace) for its charts and OCI artifacts
+    chart_credentials: tuple[tuple[str, str], ...] = ()
     # Every spec field `parse` asked for, present or not ("kubeConfig.secretRef.key", "dependsOn[].name"):
     # what the installed CRD's schema must declare, or the API server prunes it (crd.py).
     fields: frozenset[str] = field(default=frozenset(), compare=False)
@@ -159,10 +163,11 @@ class GitSync:
         credentials: Callable[[], GitCredentials | None] | None = None,
         decryption: Callable[[], Decryption] | None = None,
         verify: Callable[[], TrustedKeys] | None = None,
+        chart_credentials: Callable[[], tuple[RepositoryAccess, ...]] | None = None,
     ) -> SourceSpec:
         """Options of the source: the controller's render options, this object's repository and policy;
-        `credentials`, `decryption` and `verify`: what reads its spec.secretRef, spec.decryption and
-        spec.verify Secrets at every fetch (sources.py)."""
+        `credentials`, `decryption`, `verify` and `chart_credentials`: what reads its spec.secretRef,
+        spec.decryption, spec.verify and spec.chartCredentials Secrets at every fetch or pass (sources.py)."""
         src = SourceOptions(
             repo=self.repository,
             revision=self.revision,
@@ -174,6 +179,7 @@ class GitSync:
             credentials=credentials,
             decryption=decryption,
             verify=verify,
+            chart_credentials=chart_credentials,
         )
         # The ApplySet parent (inventory) of a GitSync is named after it and lives beside it.
         pass_opts = PassOptions(
@@ -241,6 +247,7 @@ def parse(obj: Manifest) -> GitSync:
         secret_ref=_secret_ref(spec, ns, where),
         decryption=_decryption(spec, ns, where),
         verify=_verify(spec, where),
+        chart_credentials=chart_credentials_of(spec, where),
         fields=frozenset(asked),  # the last argument: every read above is in
     )
 
@@ -356,6 +363,27 @@ def _verify(spec: dict[str, Any], where: str) -> VerifyRef | None:
         raise InvalidSpec(f"{where}: spec.verify.mode {mode} needs spec.revision naming the signed tag")
     commits, tags = VERIFY_MODES[mode.lower()]
     return VerifyRef(ref["name"], commits=commits, tags=tags)
+
+
+def chart_credentials_of(spec: dict[str, Any], where: str) -> tuple[tuple[str, str], ...]:
+    """spec.chartCredentials: [{url, secretRef: {name}}] -> ((url, Secret name), ...), each Secret of the
+    GitSync's own namespace; a URL is an https://, http:// or oci:// prefix without credentials in it."""
+    out: list[tuple[str, str]] = []
+    entries = spec.get("chartCredentials") or []
+    if not isinstance(entries, list):
+        raise InvalidSpec(f"{where}: spec.chartCredentials must be a list of {{url, secretRef: {{name}}}}")
+    for i, entry in enumerate(entries):
+        at = f"{where}: spec.chartCredentials[{i}]"
+        url = entry.get("url") if isinstance(entry, dict) else None
+        ref = entry.get("secretRef") if isinstance(entry, dict) else None
+        name = ref.get("name") if isinstance(ref, dict) else None
+        if not isinstance(url, str) or not isinstance(name, str) or not name:
+            raise InvalidSpec(f"{at} needs a url and secretRef.name (a Secret in the GitSync's namespace)")
+        parsed = urllib.parse.urlsplit(url.strip())
+        if parsed.scheme not in ("https", "http", "oci") or not parsed.hostname or parsed.username or parsed.query:
+            raise InvalidSpec(f"{at}.url must be an https:// or oci:// URL prefix without credentials or query")
+        out.append((url.strip().rstrip("/"), name))
+    return tuple(out)
 
 
 def _depends_on(spec: dict[str, Any], ns: str, where: str) -> tuple[tuple[str, str], ...]:

@@ -20,6 +20,7 @@ from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.conventions import ConflictPolicy
 from gitops_sync.daemon.fleet import gitsync
+from gitops_sync.daemon.fleet.chart_credentials import ChartSecrets
 from gitops_sync.daemon.fleet.clusters import RemoteCluster, RemoteClusters
 from gitops_sync.daemon.fleet.credentials import SecretCredentials, SigningKeys, tenant_without_secret
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
@@ -175,6 +176,10 @@ class SourceFactory:
             credentials = SecretCredentials(reader, gs.namespace, gs.secret_ref, gs.impersonate)
         elif gs.impersonate:  # a tenant without a Secret: none at all, never the controller's
             credentials = functools.partial(tenant_without_secret, gs.namespace, gs.impersonate)
+        charts = None
+        if gs.chart_credentials:  # read at every pass, as its ServiceAccount when it has one
+            reader = self._client(gs, lambda: True, self.share)
+            charts = ChartSecrets(reader, gs.namespace, gs.chart_credentials, gs.impersonate)
         r = SourceReconciler(
             gs.source_spec(
                 self.source_options,
@@ -182,6 +187,7 @@ class SourceFactory:
                 credentials=credentials,
                 decryption=self._decryption_keys(gs),
                 verify=self._signing_keys(gs),
+                chart_credentials=charts,
             ),
             engine=engine,
             queue=Scoped(self.queue, gs.ref),

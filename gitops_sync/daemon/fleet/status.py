@@ -20,6 +20,7 @@ from gitops_sync.plan.changeset import Action
 
 CLUSTER_UNREACHABLE = "ClusterUnreachable"  # Ready's reason while a GitSync's target cluster does not answer
 WAITING_FOR_TERMINATION = "WaitingForTermination"  # Ready's reason while deletionPolicy waits for objects to go
+MAX_HOOKS = 20  # status.lastHooks.hooks: the first of the last pass that ran Helm hooks (its /status has them all)
 SUSPENDED_MESSAGE = "reconciliation is suspended (spec.suspend: true); the rest of the status is from before"
 
 
@@ -107,6 +108,8 @@ def status_of(
     doc["charts"] = [dict(c) for c in snap.charts]  # pulled from repositories: repository, chart, version, digest
     if snap.signer:  # spec.verify: who signed the revision held
         doc["signedBy"] = snap.signer
+    if snap.last_hooks:  # the Helm hooks the last pass that ran any ran (revision, finished, hooks)
+        doc["lastHooks"] = {**snap.last_hooks, "hooks": list(snap.last_hooks.get("hooks") or [])[:MAX_HOOKS]}
     objects = sum(1 for e in snap.entries if not e.left_git)
     doc["inventory"] = {"name": snap.inventory_name, "namespace": snap.inventory_namespace, "objects": objects}
     source_error = snap.source_error

@@ -428,6 +428,7 @@ class SourceReconciler(PassRunner):
             advice=opts.cascade_advice,
             keep_parent=keep_parent,
             pending_done=pending_done,
+            timeout=opts.timeout,
         )
 
     def remaining(self) -> list[ObjectKey]:

@@ -65,8 +65,11 @@ def _files(version: str, *, extra: bool = True, fail: bool = False) -> dict[str,
     }
 
 
-def _sync(kube: KubeCluster, repo: GitRepo, namespace: str, tmp_path: Path, *more: str) -> tuple[int, dict[str, Any]]:
-    cmd = [sys.executable, "-m", "gitops_sync", "sync", "--repo", str(repo.path), "-n", namespace, "--prune"]
+def _sync(
+    kube: KubeCluster, repo: GitRepo, namespace: str, tmp_path: Path, *more: str, prune: bool = True
+) -> tuple[int, dict[str, Any]]:
+    cmd = [sys.executable, "-m", "gitops_sync", "sync", "--repo", str(repo.path), "-n", namespace]
+    cmd += ["--prune"] if prune else []
     cmd += ["--cache-dir", str(tmp_path / "cache"), "--name", f"t-{namespace}", "-o", "json", *more]
     r = subprocess.run(cmd, env=kube.env, capture_output=True, text=True, timeout=240, check=False)
     assert r.stdout, r.stderr

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from gitops_sync.apply.inventory import Inventory, applyset_id
 from gitops_sync.cli import main
-from gitops_sync.conventions import ID_LABEL, PART_OF, PRUNE, PRUNE_DISABLED, SOURCE
+from gitops_sync.conventions import DELETE_HOOKS, ID_LABEL, PART_OF, PRUNE, PRUNE_DISABLED, SOURCE
 from gitops_sync.engine import Engine, PassOptions
 from gitops_sync.engine import legacy as legacy_inventory
 from gitops_sync.engine.phases import PHASES, due
@@ -51,7 +51,28 @@ def state(tmp_path: Path, *manifests: dict[str, Any], apply: bool = True, **opts
 def test_a_sync_runs_every_phase_it_was_asked_for(tmp_path: Path) -> None:
     """The counterpart of the tests below: with every option on, every phase is due."""
     s = state(tmp_path, cm("a"), prune=True, wait=True, refuse_older=True)
+    s.inventory = Inventory("inv", "team", recorded={DELETE_HOOKS: "recorded"})  # Helm delete hooks recorded
     assert due(s) == [p.name for p in PHASES]
+
+
+def test_delete_hooks_run_only_on_a_pass_that_prunes_with_nothing_failed_and_hooks_recorded(tmp_path: Path) -> None:
+    """pre-delete/post-delete hooks of releases that left Git (engine/delete_hooks.py): never without prune,
+    on a dry run, with nothing recorded, or after a failure; post-delete only after a complete prune."""
+    hooks = {"run pre-delete hooks of releases that left Git", "run post-delete hooks of releases that left Git"}
+    s = state(tmp_path, cm("a"), prune=True)
+    s.inventory = Inventory("inv", "team", recorded={DELETE_HOOKS: "recorded"})
+    assert hooks <= set(due(s))
+    s.pruned_all = False
+    assert "run post-delete hooks of releases that left Git" not in due(s)
+    s.pruned_all = True
+    s.cs.errors.append("an object failed")
+    assert not hooks & set(due(s))
+    for off in (state(tmp_path, cm("a")), state(tmp_path, cm("a"), prune=True, dry_run=True)):
+        off.inventory = Inventory("inv", "team", recorded={DELETE_HOOKS: "recorded"})
+        assert not hooks & set(due(off))
+    nothing = state(tmp_path, cm("a"), prune=True)
+    nothing.inventory = Inventory("inv", "team")
+    assert not hooks & set(due(nothing))
 
 
 @pytest.mark.parametrize(("apply", "dry_run"), [(False, False), (True, True)], ids=["diff", "sync --dry-run"])

@@ -287,3 +287,35 @@ def test_the_memory_store_renders_anew_when_a_gitsyncs_keys_change(
     load(src, disk)  # on disk (the CLI's), the keys are not in the key: nothing that decrypted is stored
     assert counting.calls == 3
     assert not any("AGE-SECRET" in p.read_text() for p in (tmp_path / "cache").rglob("*.json"))
+
+
+def test_chart_credentials_are_read_each_pass_reach_the_render_and_never_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GitSync's spec.chartCredentials are asked for once per load (a rotated Secret is read again) and reach
+    the render as chart_access; the key leaves them out (a rotation is no miss, no password is hashed into it)."""
+    from gitops_sync.render.charts import RepositoryAccess
+
+    repo = make_repo(tmp_path, {"a.yaml": CM.format(name="a")})
+    seen: list[tuple[RepositoryAccess, ...]] = []
+    real = loading.render
+
+    def render(root: Path, opts: RenderOptions, **kw: Any) -> list[DesiredObject]:
+        seen.append(opts.chart_access)
+        return real(root, opts, **kw)
+
+    monkeypatch.setattr(loading, "render", render)
+    passwords = iter(["first-pw", "rotated-pw"])
+    asked: list[str] = []
+
+    def secrets() -> tuple[RepositoryAccess, ...]:
+        asked.append(password := next(passwords))
+        return (RepositoryAccess(url="https://charts.example", username="u", password=password, allows=False),)
+
+    src = source(repo, tmp_path, chart_credentials=secrets)
+    cache = RenderCache(MemoryStore())
+    load(src, cache)
+    load(src, cache)
+    assert asked == ["first-pw", "rotated-pw"]  # once per pass
+    assert [a.password for a in seen[0]] == ["first-pw"] and len(seen) == 1  # the second load: a cache hit
+    assert cache.hits == 1

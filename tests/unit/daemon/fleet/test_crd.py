@@ -51,7 +51,8 @@ def test_the_fields_are_recorded_from_parse_itself() -> None:
 
 
 def test_a_field_the_model_starts_to_read_is_checked_without_a_list(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As a new field would be (`spec.notifications`, which no CRD declares yet): read in parse (here through a helper parse calls), checked at once."""
+    """As a new field would be (`spec.notifications`, which no CRD declares yet): read in parse (here
+    through a helper parse calls), checked at once."""
     real = gitsync._secret_ref
 
     def reading_more(spec: dict[str, Any], ns: str, where: str) -> str:

@@ -263,3 +263,21 @@ def test_detect_only_status_counts_gits_changes_as_planned_and_only_live_changes
     only_git = status_of(gs, SourceSnapshot(entries=entries[:2], first_sync=True, self_heal=False, loaded=True))
     ready = {c["type"]: c for c in only_git["conditions"]}["Ready"]
     assert ready["message"].endswith("(detect-only: 0 drifted, 2 planned)")
+
+
+def test_the_status_names_the_helm_hooks_the_last_pass_ran_the_first_20() -> None:
+    """status.lastHooks (the CRD declares it): what /status has as daemon.lastHooks, its hooks cut at 20."""
+    from gitops_sync.daemon.reconcile.outcome import SourceSnapshot
+
+    gs = parse(obj({"repository": "r"}))
+    hook = {
+        "event": "pre-delete",
+        "object": "Job/team-a/cleanup",
+        "weight": "1",
+        "result": "Job completed",
+        "ok": "true",
+    }
+    last = {"revision": "abc", "finished": "2026-12-05T10:00:00Z", "hooks": [hook] * 25}
+    doc = status_of(gs, SourceSnapshot(loaded=True, last_hooks=last))
+    assert doc["lastHooks"]["revision"] == "abc" and doc["lastHooks"]["hooks"] == [hook] * 20
+    assert "lastHooks" not in status_of(gs, SourceSnapshot(loaded=True))  # no pass ran any
