@@ -125,9 +125,10 @@ def verify_checkout(checkout: Checkout, keys: TrustedKeys) -> str:
     VerificationFailed naming the commit or tag and the signer found. Only the files of a commit can be
     verified (not a work tree as it is)."""
     if checkout.git_dir is None or not checkout.revision or checkout.revision.endswith("-dirty"):
+        verb = "pass" if keys.names[1].startswith("--") else "set"  # a CLI flag, or a GitSync's spec field
         raise VerificationFailed(
             f"--verify-commits/--verify-tag/spec.verify: {checkout.repo} is rendered as a directory, not as the files "
-            f"of a commit; set {keys.names[1]} (a branch, tag or commit) so the verified commit is what is rendered"
+            f"of a commit; {verb} {keys.names[1]} (a branch, tag or commit) so the verified commit is what is rendered"
         )
     memo = _VERIFIED.get((checkout.revision, keys.digest)) if keys.commits and not keys.tags else None
     if memo is not None and _clock() - memo[1] < VERIFIED_TTL:
