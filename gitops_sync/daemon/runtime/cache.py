@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +72,7 @@ class _Unit:
         self.id = uid
         self.info = info
         self.objects: dict[ObjectKey, Any] = {}  # Manifest or _KEEP
+        self.per_namespace: Counter[str] = Counter()  # how many of `objects` each namespace holds ("": cluster)
         self.state = "starting"  # starting | synced | error | forbidden | stopped
         self.error = ""
         self.synced_once = False
@@ -251,6 +253,7 @@ class WatchCache:
                 return []
             old = unit.objects
             unit.objects = {k: self._keep(k, v) for k, v in items.items()}
+            unit.per_namespace = Counter(k.namespace for k in items)
             changes: list[_Change] = []
             for key, obj in items.items():
                 if key not in self._interest:
@@ -270,8 +273,13 @@ class WatchCache:
             if unit.stopping:
                 return
             if obj is None:
-                unit.objects.pop(key, None)
+                if unit.objects.pop(key, None) is not None:
+                    unit.per_namespace[key.namespace] -= 1
+                    if unit.per_namespace[key.namespace] <= 0:
+                        del unit.per_namespace[key.namespace]
             else:
+                if key not in unit.objects:
+                    unit.per_namespace[key.namespace] += 1
                 unit.objects[key] = self._keep(key, obj)
             interesting = key in self._interest
         if interesting:
@@ -308,6 +316,17 @@ class WatchCache:
             if obj is _KEEP:
                 return False, None
             return True, obj
+
+    def collection_size(self, target: Target) -> int | None:
+        """How many objects of the target's kind its namespace holds (cluster-scoped: all of them), as far as a
+        synced loop knows; None when none covers it. Lets API reads choose GETs over a LIST of a crowded
+        namespace (apply/live.py); a count a few events behind changes only that choice, never an answer."""
+        key = target.key
+        with self._lock:
+            unit = self._unit_for(key)
+            if unit is None or not unit.synced:
+                return None
+            return unit.per_namespace[key.namespace]
 
     def live_of(self, targets: Sequence[Target], fallback: Callable[[Sequence[Target]], LiveMap]) -> LiveMap:
         """Live objects for the planner: cached where known, `fallback` (API reads) for the rest."""

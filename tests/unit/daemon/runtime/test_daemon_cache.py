@@ -224,3 +224,28 @@ def test_synced_only_once_the_first_list_is_handed_on_while_reads_are_served_at_
         release.set()
         api.closed.set()
         cache.stop()
+
+
+def test_collection_size_counts_each_namespace_from_the_list_and_the_events_and_is_unknown_until_synced() -> None:
+    api = ScriptedApi()
+    listed = [cm("a", 5), cm("b", 6), cm("x", 7, ns="other")]
+    api.lists["/api/v1/configmaps"] = [{"metadata": {"resourceVersion": "10"}, "items": listed}]
+    api.watches.put(["hang"])
+    cache, _events, _restarts = make(api)
+    try:
+        assert cache.collection_size(target("a")) is None, "no loop covers ConfigMaps yet"
+        cache.set_interest([target("a")])
+        assert cache.wait_synced(3)
+        assert cache.collection_size(target("a")) == 2, "objects nobody wants count too: a LIST would read them"
+        assert cache.collection_size(target("x", ns="other")) == 1
+        assert cache.collection_size(target("n", ns="empty")) == 0
+        unit = next(iter(cache._units.values()))
+        cache.apply_event(unit, EventType.ADDED, ObjectKey("", "ConfigMap", "ns", "c"), cm("c", 11))
+        cache.apply_event(unit, EventType.MODIFIED, ObjectKey("", "ConfigMap", "ns", "c"), cm("c", 12))
+        cache.apply_event(unit, EventType.DELETED, ObjectKey("", "ConfigMap", "other", "x"), None)
+        cache.apply_event(unit, EventType.DELETED, ObjectKey("", "ConfigMap", "other", "x"), None)
+        assert cache.collection_size(target("a")) == 3, "an ADDED counts once, a MODIFIED not again"
+        assert cache.collection_size(target("x", ns="other")) == 0, "a DELETED seen twice counts once"
+    finally:
+        api.closed.set()
+        cache.stop()
