@@ -83,6 +83,7 @@ class Fleet(Process[FleetKey]):
         # GitSync events are handled one at a time, in order: the watch's, and the poller's second look at
         # a refused repository (which must never bring back a GitSync the watch has just deleted).
         self._events = threading.Lock()
+        self._reindexing = threading.Lock()  # one reindex at a time: a union computed earlier never lands last
         self._listed = threading.Event()
         self.gitsyncs = GitSyncWatch(
             self.client,
@@ -361,12 +362,14 @@ class Fleet(Process[FleetKey]):
                 )
             )
 
-    def _reindex(self) -> None:
+    def _reindex(self, changed: str | None = None) -> None:
         """Watch the union of what every source wants, on each cluster; route each object's events to the
-        sources of its cluster that want it."""
-        by_cluster = self.registry.reindex_clusters()
-        self.cache.set_interest(by_cluster.get("", []))
-        self.remotes.set_interest(by_cluster)
+        sources of its cluster that want it. `changed`: a source that loaded a new desired state (records
+        put or dropped are known to the registry)."""
+        with self._reindexing:
+            by_cluster = self.registry.reindex_clusters(changed)
+            self.cache.set_interest(by_cluster.get("", {}))
+            self.remotes.set_interest(by_cluster)
 
     def _close(self, src: Source | None) -> None:
         if src is not None:

@@ -19,7 +19,7 @@ import enum
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,38 +194,74 @@ class WatchCache:
         self._synced = threading.Condition(self._lock)
         self._units: dict[UnitId, _Unit] = {}
         self._interest: dict[ObjectKey, Target] = {}
+        # loop -> {apiVersion: (how many targets of the interest want it, its info)}
+        self._wants: dict[UnitId, dict[str, tuple[int, ResourceInfo]]] = {}
         self._namespaced_only: set[tuple[str, str]] = set()  # (group, kind) refused cluster-wide
         self._stopped = False
 
     # -- interest ---------------------------------------------------------------------------
 
-    def set_interest(self, targets: Sequence[Target]) -> None:
-        """Watch what these targets need; stop loops nobody needs any more."""
+    def set_interest(self, targets: Sequence[Target] | Mapping[ObjectKey, Target]) -> None:
+        """Watch what these targets need; stop loops nobody needs any more.
+
+        Only what changed since the last call costs anything beyond set operations on the keys: the fleet
+        calls this with the union of every source's targets each time one source loads (at 2,000 sources of
+        10 objects, a full recount of the 20,000 made the cold start O(N^2): ~66 ms per call)."""
+        new = dict(targets) if isinstance(targets, Mapping) else {t.key: t for t in targets}
         with self._lock:
-            self._interest = {t.key: t for t in targets}
-            self._reconcile_units()
+            old, self._interest = self._interest, new
+            touched: set[UnitId] = set()
+            for k in old.keys() - new.keys():
+                touched.add(self._count(old[k], -1))
+            for k in new.keys() - old.keys():
+                touched.add(self._count(new[k], +1))
+            for k in old.keys() & new.keys():
+                before, after = old[k], new[k]
+                if before is not after and before.info.api_version != after.info.api_version:
+                    touched.add(self._count(before, -1))
+                    touched.add(self._count(after, +1))
+            self._sync_units(touched)
 
-    def _wanted_units(self) -> dict[UnitId, ResourceInfo]:
-        wanted: dict[UnitId, ResourceInfo] = {}
+    def _uid(self, t: Target) -> UnitId:
+        if t.info.namespaced and (t.key.group, t.key.kind) in self._namespaced_only:
+            return UnitId(t.key.group, t.key.kind, t.key.namespace)
+        return UnitId(t.key.group, t.key.kind, None)
+
+    def _count(self, t: Target, delta: int) -> UnitId:
+        """How many targets of the interest each loop serves, by apiVersion (with that version's info)."""
+        uid = self._uid(t)
+        versions = self._wants.setdefault(uid, {})
+        count, info = versions.get(t.info.api_version, (0, t.info))
+        if count + delta > 0:
+            versions[t.info.api_version] = (count + delta, info)
+        else:
+            versions.pop(t.info.api_version, None)
+            if not versions:
+                del self._wants[uid]
+        return uid
+
+    def _recount(self) -> None:
+        """Count the whole interest again (a kind switched to per-namespace loops: every UnitId of it moves)."""
+        self._wants = {}
         for t in self._interest.values():
-            gk = (t.key.group, t.key.kind)
-            if t.info.namespaced and gk in self._namespaced_only:
-                uid = UnitId(t.key.group, t.key.kind, t.key.namespace)
-            else:
-                uid = UnitId(t.key.group, t.key.kind, None)
-            wanted.setdefault(uid, t.info)
-        return wanted
+            self._count(t, +1)
+        self._sync_units(set(self._units) | set(self._wants))
 
-    def _reconcile_units(self) -> None:
+    def _sync_units(self, uids: set[UnitId]) -> None:
+        """Start the loops these targets need, stop those nobody needs; a loop keeps its apiVersion while a
+        target wants it, else it restarts with a version one does."""
         if self._stopped:
             return
-        wanted = self._wanted_units()
-        for uid, unit in list(self._units.items()):
-            if uid not in wanted or unit.info.api_version != wanted[uid].api_version:
+        for uid in uids:
+            versions = self._wants.get(uid, {})
+            unit = self._units.get(uid)
+            if unit is not None and unit.info.api_version in versions:
+                continue
+            if unit is not None:
                 unit.loop.stop()
                 del self._units[uid]
-        for uid, info in wanted.items():
-            if uid not in self._units:
+            if versions:
+                _count, info = next(iter(versions.values()))
                 unit = _Unit(self, uid, info)
                 self._units[uid] = unit
                 unit.thread.start()
@@ -238,7 +274,7 @@ class WatchCache:
             log.info("no cluster-wide access; watching per namespace", resource=str(unit.id), error=str(exc))
             self._namespaced_only.add((unit.id.group, unit.id.kind))
             unit.state = "stopped"
-            self._reconcile_units()
+            self._recount()
             return True
 
     # -- called by the loops ----------------------------------------------------------------

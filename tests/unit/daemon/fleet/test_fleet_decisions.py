@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gitops_sync.cluster.discovery import ResourceInfo
 from gitops_sync.daemon.fleet import gitsync
 from gitops_sync.daemon.fleet.controller import Fleet
 from gitops_sync.daemon.fleet.poller import Poller
@@ -27,8 +28,11 @@ from gitops_sync.daemon.reconcile.outcome import Outcome, SourceSnapshot
 from gitops_sync.daemon.reconcile.reporter import FULL, SOURCE, QueueKey
 from gitops_sync.engine import SourceOptions
 from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.plan.planner import Target
 from gitops_sync.resource import ObjectKey
 from tests.unit.fakes import _KUBECONFIG, FakeApi, FakeClock
+
+CM = ResourceInfo("", "v1", "ConfigMap", "configmaps", True)
 
 MINE = ObjectKey("", "ConfigMap", "team-a", "mine")
 
@@ -173,7 +177,7 @@ def test_the_field_history_of_an_object_two_sources_want_is_both_sources(fleet: 
     for name, path in (("one", ".data.a"), ("two", ".data.b")):
         ref, r = add(fleet, gitsync_obj(name))
         r.history.observe(key, [path], live)
-        fleet.registry._wanted_by.setdefault(key, set()).add(ref)
+        fleet.registry._wanted.setdefault(("", key), {})[ref] = Target(key, CM, {}, "test")
     fields = fleet.documents.field_history("", "ConfigMap", "team-a", "shared")
     assert set(fields) == {".data.a", ".data.b"}, fields
     assert [rec["value"] for rec in fields[".data.b"]] == ["2"]

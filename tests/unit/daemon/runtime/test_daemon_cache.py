@@ -249,3 +249,39 @@ def test_collection_size_counts_each_namespace_from_the_list_and_the_events_and_
     finally:
         api.closed.set()
         cache.stop()
+
+
+def test_interest_given_again_starts_and_stops_only_the_loops_whose_targets_came_or_went() -> None:
+    dep_v1 = ResourceInfo("apps", "v1", "Deployment", "deployments", True, frozenset({"list", "watch"}))
+    dep_v2 = ResourceInfo("apps", "v2", "Deployment", "deployments", True, frozenset({"list", "watch"}))
+    api = ScriptedApi()
+    empty = {"metadata": {"resourceVersion": "1"}, "items": []}
+    for path in ("/api/v1/configmaps", "/apis/apps/v1/deployments", "/apis/apps/v2/deployments"):
+        api.lists[path] = [empty]
+    cache, _events, _restarts = make(api)
+
+    def dep(name: str, info: ResourceInfo = dep_v1) -> Target:
+        return Target(ObjectKey("apps", "Deployment", "ns", name), info, {}, "test")
+
+    def loops() -> dict[str, str]:
+        return {s["resource"]: s["apiVersion"] for s in cache.status()}
+
+    try:
+        a, b, d = target("a"), target("b"), dep("d")
+        cache.set_interest({a.key: a, d.key: d})
+        assert loops() == {"ConfigMap": "v1", "Deployment.apps": "apps/v1"}
+        cm_unit = cache._units[next(u for u in cache._units if u.kind == "ConfigMap")]
+        cache.set_interest({a.key: a, b.key: b, d.key: d})
+        cache.set_interest({b.key: b, d.key: d})
+        assert cache._units[next(u for u in cache._units if u.kind == "ConfigMap")] is cm_unit, "kept, not restarted"
+        cache.set_interest({b.key: b, d.key: dep("d", dep_v2)})
+        assert loops() == {"ConfigMap": "v1", "Deployment.apps": "apps/v2"}, "the only Deployment moved to v2"
+        cache.set_interest([b, dep("d", dep_v2), dep("e")])
+        assert loops()["Deployment.apps"] == "apps/v2", "a loop keeps its version while a target wants it"
+        cache.set_interest([d])
+        assert loops() == {"Deployment.apps": "apps/v1"} and cm_unit.stopping, "nobody wants ConfigMaps"
+        cache.set_interest([])
+        assert loops() == {}
+    finally:
+        api.closed.set()
+        cache.stop()
