@@ -23,7 +23,7 @@ NOISE = 80  # ConfigMaps nobody declares: > 16 per target of a 4-object source (
 
 
 def cms(prefix: str, n: int, value: str) -> str:
-    return "".join(configmap(f"{prefix}{i}", {"v": value}) for i in range(n))
+    return "---\n".join(configmap(f"{prefix}{i}", {"v": value}) for i in range(n))
 
 
 def lists_of(d: Daemon, namespace: str) -> list[dict[str, Any]]:
@@ -48,7 +48,7 @@ def test_a_crowded_namespace_is_read_by_gets_and_drift_adoption_and_prune_stay_r
     )
     kube.kubectl("create", "configmap", "a-before", "-n", namespace, "--from-literal=v=theirs")
     before_uid = kube.get("configmap", "a-before", namespace)["metadata"]["uid"]
-    a = GitRepo(tmp_path / "a", {"cms.yaml": cms("a", 3, "1") + configmap("a-before", {"v": "git"})})
+    a = GitRepo(tmp_path / "a", {"cms.yaml": cms("a", 3, "1") + "---\n" + configmap("a-before", {"v": "git"})})
     b = GitRepo(tmp_path / "b", {"cms.yaml": cms("b", 4, "1")})
     spec = {"prune": True}
     kube.kubectl(
@@ -71,7 +71,7 @@ def test_a_crowded_namespace_is_read_by_gets_and_drift_adoption_and_prune_stay_r
             and line.get("method") == "GET"
             and "/configmaps/" in str(line.get("path"))
         ]
-        assert f"/api/v1/namespaces/{namespace}/configmaps/a-before" in gets, "absent in the cache: read again"
+        assert f"/api/v1/namespaces/{namespace}/configmaps/a0" in gets, "absent in the cache: read again, by a GET"
         assert lists_of(d, namespace) == [], "the crowded namespace was listed whole"
         adopted = kube.get("configmap", "a-before", namespace)["metadata"]
         assert adopted["uid"] == before_uid and "gitops-sync.io/adopted" in (adopted.get("annotations") or {}), adopted
