@@ -367,9 +367,9 @@ class Fleet(Process[FleetKey]):
         sources of its cluster that want it. `changed`: a source that loaded a new desired state (records
         put or dropped are known to the registry)."""
         with self._reindexing:
-            by_cluster = self.registry.reindex_clusters(changed)
-            self.cache.set_interest(by_cluster.get("", {}))
-            self.remotes.set_interest(by_cluster)
+            interest = self.registry.reindex(changed)
+            self.cache.change_interest(interest.local.added, interest.local.removed)
+            self.remotes.set_interest(interest.remote)
 
     def _close(self, src: Source | None) -> None:
         if src is not None:

@@ -9,6 +9,7 @@ guards its three maps only and is never held while calling out (no request, no r
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from gitops_sync.daemon.fleet import gitsync
@@ -17,6 +18,30 @@ from gitops_sync.daemon.fleet.sources import Source, SourceClient
 from gitops_sync.daemon.reconcile.reconciler import SourceReconciler
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
+
+
+@dataclass
+class InterestChange:
+    """What changed in a cache's interest: targets added (or whose target object is another now), keys gone."""
+
+    added: dict[ObjectKey, Target] = field(default_factory=dict)
+    removed: set[ObjectKey] = field(default_factory=set)
+
+    def add(self, t: Target) -> None:
+        self.added[t.key] = t
+        self.removed.discard(t.key)
+
+    def remove(self, key: ObjectKey) -> None:
+        self.added.pop(key, None)
+        self.removed.add(key)
+
+
+@dataclass
+class Interest:
+    """`Registry.reindex`: the change of the controller's cluster's union, every remote cluster's union."""
+
+    local: InterestChange
+    remote: dict[str, dict[ObjectKey, Target]]
 
 
 def rebuild_needed(cur: Source | None, gs: GitSync) -> bool:
@@ -40,6 +65,7 @@ class Registry:
         self._union: dict[str, dict[ObjectKey, Target]] = {"": {}}
         self._indexed: dict[str, tuple[str, list[Target]]] = {}  # ref -> (cluster, the state's targets)
         self._dirty: set[str] = set()  # records put, replaced or dropped since the last reindex
+        self._local = InterestChange()  # what changed in the controller's cluster's union since `reindex`
 
     # -- records ----------------------------------------------------------------------------
 
@@ -142,10 +168,13 @@ class Registry:
 
     # -- interest ---------------------------------------------------------------------------
 
-    def reindex(self, changed: str | None = None) -> list[Target]:
-        """Index who wants which object; the union of the targets of the sources of the controller's cluster
-        (what its cache watches). `reindex_clusters` has every cluster's."""
-        return list(self.reindex_clusters(changed).get("", {}).values())
+    def reindex(self, changed: str | None = None) -> Interest:
+        """Index who wants which object: what changed in the union of the targets of the sources of the
+        controller's cluster (what its cache watches) since the last call, and each remote cluster's union."""
+        with self._lock:
+            self._index_dirty(changed)
+            local, self._local = self._local, InterestChange()
+            return Interest(local, {c: dict(union) for c, union in self._union.items() if c})
 
     def reindex_clusters(self, changed: str | None = None) -> dict[str, dict[ObjectKey, Target]]:
         """Index who wants which object on which cluster; each cluster's union of its sources' targets, by the
@@ -155,28 +184,35 @@ class Registry:
         dropped since the last call; the others are as they were. At 2,000 sources of 10 objects, indexing
         all 20,000 objects each time one source loaded made the cold start O(N^2) (~66 ms a load)."""
         with self._lock:
-            if changed is not None:
-                self._dirty.add(changed)
-            for ref in self._dirty:
-                s = self._sources.get(ref)
-                state = s.reconciler.current if s is not None and s.reconciler is not None else None
-                now = None if state is None else (s.remote.key if s and s.remote else "", state.targets)
-                before = self._indexed.get(ref)
-                if before is not None and now is not None and before[0] == now[0] and before[1] is now[1]:
-                    continue
-                if before is not None:
-                    self._unindex(ref, *before)
-                if now is not None:
-                    self._index(ref, *now)
-            self._dirty.clear()
+            self._index_dirty(changed)
             return {c: dict(union) for c, union in self._union.items() if union or not c}
+
+    def _index_dirty(self, changed: str | None) -> None:
+        """Index again `changed` and the records put, replaced or dropped since the last call (lock held)."""
+        if changed is not None:
+            self._dirty.add(changed)
+        for ref in self._dirty:
+            s = self._sources.get(ref)
+            state = s.reconciler.current if s is not None and s.reconciler is not None else None
+            now = None if state is None else (s.remote.key if s and s.remote else "", state.targets)
+            before = self._indexed.get(ref)
+            if before is not None and now is not None and before[0] == now[0] and before[1] is now[1]:
+                continue
+            if before is not None:
+                self._unindex(ref, *before)
+            if now is not None:
+                self._index(ref, *now)
+        self._dirty.clear()
 
     def _index(self, ref: str, cluster: str, targets: list[Target]) -> None:
         union = self._union.setdefault(cluster, {})
         for t in targets:
             wanters = self._wanted.setdefault((cluster, t.key), {})
             wanters[ref] = t
-            union.setdefault(t.key, t)
+            if t.key not in union:
+                union[t.key] = t
+                if not cluster:
+                    self._local.add(t)
         self._indexed[ref] = (cluster, targets)
 
     def _unindex(self, ref: str, cluster: str, targets: list[Target]) -> None:
@@ -186,10 +222,14 @@ class Registry:
             if wanters is None or wanters.pop(ref, None) is None:
                 continue
             if wanters:
-                union[t.key] = next(iter(wanters.values()))  # another source's target of it
+                union[t.key] = other = next(iter(wanters.values()))  # another source's target of it
+                if not cluster:
+                    self._local.add(other)
             else:
                 del self._wanted[(cluster, t.key)]
                 union.pop(t.key, None)
+                if not cluster:
+                    self._local.remove(t.key)
         del self._indexed[ref]
         if not union and cluster:
             del self._union[cluster]
@@ -206,4 +246,4 @@ class Registry:
             return [r for r, s in self._sources.items() if s.remote is not None and s.remote.key == cluster]
 
 
-__all__ = ["Registry", "rebuild_needed"]
+__all__ = ["Interest", "InterestChange", "Registry", "rebuild_needed"]

@@ -100,3 +100,21 @@ def test_indexing_one_loaded_source_costs_the_same_whatever_the_fleet_holds() ->
     # 10x the objects: only the copy of the union grows (dict.copy, C); a recount of everything grew 10x in
     # Python (66 ms at 20,000 objects); bounds loose enough for a loaded 2-core machine.
     assert big < 0.02, (small, big)
+
+
+def test_reindex_hands_the_local_cache_only_what_changed_since_the_last_call() -> None:
+    reg = Registry()
+    a, b = targets("x", "shared"), targets("shared")
+    reg.put("ns/a", source(a))
+    reg.put("ns/b", source(b))
+    reg.put("ns/far", source(targets("y"), remote="cluster-1"))
+    first = reg.reindex()
+    assert set(first.local.added) == {key("x"), key("shared")} and not first.local.removed
+    assert set(first.remote) == {"cluster-1"} and set(first.remote["cluster-1"]) == {key("y")}
+    assert not reg.reindex().local.added, "nothing changed: nothing to tell"
+    reg.put("ns/a", source(targets("z")))
+    change = reg.reindex().local
+    assert change.removed == {key("x")}, "shared is still b's"
+    assert set(change.added) == {key("z"), key("shared")} and change.added[key("shared")] is b[0]
+    reg.drop("ns/b")
+    assert reg.reindex().local.removed == {key("shared")}

@@ -285,3 +285,22 @@ def test_interest_given_again_starts_and_stops_only_the_loops_whose_targets_came
     finally:
         api.closed.set()
         cache.stop()
+
+
+def test_a_change_of_interest_touches_only_its_keys() -> None:
+    api = ScriptedApi()
+    api.lists["/api/v1/configmaps"] = [{"metadata": {"resourceVersion": "1"}, "items": [cm("a", 5)]}]
+    cache, _events, _restarts = make(api)
+    try:
+        a, b = target("a"), target("b")
+        cache.change_interest({a.key: a, b.key: b}, ())
+        assert cache.wait_synced(3)
+        unit = next(iter(cache._units.values()))
+        assert cache.get(a.key)[0] and cache._interest == {a.key: a, b.key: b}
+        cache.change_interest({}, [a.key, ObjectKey("", "ConfigMap", "ns", "never-wanted")])
+        assert cache._interest == {b.key: b} and cache._units.get(unit.id) is unit, "b still needs the loop"
+        cache.change_interest({}, [b.key])
+        assert cache._units == {} and unit.stopping
+    finally:
+        api.closed.set()
+        cache.stop()
