@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gitops_sync import jsoncodec
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import ResourceInfo
@@ -287,7 +288,10 @@ class WatchCache:
     # -- called by the loops ----------------------------------------------------------------
 
     def _keep(self, key: ObjectKey, obj: Manifest) -> Any:
-        return obj if key in self._interest else _KEEP
+        if key not in self._interest:
+            return _KEEP
+        jsoncodec.intern_strings(obj)  # kept until the next event of it: share its short strings with the rest
+        return obj
 
     def replace(self, unit: _Unit, items: dict[ObjectKey, Manifest]) -> list[_Change]:
         """A fresh list: swap the unit's objects, return the interesting changes since the last one."""
