@@ -10,6 +10,7 @@ back to where it was between a look and a fetch is still seen.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gitops_sync.source.giterrors import run_remote
@@ -50,9 +51,19 @@ def held(repo: git.Repo, timeout: float, remote_head: str | None) -> dict[str, s
 def up_to_date(repo: git.Repo, timeout: float, url: str, remote: Remote, remote_head: str | None) -> bool:
     """True when the remote advertises exactly what the clone holds (`remote_head`: where the clone keeps
     the remote's HEAD, None when HEAD is not wanted). An empty clone is never up to date."""
+    if not _holds_refs(Path(repo.git_dir)):
+        return False  # a first fetch: nothing to compare, and no process or request spent finding that out
     theirs = advertised(repo, timeout, url, remote, head=remote_head is not None)
     ours = held(repo, timeout, remote_head)
     return bool(ours) and theirs == ours
+
+
+def _holds_refs(git_dir: Path) -> bool:
+    """Whether the clone has any ref yet (packed or loose), read from its files: no `git` process."""
+    packed = git_dir / "packed-refs"
+    if packed.is_file() and packed.stat().st_size > 0:
+        return True
+    return any(p.is_file() for p in (git_dir / "refs").rglob("*"))
 
 
 __all__ = ["advertised", "held", "up_to_date"]
