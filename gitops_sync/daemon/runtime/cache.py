@@ -143,6 +143,8 @@ class _Unit:
 
     def _listed(self, listing: list[Manifest], rv: str) -> None:
         items = {self._key(item): item for item in listing}
+        for key, item in items.items():
+            self.cache.compact(key, item)
         recovered = self.synced_once
         changes = self.cache.replace(self, items)
         self.loop.resource_version = rv
@@ -162,6 +164,8 @@ class _Unit:
 
     def _changed(self, etype: str, obj: Manifest) -> None:
         key = self._key(obj)
+        if etype != "DELETED":
+            self.cache.compact(key, obj)
         self.cache.apply_event(self, EventType(etype), key, None if etype == "DELETED" else obj)
 
     def _key(self, obj: Manifest) -> ObjectKey:
@@ -288,10 +292,14 @@ class WatchCache:
     # -- called by the loops ----------------------------------------------------------------
 
     def _keep(self, key: ObjectKey, obj: Manifest) -> Any:
-        if key not in self._interest:
-            return _KEEP
-        jsoncodec.intern_strings(obj)  # kept until the next event of it: share its short strings with the rest
-        return obj
+        return obj if key in self._interest else _KEEP
+
+    def compact(self, key: ObjectKey, obj: Manifest) -> None:
+        """A body the cache will keep (until the next event of it) shares its short strings with the rest
+        (jsoncodec.intern_strings). On the loop's thread, before the lock: a racy look at the interest
+        costs at most a wasted walk of an object that is then not kept."""
+        if key in self._interest:
+            jsoncodec.intern_strings(obj)
 
     def replace(self, unit: _Unit, items: dict[ObjectKey, Manifest]) -> list[_Change]:
         """A fresh list: swap the unit's objects, return the interesting changes since the last one."""

@@ -304,3 +304,19 @@ def test_a_change_of_interest_touches_only_its_keys() -> None:
     finally:
         api.closed.set()
         cache.stop()
+
+
+def test_kept_bodies_share_their_short_strings_and_markers_are_left_alone() -> None:
+    api = ScriptedApi()
+    listed = [cm("a", 5, value="shared-value"), cm("b", 6, value="shared-value"), cm("other", 7, value="shared-value")]
+    api.lists["/api/v1/configmaps"] = [{"metadata": {"resourceVersion": "10"}, "items": json.loads(json.dumps(listed))}]
+    api.watches.put(["hang"])
+    cache, _events, _restarts = make(api)
+    try:
+        cache.set_interest([target("a"), target("b")])
+        assert cache.wait_synced(3)
+        a, b = (cache.get(ObjectKey("", "ConfigMap", "ns", n))[1] for n in ("a", "b"))
+        assert a is not None and b is not None and a["data"]["v"] is b["data"]["v"] == "shared-value"
+    finally:
+        api.closed.set()
+        cache.stop()
