@@ -254,6 +254,10 @@ class Tool:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def own_figures(self) -> dict[str, Any]:
+        """What the tool itself counts (gitops-sync: its /status requests block), when it says."""
+        return {}
+
     def flags(self) -> str:
         return ""
 
@@ -312,6 +316,19 @@ class GitopsSync(Tool):
     def stop(self) -> None:
         if self.d is not None:
             self.d.stop()
+
+    def own_figures(self) -> dict[str, Any]:
+        """Its API requests and the bytes of their answers (the client's counts: load-independent)."""
+        if self.d is None:
+            return {}
+        code, body = self.d.get("/status", timeout=120)
+        if code != 200:
+            return {}
+        fleet = json.loads(body).get("fleet") or {}
+        return {
+            "requests": fleet.get("requests") or {},
+            "cache_objects": sum(w.get("objects", 0) for w in fleet.get("watches") or []),
+        }
 
     def flags(self) -> str:
         return f"run --watch-namespace NS --workers {self.workers}"
@@ -372,6 +389,7 @@ class Ctx:
     commits: int
     ready_timeout: float
     interval: str
+    ready_only: bool = False
 
 
 def seconds(interval: str) -> float:
@@ -499,7 +517,12 @@ def run_tool(ctx: Ctx, tool: Tool, n: int) -> dict[str, Any]:
         out["ready_s"] = round(time.monotonic() - t0, 1)
         out["ready_cpu_s"] = round(cpu_seconds(pids) - cpu0, 1)
         out["ready_requests"] = _requests(ctx, mark, tool.agents)
+        out["ready_peak_rss"], out["ready_hwm_sum"] = sampler.peak, sampler.hwm()
+        out["ready_own"] = tool.own_figures()
+        out["ready_load"] = os.getloadavg()
         log(f"{tool.name}: all {n} Ready in {out['ready_s']} s ({out['ready_cpu_s']} CPU s)")
+        if ctx.ready_only:
+            return out
         # Steady state: every source has been polled once more since it got Ready (its second pass writes
         # what changed since the first, e.g. status counts going from create to unchanged), and settled.
         interval_s = seconds(ctx.interval)
@@ -559,6 +582,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=4, help="gitops-sync run --workers (its default: 4)")
     p.add_argument("--ready-timeout", type=float, default=1800.0)
     p.add_argument("--tools", default="gitops-sync,flux", help="which tools, in order")
+    p.add_argument(
+        "--ready-only",
+        action="store_true",
+        help="stop each tool once all its sources are Ready (no idle, drift or commit phase); print JSON, "
+        "leave --output alone",
+    )
     p.add_argument("--output", type=Path, default=REPO / "BENCHMARKS-fleet.md", help="markdown file to update")
     p.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
     p.add_argument("--cache-dir", type=Path, default=None, help="the launcher's binary cache (LOCAL_CLUSTER_CACHE)")
@@ -613,20 +642,21 @@ def main(argv: list[str] | None = None) -> int:
                     args.commits,
                     args.ready_timeout,
                     args.interval,
+                    args.ready_only,
                 )
                 run: dict[str, Any] = {"sources": n, "objects": m, "interval": args.interval}
                 for name in tools:
                     tool: Tool = GitopsSync(args.workers) if name == "gitops-sync" else Flux(cluster, bin_dir)
                     run[tool.name] = run_tool(ctx, tool, n)
                 doc["runs"].append(run)
-                print(fleet_report.text(run))
+                print(json.dumps(run, default=str) if args.ready_only else fleet_report.text(run))
     finally:
         server.stop()
         cluster.stop()
     doc["duration_seconds"] = round(time.monotonic() - started)
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1, default=str))
-    if args.output:
+    if args.output and not args.ready_only:
         fleet_report.write(args.output, doc)
         log(f"wrote {args.output}")
     log(f"done in {doc['duration_seconds'] / 60:.1f} min (work dir {work})")

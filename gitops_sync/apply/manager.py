@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from gitops_sync.apply.apply import NOT_ATTEMPTED, Applier, OnEntry, not_attempted_entry
-from gitops_sync.apply.live import LiveMap, fetch_live
+from gitops_sync.apply.live import CollectionSize, LiveMap, fetch_live
 from gitops_sync.apply.prune import prune_members, relabel_members
 from gitops_sync.apply.wait import WaitResult, wait_current, wait_gone
 from gitops_sync.cluster.client import Client
@@ -22,7 +22,15 @@ from gitops_sync.plan.changeset import Entry
 from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
 
-__all__ = ["NOT_ATTEMPTED", "LiveMap", "OnEntry", "ResourceManager", "WaitResult", "not_attempted_entry"]
+__all__ = [
+    "NOT_ATTEMPTED",
+    "CollectionSize",
+    "LiveMap",
+    "OnEntry",
+    "ResourceManager",
+    "WaitResult",
+    "not_attempted_entry",
+]
 
 
 class ResourceManager:
@@ -39,9 +47,9 @@ class ResourceManager:
         self.field_manager = field_manager
         self.concurrency = max(1, concurrency)
 
-    def fetch_live(self, targets: Sequence[Target]) -> LiveMap:
-        """Live state of every target (see `live.fetch_live`)."""
-        return fetch_live(self.client, targets, concurrency=self.concurrency)
+    def fetch_live(self, targets: Sequence[Target], *, sizes: CollectionSize | None = None) -> LiveMap:
+        """Live state of every target (see `live.fetch_live`; `sizes`: how big each collection is, if known)."""
+        return fetch_live(self.client, targets, concurrency=self.concurrency, sizes=sizes)
 
     def apply_all(
         self,

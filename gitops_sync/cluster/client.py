@@ -312,6 +312,8 @@ class Client:
             raise self._transport_error(exc, req.method, budget) from exc
         if first_attempt:
             self._count(req.method, req.query, req.body)
+        with self._stats_lock:
+            self.stats.bytes_read += len(resp.data or b"")
         # --log-level debug: one line per request (the query names dry runs and the field manager).
         log.debug(
             "request",

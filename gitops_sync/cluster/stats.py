@@ -19,12 +19,14 @@ class RequestStats:
     """Counts what this process asked of the API server, so a no-op pass can prove it wrote nothing.
 
     A request retried after a 429 counts once in reads/writes/dry_runs; `throttled` counts the retries.
+    `bytes_read`: the bodies of every answer (watch streams not included), what listing costs in decoding.
     """
 
     reads: int = 0
     writes: int = 0
     dry_runs: int = 0
     throttled: int = 0
+    bytes_read: int = 0
 
     def count(self, method: str, query: Query | None, body: Any = None) -> None:
         if method in _READS:

@@ -26,6 +26,7 @@ from gitops_sync.source.credentials import GitCredentials, authenticated
 from gitops_sync.source.gitdir import might_be_repository
 from gitops_sync.source.giterrors import run_remote, stderr_tail
 from gitops_sync.source.identity import SourceIdentity, identify
+from gitops_sync.source.refs import up_to_date
 from gitops_sync.source.remote import GIT_ENV, Remote, is_remote, mask_url
 from gitops_sync.source.revisions import DIRTY, is_ancestor, knows_commit, short_revision
 from gitops_sync.source.submodules import commit_gitlinks, gitlinks, work_tree_submodules
@@ -99,7 +100,8 @@ def fetch(
     """Resolve the source to a directory on disk and the commit it shows.
 
     `cache_dir` holds one sub-directory per repository (default `$XDG_CACHE_HOME/gitops-sync/repos`).
-    Remote repositories are fetched on every call so that a force-pushed branch is followed.
+    Remote repositories are looked at on every call so that a force-pushed branch is followed: fetched unless
+    the remote advertises exactly the refs the clone holds (source/refs.py).
     `local_policy` (the fleet's): a local path or `file://` URL it refuses raises RepositoryNotAllowed before
     anything reads it; checked on every fetch, so a path turned into a symlink since the last one is caught,
     and the directory it resolved to is the one read. `credentials`: for a remote, on top of the URL's own
@@ -150,7 +152,9 @@ def _fetch_with(
             refspecs.append(f"+HEAD:{_REMOTE_HEAD}")
         # Submodules are never fetched: their gitlinks are holes (submodules.py).
         fetch_args = ("fetch", "--no-write-fetch-head", "--no-recurse-submodules")
-        run_remote(bare, timeout, url, remote, *fetch_args, "--prune", "--force", "--", remote.url, *refspecs)
+        # A poll of a remote that has not moved: one ls-remote (one request) instead of a fetch (two or more).
+        if not up_to_date(bare, timeout, url, remote, _REMOTE_HEAD if revision is None else None):
+            run_remote(bare, timeout, url, remote, *fetch_args, "--prune", "--force", "--", remote.url, *refspecs)
         sha = _resolve(bare, revision or _REMOTE_HEAD, masked, timeout)
         if sha is None and revision is not None and re.fullmatch(r"[0-9a-fA-F]{40}", revision):
             # A commit no branch or tag points at: servers that allow it hand it out by SHA.

@@ -111,6 +111,9 @@ class _LaggingCache:
     def live_of(self, targets: Sequence[Target], fallback: Any) -> LiveMap:
         return {t.key: None for t in targets}
 
+    def collection_size(self, target: Target) -> int | None:
+        return None  # not counted: the re-read of what it calls absent lists the collection, as before
+
 
 class _DaemonReads:
     """What the daemon's `_live_of` uses: its watch cache (here a lagging one) and its API reads."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gitops_sync.cluster.client import Client
@@ -204,9 +204,9 @@ class RemoteClusters:
             rc.cache.stop()
         self._connections.release(rc.conn)
 
-    def set_interest(self, by_cluster: Mapping[str, Sequence[Target]]) -> None:
+    def set_interest(self, by_cluster: Mapping[str, Mapping[ObjectKey, Target]]) -> None:
         for rc in self.clusters():
-            rc.cache.set_interest(by_cluster.get(rc.key, ()))
+            rc.cache.set_interest(by_cluster.get(rc.key, {}))
 
     def clusters(self) -> list[RemoteCluster]:
         with self._lock:

@@ -10,8 +10,7 @@ The parts, each guarding its own state: `registry.py` (the GitSyncs known, rebui
 object, dependsOn), `scheduler.py` (worker slots, the slow slots), `poller.py` (Git polls, resync),
 `finalizer.py` (deletion), `writer.py` (the status subresource, once per pass, only on change),
 `shards.py` (one Lease per shard), `documents.py` (/status and the field history). This module wires
-them, watches GitSyncs and runs one source's turn (`_run_source`). Status goes to the GitSync's status
-subresource with server-side apply, only when it changed, only from the shard's holder.
+them, watches GitSyncs and runs one source's turn (`_run_source`).
 """
 
 from __future__ import annotations
@@ -83,6 +82,7 @@ class Fleet(Process[FleetKey]):
         # GitSync events are handled one at a time, in order: the watch's, and the poller's second look at
         # a refused repository (which must never bring back a GitSync the watch has just deleted).
         self._events = threading.Lock()
+        self._reindexing = threading.Lock()  # one reindex at a time: a union computed earlier never lands last
         self._listed = threading.Event()
         self.gitsyncs = GitSyncWatch(
             self.client,
@@ -363,12 +363,13 @@ class Fleet(Process[FleetKey]):
                 )
             )
 
-    def _reindex(self) -> None:
-        """Watch the union of what every source wants, on each cluster; route each object's events to the
-        sources of its cluster that want it."""
-        by_cluster = self.registry.reindex_clusters()
-        self.cache.set_interest(by_cluster.get("", []))
-        self.remotes.set_interest(by_cluster)
+    def _reindex(self, changed: str | None = None) -> None:
+        """Watch the union of what every source wants, on each cluster, routing events to the sources that
+        want them. `changed`: a source that loaded a new desired state (the registry knows what it put)."""
+        with self._reindexing:
+            interest = self.registry.reindex(changed)
+            self.cache.change_interest(interest.local.added, interest.local.removed)
+            self.remotes.set_interest(interest.remote)
 
     def _close(self, src: Source | None) -> None:
         if src is not None:

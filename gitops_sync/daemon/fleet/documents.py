@@ -138,6 +138,7 @@ def requests_of(clients: list[Client]) -> dict[str, int]:
         "writes": sum(c.stats.writes for c in clients),
         "dryRuns": sum(c.stats.dry_runs for c in clients),
         "throttled": sum(c.stats.throttled for c in clients),
+        "bytesRead": sum(c.stats.bytes_read for c in clients),
     }
 
 

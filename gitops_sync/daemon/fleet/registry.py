@@ -9,6 +9,7 @@ guards its three maps only and is never held while calling out (no request, no r
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from gitops_sync.daemon.fleet import gitsync
@@ -19,6 +20,30 @@ from gitops_sync.plan.planner import Target
 from gitops_sync.resource import Manifest, ObjectKey
 
 
+@dataclass
+class InterestChange:
+    """What changed in a cache's interest: targets added (or whose target object is another now), keys gone."""
+
+    added: dict[ObjectKey, Target] = field(default_factory=dict)
+    removed: set[ObjectKey] = field(default_factory=set)
+
+    def add(self, t: Target) -> None:
+        self.added[t.key] = t
+        self.removed.discard(t.key)
+
+    def remove(self, key: ObjectKey) -> None:
+        self.added.pop(key, None)
+        self.removed.add(key)
+
+
+@dataclass
+class Interest:
+    """`Registry.reindex`: the change of the controller's cluster's union, every remote cluster's union."""
+
+    local: InterestChange
+    remote: dict[str, dict[ObjectKey, Target]]
+
+
 def rebuild_needed(cur: Source | None, gs: GitSync) -> bool:
     """A new reconciler (a fresh source: fetched again, its status kept) when the GitSync is new, was
     refused, its spec changed (not `suspend`: gitsync._RUN_FIELDS) or it is another object of that name."""
@@ -27,15 +52,20 @@ def rebuild_needed(cur: Source | None, gs: GitSync) -> bool:
 
 class Registry:
     """The GitSyncs known. Threads: the GitSync watch writes; workers, poller, shards, cache and HTTP
-    threads read. One lock for `sources`, `objects` and `wanted_by`, held only while they are read or
-    swapped."""
+    threads read. One lock for `sources`, `objects` and the index of who wants what, held only while they
+    are read or changed."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sources: dict[str, Source] = {}
         self._objects: dict[str, Manifest] = {}  # every GitSync as last seen (dependsOn reads their status)
-        self._wanted_by: dict[ObjectKey, set[str]] = {}  # on the controller's cluster
-        self._remote_wanted: dict[tuple[str, ObjectKey], set[str]] = {}  # (remote cluster's key, object)
+        # Who wants which object, kept source by source (`reindex_clusters`): (cluster, object) -> {ref: its
+        # target}, the first ref's target in the cluster's union; what each source was indexed with.
+        self._wanted: dict[tuple[str, ObjectKey], dict[str, Target]] = {}
+        self._union: dict[str, dict[ObjectKey, Target]] = {"": {}}
+        self._indexed: dict[str, tuple[str, list[Target]]] = {}  # ref -> (cluster, the state's targets)
+        self._dirty: set[str] = set()  # records put, replaced or dropped since the last reindex
+        self._local = InterestChange()  # what changed in the controller's cluster's union since `reindex`
 
     # -- records ----------------------------------------------------------------------------
 
@@ -48,6 +78,7 @@ class Registry:
         with self._lock:
             old = self._sources.get(ref)
             self._sources[ref] = src
+            self._dirty.add(ref)
         return old
 
     def replace_if(self, ref: str, old: Source, new: Source) -> bool:
@@ -58,6 +89,7 @@ class Registry:
                 return False
             new.gs = old.gs  # a suspend or a reconcile request meanwhile (`set_gs`) is kept
             self._sources[ref] = new
+            self._dirty.add(ref)
             return True
 
     def set_gs(self, ref: str, gs: GitSync) -> GitSync | None:
@@ -74,6 +106,7 @@ class Registry:
         """Forget the GitSync (deleted from the API): its record and its object."""
         with self._lock:
             self._objects.pop(ref, None)
+            self._dirty.add(ref)
             return self._sources.pop(ref, None)
 
     def is_current(self, ref: str, token: int) -> Source | None:
@@ -135,35 +168,76 @@ class Registry:
 
     # -- interest ---------------------------------------------------------------------------
 
-    def reindex(self) -> list[Target]:
-        """Index who wants which object; the union of the targets of the sources of the controller's cluster
-        (what its cache watches). `reindex_clusters` has every cluster's."""
-        return self.reindex_clusters().get("", [])
-
-    def reindex_clusters(self) -> dict[str, list[Target]]:
-        """Index who wants which object on which cluster; each cluster's union of its sources' targets, by the
-        cluster's key ("" = the controller's own cluster; else `RemoteCluster.key`)."""
-        wanted: dict[tuple[str, ObjectKey], set[str]] = {}
-        targets: dict[str, dict[ObjectKey, Target]] = {"": {}}
+    def reindex(self, changed: str | None = None) -> Interest:
+        """Index who wants which object: what changed in the union of the targets of the sources of the
+        controller's cluster (what its cache watches) since the last call, and each remote cluster's union."""
         with self._lock:
-            for ref, s in self._sources.items():
-                state = s.reconciler.current if s.reconciler else None
-                if state is None:
-                    continue
-                cluster = s.remote.key if s.remote is not None else ""
-                mine = targets.setdefault(cluster, {})
-                for t in state.targets:
-                    wanted.setdefault((cluster, t.key), set()).add(ref)
-                    mine.setdefault(t.key, t)
-            self._wanted_by = {k: refs for (c, k), refs in wanted.items() if not c}
-            self._remote_wanted = {ck: refs for ck, refs in wanted.items() if ck[0]}
-        return {c: list(ts.values()) for c, ts in targets.items()}
+            self._index_dirty(changed)
+            local, self._local = self._local, InterestChange()
+            return Interest(local, {c: dict(union) for c, union in self._union.items() if c})
+
+    def reindex_clusters(self, changed: str | None = None) -> dict[str, dict[ObjectKey, Target]]:
+        """Index who wants which object on which cluster; each cluster's union of its sources' targets, by the
+        cluster's key ("" = the controller's own cluster; else `RemoteCluster.key`), as a copy.
+
+        Indexed again: `changed` (a source that loaded a new desired state) and every record put, replaced or
+        dropped since the last call; the others are as they were. At 2,000 sources of 10 objects, indexing
+        all 20,000 objects each time one source loaded made the cold start O(N^2) (~66 ms a load)."""
+        with self._lock:
+            self._index_dirty(changed)
+            return {c: dict(union) for c, union in self._union.items() if union or not c}
+
+    def _index_dirty(self, changed: str | None) -> None:
+        """Index again `changed` and the records put, replaced or dropped since the last call (lock held)."""
+        if changed is not None:
+            self._dirty.add(changed)
+        for ref in self._dirty:
+            s = self._sources.get(ref)
+            state = s.reconciler.current if s is not None and s.reconciler is not None else None
+            now = None if state is None else (s.remote.key if s and s.remote else "", state.targets)
+            before = self._indexed.get(ref)
+            if before is not None and now is not None and before[0] == now[0] and before[1] is now[1]:
+                continue
+            if before is not None:
+                self._unindex(ref, *before)
+            if now is not None:
+                self._index(ref, *now)
+        self._dirty.clear()
+
+    def _index(self, ref: str, cluster: str, targets: list[Target]) -> None:
+        union = self._union.setdefault(cluster, {})
+        for t in targets:
+            wanters = self._wanted.setdefault((cluster, t.key), {})
+            wanters[ref] = t
+            if t.key not in union:
+                union[t.key] = t
+                if not cluster:
+                    self._local.add(t)
+        self._indexed[ref] = (cluster, targets)
+
+    def _unindex(self, ref: str, cluster: str, targets: list[Target]) -> None:
+        union = self._union[cluster]
+        for t in targets:
+            wanters = self._wanted.get((cluster, t.key))
+            if wanters is None or wanters.pop(ref, None) is None:
+                continue
+            if wanters:
+                union[t.key] = other = next(iter(wanters.values()))  # another source's target of it
+                if not cluster:
+                    self._local.add(other)
+            else:
+                del self._wanted[(cluster, t.key)]
+                union.pop(t.key, None)
+                if not cluster:
+                    self._local.remove(t.key)
+        del self._indexed[ref]
+        if not union and cluster:
+            del self._union[cluster]
 
     def wanting(self, key: ObjectKey, cluster: str = "") -> list[tuple[str, SourceReconciler]]:
         """(ref, reconciler) of every source that wants `key` on `cluster` ("" = the controller's), by ref."""
         with self._lock:
-            found = self._remote_wanted.get((cluster, key)) if cluster else self._wanted_by.get(key)
-            refs = sorted(found or ())
+            refs = sorted(self._wanted.get((cluster, key)) or ())
             return [(r, s.reconciler) for r in refs if (s := self._sources.get(r)) and s.reconciler]
 
     def refs_of_cluster(self, cluster: str) -> list[str]:
@@ -172,4 +246,4 @@ class Registry:
             return [r for r, s in self._sources.items() if s.remote is not None and s.remote.key == cluster]
 
 
-__all__ = ["Registry", "rebuild_needed"]
+__all__ = ["Interest", "InterestChange", "Registry", "rebuild_needed"]

@@ -139,7 +139,7 @@ class SourceFactory:
         queue: WorkQueue[FleetKey],
         may_write: Callable[[str, int, int], bool],
         active: Callable[[int], bool],
-        on_loaded: Callable[[], None],
+        on_loaded: Callable[[str], None],  # the ref of a source that loaded a new desired state
         clock: Callable[[], float] = time.monotonic,
         remotes: RemoteClusters | None = None,
     ) -> None:
@@ -197,7 +197,7 @@ class SourceFactory:
             field_manager=opts.field_manager,
             subject=(gs.key, gitsync.API_VERSION),
             read_access=access,
-            on_loaded=self.on_loaded,
+            on_loaded=functools.partial(self.on_loaded, gs.ref),
         )
         return Source(
             gs=gs, shard=shard, reconciler=r, client=client, token=token, next_poll=self._due(gs), remote=remote

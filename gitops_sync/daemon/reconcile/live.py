@@ -31,6 +31,8 @@ log = get_logger("gitops_sync.daemon")
 class _CacheReads(Protocol):
     def live_of(self, targets: Sequence[Target], fallback: Callable[[Sequence[Target]], LiveMap]) -> LiveMap: ...
 
+    def collection_size(self, target: Target) -> int | None: ...
+
 
 class LiveReads:
     """Live state for a pass: needs `engine` (API reads) and `cache` (the watch cache)."""
@@ -43,7 +45,9 @@ class LiveReads:
 
         A lagging cache would plan an existing object as a create: it could not be told apart as a
         member of another ApplySet (`shared`), nor as existing before us (the apply's answer still marks
-        it adopted). Absent objects are rare (new in Git, deleted out of band), so this costs little.
+        it adopted). Absent objects are rare (new in Git, deleted out of band), so this costs little, as
+        long as it reads them one by one where their namespace is crowded (`_read_live`): on a cold start
+        every object is absent, and a LIST of a namespace shared by N sources per source is O(N^2).
         """
         fresh: set[ObjectKey] = set()
 
@@ -58,8 +62,9 @@ class LiveReads:
         return live
 
     def _read_live(self, targets: Sequence[Target]) -> LiveMap:
-        """API reads for what the cache cannot answer (a refused read plans that one object as absent)."""
-        return self.engine.manager.fetch_live(targets)
+        """API reads for what the cache cannot answer (a refused read plans that one object as absent): a LIST
+        of a collection only where the cache does not count it many times bigger than the targets, else GETs."""
+        return self.engine.manager.fetch_live(targets, sizes=self.cache.collection_size)
 
 
 class PassYields:

@@ -13,7 +13,6 @@ client and the clock are injected, so its decisions are tested on fakes without 
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
@@ -21,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gitops_sync import jsoncodec
 from gitops_sync.cluster.client import Listing
 from gitops_sync.daemon.runtime.queue import Backoff
 from gitops_sync.errors import ClusterError, ForbiddenError, GoneError, error_for_status
@@ -202,7 +202,9 @@ class ListWatch:
         for line in self.watch_client.stream_lines(self.path, query=query, timeout=timeout + 30):
             if self._stop.is_set():
                 return
-            self._event(json.loads(line))
+            # orjson: faster, and its key cache shares the field names of every event's object (the watch
+            # cache keeps thousands of them: ~16 kB instead of ~22 kB per cached Deployment)
+            self._event(jsoncodec.loads(line))
 
     def _event(self, event: dict[str, Any]) -> None:
         etype = str(event.get("type", ""))

@@ -327,6 +327,7 @@ class Daemon(Process[QueueKey]):
                 "writes": self.client.stats.writes,
                 "dryRuns": self.client.stats.dry_runs,
                 "throttled": self.client.stats.throttled,
+                "bytesRead": self.client.stats.bytes_read,
             },
         }
         return doc

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from gitops_sync.apply.live import uses_list
 from gitops_sync.apply.manager import NOT_ATTEMPTED, ResourceManager
 from gitops_sync.cluster.client import APPLY_PATCH, JSON_PATCH
 from gitops_sync.conventions import ADOPTED, INTENT_HASH, PART_OF, ConflictPolicy
@@ -101,6 +102,37 @@ def test_fetch_live_reads_a_collection_not_served_yet_as_every_object_absent() -
     live = manager(api, concurrency=4).fetch_live(four)
     assert [c.path for c in api.sent()] == ["/api/v1/namespaces/ns/configmaps"]
     assert live == {t.key: None for t in four}
+
+
+def test_a_list_is_used_for_four_targets_or_more_unless_the_collection_is_known_crowded() -> None:
+    assert not uses_list(3, None) and not uses_list(3, 3), "three targets: a GET each"
+    assert uses_list(4, None), "size unknown (the CLI, a cache not covering it): one LIST, as before"
+    assert uses_list(4, 64) and not uses_list(4, 65), "more than 16 objects per target: GETs"
+    assert uses_list(5000, 5000), "a source alone in its namespace lists it"
+
+
+def test_fetch_live_gets_each_target_of_a_collection_known_many_times_bigger() -> None:
+    # The fleet's cold start: 4 new ConfigMaps of one source in a namespace of 4,000 (everyone's).
+    eight = targets(*(cm(f"c{i}") for i in range(4)), *(cm(f"d{i}", "small") for i in range(4)))
+    base = "/api/v1/namespaces/ns/configmaps"
+    api = (
+        FakeApi()
+        .on("GET", f"{base}/c1", {"metadata": {"name": "c1", "namespace": "ns"}})
+        .on("GET", "/api/v1/namespaces/small/configmaps", {"metadata": {"resourceVersion": "9"}, "items": []})
+    )
+    asked: list[str] = []
+
+    def sizes(t: planner.Target) -> int | None:
+        asked.append(t.key.namespace)
+        return {"ns": 4000, "small": 10}[t.key.namespace]
+
+    live = manager(api, concurrency=4).fetch_live(eight, sizes=sizes)
+    assert sorted(c.path for c in api.sent()) == [
+        *(f"{base}/c{i}" for i in range(4)),
+        "/api/v1/namespaces/small/configmaps",
+    ], "the crowded namespace is read with GETs, the small one with one LIST"
+    assert {k.name for k, v in live.items() if v is not None} == {"c1"}
+    assert sorted(asked) == ["ns", "small"], "asked once per collection"
 
 
 # -- applying ---------------------------------------------------------------------------------------

@@ -39,3 +39,15 @@ def test_report_in_utf8_and_on_an_ascii_stream() -> None:
     write(cs, "json", ascii_out)
     ascii_out.flush()
     assert json.loads(raw.getvalue())["source"] == "é"  # \u00e9 escapes: no UnicodeEncodeError
+
+
+def test_intern_strings_shares_short_values_of_documents_decoded_apart_and_changes_nothing_else() -> None:
+    long = "x" * 65
+    raw = b'{"a":"Apply","b":["TCP",{"c":"TCP","d":1,"e":null}],"f":"%s","g":{}}' % long.encode()
+    one, two = jsoncodec.loads(raw), jsoncodec.loads(raw)
+    assert one["a"] is not two["a"], "each decode has its own strings"
+    jsoncodec.intern_strings(one)
+    jsoncodec.intern_strings(two)
+    assert one == two == jsoncodec.loads(raw)
+    assert one["a"] is two["a"] and one["b"][0] is two["b"][0] and one["b"][1]["c"] is two["b"][1]["c"]
+    assert one["f"] is not two["f"], "longer strings (data, messages) are left alone"

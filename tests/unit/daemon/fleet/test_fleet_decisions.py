@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gitops_sync.cluster.discovery import ResourceInfo
 from gitops_sync.daemon.fleet import gitsync
 from gitops_sync.daemon.fleet.controller import Fleet
 from gitops_sync.daemon.fleet.crd import CRD_NAME, CRD_PATH
@@ -29,8 +30,11 @@ from gitops_sync.daemon.reconcile.outcome import Outcome, SourceSnapshot
 from gitops_sync.daemon.reconcile.reporter import FULL, SOURCE, QueueKey
 from gitops_sync.engine import SourceOptions
 from gitops_sync.plan.changeset import Action, Entry
+from gitops_sync.plan.planner import Target
 from gitops_sync.resource import ObjectKey
 from tests.unit.fakes import _KUBECONFIG, FakeApi, FakeClock
+
+CM = ResourceInfo("", "v1", "ConfigMap", "configmaps", True)
 
 MINE = ObjectKey("", "ConfigMap", "team-a", "mine")
 CRD = Path(__file__).resolve().parents[4] / "deploy" / "kubernetes" / "crd" / "gitsyncs.gitops-sync.io.yaml"
@@ -176,7 +180,7 @@ def test_the_field_history_of_an_object_two_sources_want_is_both_sources(fleet: 
     for name, path in (("one", ".data.a"), ("two", ".data.b")):
         ref, r = add(fleet, gitsync_obj(name))
         r.history.observe(key, [path], live)
-        fleet.registry._wanted_by.setdefault(key, set()).add(ref)
+        fleet.registry._wanted.setdefault(("", key), {})[ref] = Target(key, CM, {}, "test")
     fields = fleet.documents.field_history("", "ConfigMap", "team-a", "shared")
     assert set(fields) == {".data.a", ".data.b"}, fields
     assert [rec["value"] for rec in fields[".data.b"]] == ["2"]

@@ -224,3 +224,99 @@ def test_synced_only_once_the_first_list_is_handed_on_while_reads_are_served_at_
         release.set()
         api.closed.set()
         cache.stop()
+
+
+def test_collection_size_counts_each_namespace_from_the_list_and_the_events_and_is_unknown_until_synced() -> None:
+    api = ScriptedApi()
+    listed = [cm("a", 5), cm("b", 6), cm("x", 7, ns="other")]
+    api.lists["/api/v1/configmaps"] = [{"metadata": {"resourceVersion": "10"}, "items": listed}]
+    api.watches.put(["hang"])
+    cache, _events, _restarts = make(api)
+    try:
+        assert cache.collection_size(target("a")) is None, "no loop covers ConfigMaps yet"
+        cache.set_interest([target("a")])
+        assert cache.wait_synced(3)
+        assert cache.collection_size(target("a")) == 2, "objects nobody wants count too: a LIST would read them"
+        assert cache.collection_size(target("x", ns="other")) == 1
+        assert cache.collection_size(target("n", ns="empty")) == 0
+        unit = next(iter(cache._units.values()))
+        cache.apply_event(unit, EventType.ADDED, ObjectKey("", "ConfigMap", "ns", "c"), cm("c", 11))
+        cache.apply_event(unit, EventType.MODIFIED, ObjectKey("", "ConfigMap", "ns", "c"), cm("c", 12))
+        cache.apply_event(unit, EventType.DELETED, ObjectKey("", "ConfigMap", "other", "x"), None)
+        cache.apply_event(unit, EventType.DELETED, ObjectKey("", "ConfigMap", "other", "x"), None)
+        assert cache.collection_size(target("a")) == 3, "an ADDED counts once, a MODIFIED not again"
+        assert cache.collection_size(target("x", ns="other")) == 0, "a DELETED seen twice counts once"
+    finally:
+        api.closed.set()
+        cache.stop()
+
+
+def test_interest_given_again_starts_and_stops_only_the_loops_whose_targets_came_or_went() -> None:
+    dep_v1 = ResourceInfo("apps", "v1", "Deployment", "deployments", True, frozenset({"list", "watch"}))
+    dep_v2 = ResourceInfo("apps", "v2", "Deployment", "deployments", True, frozenset({"list", "watch"}))
+    api = ScriptedApi()
+    empty = {"metadata": {"resourceVersion": "1"}, "items": []}
+    for path in ("/api/v1/configmaps", "/apis/apps/v1/deployments", "/apis/apps/v2/deployments"):
+        api.lists[path] = [empty]
+    cache, _events, _restarts = make(api)
+
+    def dep(name: str, info: ResourceInfo = dep_v1) -> Target:
+        return Target(ObjectKey("apps", "Deployment", "ns", name), info, {}, "test")
+
+    def loops() -> dict[str, str]:
+        return {s["resource"]: s["apiVersion"] for s in cache.status()}
+
+    try:
+        a, b, d = target("a"), target("b"), dep("d")
+        cache.set_interest({a.key: a, d.key: d})
+        assert loops() == {"ConfigMap": "v1", "Deployment.apps": "apps/v1"}
+        cm_unit = cache._units[next(u for u in cache._units if u.kind == "ConfigMap")]
+        cache.set_interest({a.key: a, b.key: b, d.key: d})
+        cache.set_interest({b.key: b, d.key: d})
+        assert cache._units[next(u for u in cache._units if u.kind == "ConfigMap")] is cm_unit, "kept, not restarted"
+        cache.set_interest({b.key: b, d.key: dep("d", dep_v2)})
+        assert loops() == {"ConfigMap": "v1", "Deployment.apps": "apps/v2"}, "the only Deployment moved to v2"
+        cache.set_interest([b, dep("d", dep_v2), dep("e")])
+        assert loops()["Deployment.apps"] == "apps/v2", "a loop keeps its version while a target wants it"
+        cache.set_interest([d])
+        assert loops() == {"Deployment.apps": "apps/v1"} and cm_unit.stopping, "nobody wants ConfigMaps"
+        cache.set_interest([])
+        assert loops() == {}
+    finally:
+        api.closed.set()
+        cache.stop()
+
+
+def test_a_change_of_interest_touches_only_its_keys() -> None:
+    api = ScriptedApi()
+    api.lists["/api/v1/configmaps"] = [{"metadata": {"resourceVersion": "1"}, "items": [cm("a", 5)]}]
+    cache, _events, _restarts = make(api)
+    try:
+        a, b = target("a"), target("b")
+        cache.change_interest({a.key: a, b.key: b}, ())
+        assert cache.wait_synced(3)
+        unit = next(iter(cache._units.values()))
+        assert cache.get(a.key)[0] and cache._interest == {a.key: a, b.key: b}
+        cache.change_interest({}, [a.key, ObjectKey("", "ConfigMap", "ns", "never-wanted")])
+        assert cache._interest == {b.key: b} and cache._units.get(unit.id) is unit, "b still needs the loop"
+        cache.change_interest({}, [b.key])
+        assert cache._units == {} and unit.stopping
+    finally:
+        api.closed.set()
+        cache.stop()
+
+
+def test_kept_bodies_share_their_short_strings_and_markers_are_left_alone() -> None:
+    api = ScriptedApi()
+    listed = [cm("a", 5, value="shared-value"), cm("b", 6, value="shared-value"), cm("other", 7, value="shared-value")]
+    api.lists["/api/v1/configmaps"] = [{"metadata": {"resourceVersion": "10"}, "items": json.loads(json.dumps(listed))}]
+    api.watches.put(["hang"])
+    cache, _events, _restarts = make(api)
+    try:
+        cache.set_interest([target("a"), target("b")])
+        assert cache.wait_synced(3)
+        a, b = (cache.get(ObjectKey("", "ConfigMap", "ns", n))[1] for n in ("a", "b"))
+        assert a is not None and b is not None and a["data"]["v"] is b["data"]["v"] == "shared-value"
+    finally:
+        api.closed.set()
+        cache.stop()
