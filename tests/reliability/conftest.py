@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.daemon_support import start_private_cluster, stop_private_cluster
+from tests.reliability.alone import Lock
 from tests.reliability.faults import PrivateCluster
 from tests.reliability.recorder import Recorder, Run, plain, render, rows, verdict
 
@@ -55,6 +56,38 @@ def private_cluster(request: pytest.FixtureRequest) -> Iterator[PrivateCluster]:
 
 def _here(item: pytest.Item) -> bool:
     return Path(str(item.path)).resolve().is_relative_to(HERE)
+
+
+# -- under pytest-xdist (`make test`: -n 3 --dist loadgroup) -------------------------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A module that starts a private cluster runs on one worker (one cluster for the module, as when run
+    serially): its tests join the group `private:<module>`, unless a test names a group of its own."""
+    private = {item.path for item in items if "private_cluster" in getattr(item, "fixturenames", ())}
+    for item in items:
+        if item.path in private and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(f"private:{item.path.stem}"))
+
+
+_lock: list[Lock] = []  # this worker's side of the run's `alone` lock
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout's timer: waiting is not running
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Every test holds the run's lock shared, an `alone` one exclusively (tests/reliability/alone.py)."""
+    workerinput = getattr(item.config, "workerinput", None)
+    if workerinput is None:  # one process: nothing runs beside anything
+        yield
+        return
+    if not _lock:
+        _lock.append(Lock(REPO / ".cache" / "reliability-alone" / str(workerinput["testrunuid"])))
+    alone = item.get_closest_marker("alone") is not None
+    _lock[0].acquire(exclusive=alone)
+    yield
+    if not (alone and nextitem is not None and nextitem.get_closest_marker("alone") is not None):
+        _lock[0].release()
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
