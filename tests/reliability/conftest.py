@@ -63,12 +63,22 @@ def _here(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A module that starts a private cluster runs on one worker (one cluster for the module, as when run
-    serially): its tests join the group `private:<module>`, unless a test names a group of its own."""
+    """The `alone` tests join the group `alone`: one after another on one worker, which keeps the lock
+    between them (see pytest_runtest_protocol). A module that starts a private cluster runs on one worker
+    (one cluster for the module, as when run serially): its other tests join the group `private:<module>`."""
     private = {item.path for item in items if "private_cluster" in getattr(item, "fixturenames", ())}
     for item in items:
-        if item.path in private and item.get_closest_marker("xdist_group") is None:
+        if item.get_closest_marker("xdist_group") is not None:
+            if item.get_closest_marker("alone") is not None:  # xdist would join both names into a third group
+                raise pytest.UsageError(f"{item.nodeid}: an `alone` test is in the group `alone`, no other")
+            continue
+        if item.get_closest_marker("alone") is not None:
+            item.add_marker(pytest.mark.xdist_group("alone"))
+        elif item.path in private:
             item.add_marker(pytest.mark.xdist_group(f"private:{item.path.stem}"))
+    # The order xdist hands the groups out in (with --no-loadscope-reorder): the longest first (a private
+    # cluster each), the `alone` group last (the tests in flight when it starts are the short ones).
+    items.sort(key=lambda item: 2 if item.get_closest_marker("alone") else 0 if item.path in private else 1)
 
 
 _lock: list[Lock] = []  # this worker's side of the run's `alone` lock
