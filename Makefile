@@ -42,12 +42,13 @@ unit: venv      ## the fast tests only (no cluster)
 
 # The README's test command (scripts/test.sh says how): lint, unit tests (xdist) and the start of one local
 # cluster at once ($KUBECONFIG's is reused when it answers); then the integration tests in parallel on it, the
-# reliability suite serially and the quick benchmark alone; one summary line per step.
+# reliability suite in parallel too and the quick benchmark alone; one summary line per step.
 test: venv cluster-build  ## lint + every test, against a real local control plane
 	bash scripts/test.sh
 
-reliability: venv cluster-build  ## the fault and fuzz suite only; rewrites RELIABILITY.md when every case ran
-	$(VENV)/bin/pytest -q tests/reliability
+RELIABILITY_WORKERS ?= 3
+reliability: venv cluster-build  ## the fault and fuzz suite only (pytest-xdist); rewrites RELIABILITY.md when every case passed
+	$(VENV)/bin/pytest -q tests/reliability -n $(RELIABILITY_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 demo: venv      ## start the local cluster (unless KUBECONFIG is set), sync examples-repo, drift it, report
 	bash scripts/demo.sh

@@ -5,12 +5,20 @@
 #      (a reachable $KUBECONFIG is reused instead: nothing is started);
 #   2. the integration tests on that cluster, in parallel (-n 2 --dist loadgroup: tests that share
 #      something cluster-wide carry an `xdist_group` mark and run one after another on one worker);
-#   3. the reliability suite, serially (faults and timings; it rewrites RELIABILITY.md on a full run);
+#   3. the reliability suite, in parallel too (-n 3 --dist loadgroup --no-loadscope-reorder): its tests mostly
+#      wait (faults, timeouts, stopped API servers), so three workers on two cores pay (113 tests: 1,537 s
+#      serially, 805 s on three workers, back to back at a load of ~16 on a shared machine). A module with a
+#      private cluster runs on one worker; tests whose figures are timings (`alone` mark) run with no other
+#      test beside them; RELIABILITY.md is rewritten when every one of its tests passed (tests/reliability/);
 #   4. the quick benchmark (tests marked `bench`), alone, so its figures are not taken under the other tests.
 #
+# The steps run one after another: steps 2 and 3 at once would put five workers on two cores, and the timing
+# bounds of each (the `alone` tests, the browser's) beside the other's tests.
+# Time budget (issue 23): the whole .ci/run under 20 minutes on a 2-core machine; each step prints its time.
 # Every step runs even when one before it failed (one CI run reports everything); the exit status is 1 when
 # any step failed. pytest's exit status 5 (no tests collected) is not a failure. Each step ends with one
-# `==> step: ...` line and a summary table closes the run. TEST_WORKERS sets the integration workers (2).
+# `==> step: ...` line and a summary table closes the run. TEST_WORKERS sets the integration workers (2),
+# RELIABILITY_WORKERS the reliability ones (3).
 # Every test lives in tests/unit, tests/integration or tests/reliability: step 0 fails on a test elsewhere.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +27,7 @@ PY=.venv/bin
 PYTHON=${PYTHON:-python3}
 LAUNCHER=deploy/local-cluster/cluster.py
 WORKERS=${TEST_WORKERS:-2}
+RELIABILITY_WORKERS=${RELIABILITY_WORKERS:-3}
 LOGS=.cache/test-logs  # each step's full output, kept after the run
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 
@@ -125,8 +134,9 @@ fi
 if [ -n "${KUBECONFIG:-}" ]; then
   # --- 2. integration tests, in parallel on the one cluster ---------------------------------------------
   run_pytest integration tests/integration -q -m "not bench" -n "$WORKERS" --dist loadgroup --durations=15
-  # --- 3. the reliability suite, serially ---------------------------------------------------------------
-  run_pytest reliability tests/reliability -q --durations=15
+  # --- 3. the reliability suite, in parallel (its private clusters, `alone` tests: tests/reliability/) ---
+  run_pytest reliability tests/reliability -q -n "$RELIABILITY_WORKERS" --dist loadgroup --no-loadscope-reorder \
+    --durations=25
   # --- 4. the quick benchmark, alone --------------------------------------------------------------------
   run_pytest bench tests/integration -q -m bench
 else

@@ -46,6 +46,26 @@ REGISTRIES = pytest.mark.xdist_group("registries")  # the chart registries of on
 SECOND_CLUSTER = pytest.mark.xdist_group("second-cluster")  # `second_kube`: one second control plane at a time
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook (and after any conftest adding groups)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Make --dist loadgroup group again. pytest-xdist 3.8 tells its controller a test's group by appending
+    `@group` to the node id (`item._nodeid`), which pytest 9.2 no longer reads (the id is the structured
+    `item._id`): every xdist_group mark was silently ignored, each test scheduled alone (pytest-xdist issue
+    1386). The same suffix, on the structured id; nothing when xdist's own took (an older pytest, a fixed
+    xdist)."""
+    if not getattr(config.option, "loadgroup", False) or not items or not hasattr(items[0], "_id"):
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")
+        }
+        nodeid = item.nodeid
+        if names and nodeid.rfind("@") <= nodeid.rfind("]"):  # xdist's rule for "has a group suffix"
+            item._id = NodeId.parse(f"{nodeid}@{'_'.join(sorted(names))}")
+
+
 @dataclass(frozen=True)
 class KubeCluster:
     """A running cluster: `kubeconfig` (admin), `bin_dir` (holds kubectl and helm), `env` for subprocesses."""

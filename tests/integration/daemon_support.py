@@ -50,6 +50,21 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float, interval: fl
         time.sleep(interval)
 
 
+def wait_established(env: dict[str, str], crd: str, timeout: float = 60) -> float:
+    """Wait until the CRD named `crd` is Established (kubectl and the cluster from `env`). Not `kubectl wait
+    --for=condition=Established`: a CRD created a moment ago has no status.conditions yet, and kubectl wait then
+    fails at once (".status.conditions accessor error: <nil> is of the type <nil>") instead of waiting; seen
+    with the reliability suite on four workers."""
+    query = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+
+    def established() -> bool:
+        cmd = ["kubectl", "get", f"customresourcedefinition/{crd}", "-o", query]
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30, check=False)
+        return r.returncode == 0 and r.stdout.strip() == "True"
+
+    return wait_until(f"CRD {crd} Established", established, timeout, 0.2)
+
+
 class GitRepo:
     """A local work tree the daemon watches."""
 

@@ -30,7 +30,10 @@ from tests.integration.clusters_support import merged_kubeconfig
 from tests.reliability.conftest import Recorder
 from tests.reliability.faults import PrivateCluster
 
-pytestmark = pytest.mark.cluster
+# A healthy cluster's p95 beside a hung one, against its own p95 a moment before: with no other test beside
+# it under pytest-xdist (tests/reliability/alone.py), else the other tests' load is what is measured. Its
+# group `alone` is also the one worker that starts `second_kube` for this directory.
+pytestmark = [pytest.mark.cluster, pytest.mark.alone]
 SAMPLES = 40
 
 

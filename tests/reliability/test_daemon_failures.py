@@ -224,6 +224,7 @@ def test_detect_only_prune_reports_would_delete_and_deletes_nothing(
     )
 
 
+@pytest.mark.alone  # a sub-second figure: with no other test beside it under pytest-xdist
 def test_sigterm_ends_an_idle_daemon_in_under_a_second(
     kube: KubeCluster, namespace: str, tmp_path: Path, reliability: Recorder
 ) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.integration.daemon_support import Daemon, GitRepo, wait_until
+from tests.integration.daemon_support import Daemon, GitRepo, wait_established, wait_until
 from tests.reliability.faults import PrivateCluster
 from tests.reliability.proxy import CuttingProxy
 from tests.reliability.workload import audit_deletes, audit_requests, configmap, kubectl, size
@@ -41,7 +41,7 @@ def cluster(private_cluster: PrivateCluster) -> Iterator[PrivateCluster]:
     """The private cluster with the GitSync CRD installed."""
     env = private_cluster.env
     kubectl(env, "apply", "--server-side", "-f", str(CRD))
-    kubectl(env, "wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s", timeout=70)
+    wait_established(env, "gitsyncs.gitops-sync.io")
     yield private_cluster
 
 

@@ -36,6 +36,7 @@ from tests.integration.daemon_support import (
     configmap,
     rendered,
     sa_kubeconfig,
+    wait_established,
     wait_until,
 )
 from tests.integration.test_fleet import fleet_args, gitsync, tenant_account
@@ -79,7 +80,7 @@ def fleet(private_cluster: PrivateCluster, tmp_path_factory: pytest.TempPathFact
     kube.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=as_list(namespaces))
     rest = [d for d in docs if d["kind"] != "Namespace"]
     kube.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=as_list(rest))
-    kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s", timeout=70)
+    wait_established(kube.env, "gitsyncs.gitops-sync.io")
     kube.kubectl("wait", "--for=create", f"--namespace={CONTROLLER_NS}", "serviceaccount/gitops-sync", "--timeout=30s")
     kubeconfig = sa_kubeconfig(kube, CONTROLLER_NS, tmp_path_factory.mktemp("sa") / "sa.kubeconfig")
     yield Fleet(kube, kubeconfig, docs)

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import KubeCluster
-from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
+from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_established, wait_until
 from tests.reliability.conftest import Recorder
 
 pytestmark = pytest.mark.cluster
@@ -98,7 +98,7 @@ def test_a_tenant_never_reads_another_tenants_clone(
     kube: KubeCluster, namespace: str, tmp_path: Path, reliability: Recorder
 ) -> None:
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
+    wait_established(kube.env, "gitsyncs.gitops-sync.io")
     theirs = f"{namespace}-b"[:63]  # tenant B's namespace
     kube.kubectl("create", "namespace", theirs)
     repos, cache = tmp_path / "repos", tmp_path / "cache"
