@@ -17,6 +17,7 @@ from gitops_sync.cluster.client import Client
 from gitops_sync.engine import Engine, PassOptions, SourceOptions, load
 from gitops_sync.plan.changeset import Action
 from tests.conftest import CRDS, KubeCluster
+from tests.integration.daemon_support import wait_established
 from tests.integration.test_safety import crd
 from tests.integration.test_sync import write
 
@@ -41,7 +42,7 @@ def test_a_namespace_holding_a_kind_newer_than_discovery_is_not_pruned(
 
             # another team installs a CRD after the snapshot and puts a custom resource in our namespace
             kube.kubectl("apply", "-f", "-", input=crd(group, "Gadget"))
-            kube.kubectl("wait", "--for=condition=Established", f"crd/gadgets.{group}", "--timeout=60s")
+            wait_established(kube.env, f"gadgets.{group}", 60)
             gadget = f"apiVersion: {group}/v1\nkind: Gadget\nmetadata: {{name: theirs, namespace: {team}}}\n"
             kube.kubectl("apply", "-f", "-", input=gadget)
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import KubeCluster
-from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
+from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_established, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD = REPO_ROOT / "deploy" / "kubernetes" / "crd" / "gitsyncs.gitops-sync.io.yaml"
@@ -23,7 +23,7 @@ CRD = REPO_ROOT / "deploy" / "kubernetes" / "crd" / "gitsyncs.gitops-sync.io.yam
 def crd(kube: KubeCluster) -> None:
     """The CRD as shipped (cluster-scoped, shared by every test; applying it again changes nothing)."""
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
+    wait_established(kube.env, "gitsyncs.gitops-sync.io", 60)
 
 
 def gitsync(name: str, namespace: str, repo: Path, **spec: Any) -> str:

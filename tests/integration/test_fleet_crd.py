@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.conftest import SECOND_CLUSTER, KubeCluster
-from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
+from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_established, wait_until
 from tests.integration.test_fleet import CRD, cm_data, condition, fleet_args, gitsync, wait_ready
 
 pytestmark = [pytest.mark.cluster, SECOND_CLUSTER]
@@ -45,7 +45,7 @@ def _install(kube: KubeCluster, crd: str | None) -> None:
         kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     else:
         kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=crd)
-    kube.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    wait_established(kube.env, CRD_NAME, 60)
 
 
 def _secret(name: str, ns: str) -> str:

@@ -25,7 +25,7 @@ import yaml
 
 from gitops_sync import __version__
 from tests.conftest import KubeCluster
-from tests.integration.daemon_support import GitRepo, configmap, wait_until
+from tests.integration.daemon_support import GitRepo, configmap, wait_established, wait_until
 
 # One worker builds and runs the image (make test: -n 2 --dist loadgroup): the builds share .cache/image.
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("image")]
@@ -139,7 +139,7 @@ def service_account(kube: KubeCluster, namespace: str, tmp_path: Path) -> Iterat
     ServiceAccount laid out as the kubelet mounts it."""
     crd = ROOT / "deploy" / "kubernetes" / "crd" / "gitsyncs.gitops-sync.io.yaml"
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
+    wait_established(kube.env, "gitsyncs.gitops-sync.io", 60)
     release = f"img{uuid.uuid4().hex[:6]}"
     rendered = kube.helm("template", release, str(ROOT / "deploy" / "chart"), "--namespace", namespace,
                          "--set", "mode=fleet", "--set", "crds.install=false").stdout  # fmt: skip

@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import KubeCluster
 from tests.gitservers import HttpsGitServer, SshGitServer, bare_repository, commit_to, https_server, keypair, ssh_server
-from tests.integration.daemon_support import Daemon, configmap, wait_until
+from tests.integration.daemon_support import Daemon, configmap, wait_established, wait_until
 from tests.integration.test_fleet import CRD, cm_data, condition, crd, gs_status, tenant_account
 from tests.integration.test_fleet_tenant import _pages
 from tests.integration.test_private_repositories_cli import cmdlines_during
@@ -101,7 +101,7 @@ class Kept:
         if self._kept():
             return True
         self.kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-        self.kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
+        wait_established(self.kube.env, "gitsyncs.gitops-sync.io", 60)
         self.kube.kubectl("apply", "-f", "-", input="---\n".join(self.gitsyncs))
         return self._kept()
 

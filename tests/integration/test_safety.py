@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import CRDS, KubeCluster
-from tests.integration.daemon_support import Daemon, wait_until
+from tests.integration.daemon_support import Daemon, wait_established, wait_until
 from tests.integration.test_sync import by_name, get, gs, report, write
 
 pytestmark = pytest.mark.cluster
@@ -167,7 +167,7 @@ def test_a_kind_the_server_stops_serving_stays_recorded_until_its_members_are_pr
     group = f"{namespace}.example.com"
     kube.kubectl("apply", "-f", "-", input=crd(group, "Gadget"))
     try:
-        kube.kubectl("wait", "--for=condition=Established", f"crd/gadgets.{group}", "--timeout=30s")
+        wait_established(kube.env, f"gadgets.{group}", 30)
         wait_until(
             "Gadget served",
             lambda: _served(kube, group, namespace),

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SECOND_CLUSTER, KubeCluster
-from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
+from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_established, wait_until
 from tests.integration.test_fleet import CRD, condition, fleet_args, gitsync, wait_ready
 from tests.integration.test_fleet_clusters import _secret
 from tests.reliability.conftest import Recorder
@@ -78,7 +78,7 @@ def _recovered(kube: KubeCluster, ns: str, remotes: tuple[str, ...]) -> float:
 
 def _setup(home: KubeCluster, target: KubeCluster, ns: str, tmp_path: Path) -> tuple[str, ...]:
     home.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    home.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
+    wait_established(home.env, "gitsyncs.gitops-sync.io", 60)
     target.kubectl("create", "namespace", ns)
     local = GitRepo(
         tmp_path / "local",

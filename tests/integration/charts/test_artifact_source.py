@@ -22,7 +22,7 @@ import pytest
 from chart_registries import Registries
 
 from tests.conftest import KubeCluster
-from tests.integration.daemon_support import Daemon, configmap, wait_until
+from tests.integration.daemon_support import Daemon, configmap, wait_established, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -151,7 +151,7 @@ def test_a_gitsync_artifact_is_fetched_only_when_the_controller_allows_it(
     for name in (allowed, refused):
         push_artifact(registries, name, "live", {"cm.yaml": configmap("settings", {"v": "1"})})
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
+    wait_established(kube.env, "gitsyncs.gitops-sync.io", 60)
     docs = [
         gitsync("ok", namespace, tmp_path, repository=f"oci://{registries.oci}/{allowed}:live"),
         gitsync("no", namespace, tmp_path, repository=f"oci://{registries.oci}/{refused}:live"),

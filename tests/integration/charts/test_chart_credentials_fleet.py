@@ -22,7 +22,7 @@ from chart_registries import Published, Registries
 from test_artifact_source import push_artifact
 
 from tests.conftest import KubeCluster
-from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
+from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_established, wait_until
 from tests.integration.test_fleet import CRD, condition, fleet_args
 from tests.integration.test_private_repositories_fleet import gitsync, secret
 
@@ -84,7 +84,7 @@ def test_gitsyncs_pull_private_charts_with_the_credentials_of_their_own_secrets(
     }
     _tenant(kube, namespace, ("charts", "charts-wrong", "charts-ca"))
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
+    wait_established(kube.env, "gitsyncs.gitops-sync.io", 60)
     docs = [
         secret("charts", namespace, right),
         secret("charts-wrong", namespace, {**right, "password": WRONG}),

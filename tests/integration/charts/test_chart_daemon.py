@@ -19,7 +19,7 @@ import pytest
 from chart_registries import CHARTS, Published, Registries, sha256_of
 
 from tests.conftest import KubeCluster
-from tests.integration.daemon_support import Daemon, GitRepo, wait_until
+from tests.integration.daemon_support import Daemon, GitRepo, wait_established, wait_until
 from tests.integration.test_fleet import CRD, condition, fleet_args, gitsync, gs_status, wait_ready
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
@@ -108,7 +108,7 @@ def test_gitsyncs_render_charts_from_allowed_repositories_only(
     manifests = [gitsync("ok", namespace, ok.path), gitsync("bad", namespace, bad.path)]
     # The CRD as this tree ships it (with status.charts): the cluster is shared with other test sessions.
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
+    wait_established(kube.env, "gitsyncs.gitops-sync.io", 60)
     kube.kubectl("apply", "-f", "-", input="---\n".join(manifests))
     env = _env(kube, registries, SSL_CERT_FILE=str(registries.ca_file))
     # Even with a credentials file in its environment, the fleet reads none (a tenant must not borrow them).

@@ -20,7 +20,7 @@ import pytest
 from test_chart_hooks import _ran, _sync
 
 from tests.conftest import KubeCluster
-from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_until
+from tests.integration.daemon_support import Daemon, GitRepo, configmap, wait_established, wait_until
 from tests.integration.test_fleet import CRD, fleet_args, gitsync, gs_status, wait_ready
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
@@ -129,7 +129,7 @@ def test_deleting_a_gitsync_with_prune_runs_its_delete_hooks_and_one_without_pru
     kube: KubeCluster, namespace: str, tmp_path: Path
 ) -> None:
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    kube.kubectl("wait", "--for=condition=Established", "crd/gitsyncs.gitops-sync.io", "--timeout=60s")
+    wait_established(kube.env, "gitsyncs.gitops-sync.io", 60)
     pruning = GitRepo(tmp_path / "pruning", _chart("web"))
     kept = GitRepo(tmp_path / "kept", _chart("api"))
     failing = GitRepo(tmp_path / "failing", _chart("bad", fail=True))
