@@ -118,13 +118,17 @@ def _write_one(stream: IO[bytes], size: int, mode: bytes, target: bytes) -> None
         fd = os.open(target, flags, 0o777 if mode == _EXECUTABLE else 0o666)
     except FileExistsError:
         raise SourceError(f"the commit holds {os.fsdecode(target)!r} twice") from None
-    with open(fd, "wb") as out:
+    try:
         while size > 0:
             chunk = stream.read(min(size, _CHUNK))
             if not chunk:
                 raise SourceError("git cat-file stopped before the end of a blob")
-            out.write(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
             size -= len(chunk)
+    finally:
+        os.close(fd)
 
 
 def _feed(stdin: IO[bytes], blobs: Iterator[bytes]) -> None:

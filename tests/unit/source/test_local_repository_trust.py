@@ -127,3 +127,27 @@ def test_a_work_tree_changed_is_still_dirty(tmp_path: Path) -> None:
     repo.git.add("--all")
     (top / "other" / "x.yaml").write_text(CM.format(name="x"))  # staged, then undone in the work tree
     assert dirty("other") and not dirty("app")
+
+
+def test_a_checked_out_submodule_runs_nothing_its_own_configuration_names(tmp_path: Path) -> None:
+    """`git status` recursing into a submodule would honour the submodule's own config (.git/modules/…)."""
+    from tests.unit.source.test_submodules import superproject
+
+    work, _ = superproject(tmp_path)
+    top = Path(work.working_tree_dir or "")
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    mark = _script(tmp_path / "mark", f'touch "{markers}/$1"\nexit 1\n')
+    clean = _script(tmp_path / "clean", f'touch "{markers}/$1"\ncat\n')
+    sub_git = Path(git.Repo(top / "vendor" / "lib").git_dir)
+    with (sub_git / "config").open("a") as f:
+        f.write(f'[core]\n\tfsmonitor = {mark} fsmonitor\n[filter "evil"]\n\tclean = {clean} clean\n')
+    (sub_git / "info").mkdir(exist_ok=True)
+    (sub_git / "info" / "attributes").write_text("* filter=evil\n")
+    os.utime(top / "vendor" / "lib" / "cm.yaml", (1, 1))
+    revision, found = names(SourceOptions(repo=str(top), cache_dir=tmp_path / "cache"))
+    assert sorted(os.listdir(markers)) == []
+    assert found == {"top", "app", "from-sub"} and len(revision) == 40
+    (top / "vendor" / "lib" / "cm.yaml").write_text(CM.format(name="changed"))
+    assert fetch(str(top), cache_dir=tmp_path / "cache").revision.endswith("-dirty")
+    assert sorted(os.listdir(markers)) == []
