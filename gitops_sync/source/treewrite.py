@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from subprocess import PIPE
 from typing import IO
 
 from gitops_sync.errors import SourceError
@@ -77,31 +79,39 @@ class _Dirs:
 def _write_blobs(
     git: list[str], env: dict[str, str], timeout: float, files: list[tuple[bytes, bytes, bytes]], made: _Dirs
 ) -> None:
-    proc = subprocess.Popen(
-        [*git, "cat-file", "--batch"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    feeder = threading.Thread(target=_feed, args=(proc.stdin, (blob for _, blob, _ in files)), daemon=True)
-    watchdog = threading.Timer(timeout, proc.kill)
-    feeder.start()
-    watchdog.start()
-    try:
-        for mode, blob, path in files:
-            header = proc.stdout.readline().split()
-            if len(header) != 3 or header[0] != blob or header[1] != b"blob":
-                shown = path.decode(errors="replace")
-                raise SourceError(f"cannot read blob {blob.decode(errors='replace')} of {shown}")
-            _write_one(proc.stdout, int(header[2]), mode, made.make(path))
-            proc.stdout.read(1)  # the newline after each object
-    except SourceError:
-        proc.kill()
-        raise
-    finally:
-        watchdog.cancel()
-        feeder.join()
-        proc.stdout.close()
-        stderr = proc.stderr.read() if proc.stderr is not None else b""
-        proc.wait()
+    with tempfile.TemporaryFile() as errors:  # a file, not a pipe: git never blocks on what it says
+        proc = subprocess.Popen([*git, "cat-file", "--batch"], env=env, stdin=PIPE, stdout=PIPE, stderr=errors)
+        assert proc.stdin is not None and proc.stdout is not None
+        feeder = threading.Thread(target=_feed, args=(proc.stdin, (blob for _, blob, _ in files)), daemon=True)
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            proc.kill()
+
+        watchdog = threading.Timer(timeout, expire)
+        feeder.start()
+        watchdog.start()
+        try:
+            for mode, blob, path in files:
+                header = proc.stdout.readline().split()
+                if len(header) != 3 or header[0] != blob or header[1] != b"blob":
+                    shown = path.decode(errors="replace")
+                    raise SourceError(f"cannot read blob {blob.decode(errors='replace')} of {shown}")
+                _write_one(proc.stdout, int(header[2]), mode, made.make(path))
+                proc.stdout.read(1)  # the newline after each object
+        except BaseException as err:
+            proc.kill()  # whatever stopped us (a refused path, a full disk): the feeder must not wait on git
+            if expired.is_set() and isinstance(err, SourceError):
+                raise SourceError(f"git cat-file timed out after {timeout:g}s") from None
+            raise
+        finally:
+            watchdog.cancel()
+            feeder.join()
+            proc.stdout.close()
+            proc.wait()
+        errors.seek(0)
+        stderr = errors.read()
     if proc.returncode != 0:
         raise SourceError(_failure(stderr, timeout, proc.returncode))
 

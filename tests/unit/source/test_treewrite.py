@@ -74,3 +74,16 @@ def test_the_same_path_twice_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="twice"):
         write_commit(Path(repo.git_dir), crafted, staging, 60)
     assert not (tmp_path / "escaped").exists()
+
+
+def test_a_missing_blob_fails_naming_it_without_waiting(tmp_path: Path) -> None:
+    """A repository missing an object (a partial clone, a broken one): an error, never a fetch or a hang."""
+    repo = git.Repo.init(tmp_path / "work", initial_branch="main")
+    top = Path(repo.working_tree_dir or "")
+    blob = _git(top, "hash-object", "-w", "--stdin", stdin=b"here\n")
+    gone = "1" * 40
+    tree = _git(top, "mktree", "--missing", stdin=f"100644 blob {blob}\ta\n100644 blob {gone}\tb\n".encode())
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    with pytest.raises(SourceError, match=f"cannot read blob {gone} of b"):
+        write_commit(Path(repo.git_dir), tree, staging, 60)
