@@ -151,3 +151,34 @@ def test_a_checked_out_submodule_runs_nothing_its_own_configuration_names(tmp_pa
     (top / "vendor" / "lib" / "cm.yaml").write_text(CM.format(name="changed"))
     assert fetch(str(top), cache_dir=tmp_path / "cache").revision.endswith("-dirty")
     assert sorted(os.listdir(markers)) == []
+
+
+@pytest.mark.parametrize("program", ["gpg.program", "gpg.ssh.program"])
+def test_verifying_a_local_commit_runs_no_program_its_configuration_names(tmp_path: Path, program: str) -> None:
+    """A commit carrying a signature makes `git show %G?`/`verify-commit` run the gpg program: the repository's
+    own `gpg.program` is not it."""
+    from gitops_sync.errors import SourceError
+    from gitops_sync.source.verify import TrustedKeys, verify_commit
+
+    repo = git.Repo.init(tmp_path / "work", initial_branch="main")
+    commit(repo, {"cm.yaml": CM.format(name="blob")})
+    top = Path(repo.working_tree_dir or "")
+    head = repo.head.commit
+    kind = "SSH" if "ssh" in program else "PGP"
+    sig = f"-----BEGIN {kind} SIGNATURE-----\n AAAA\n -----END {kind} SIGNATURE-----"
+    raw = (
+        f"tree {head.tree.hexsha}\nauthor t <t@t> 1 +0000\ncommitter t <t@t> 1 +0000\ngpgsig {sig}\n\nsigned\n"
+    ).encode()
+    done = subprocess.run(
+        ["git", "hash-object", "-w", "-t", "commit", "--stdin"], cwd=top, input=raw, capture_output=True, check=True
+    )
+    signed = done.stdout.decode().strip()
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    evil = _script(tmp_path / "evil", f'touch "{markers}/gpg"\nexit 1\n')
+    with (top / ".git" / "config").open("a") as f:
+        f.write(f'[gpg]\n\tprogram = {evil}\n[gpg "ssh"]\n\tprogram = {evil}\n')
+    keys = TrustedKeys(allowed_signers=b"t@t ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG\n", timeout=30)
+    with pytest.raises(SourceError):
+        verify_commit(Path(repo.git_dir), signed, keys)
+    assert sorted(os.listdir(markers)) == []
