@@ -31,7 +31,7 @@ def is_dirty(top: Path, scope: str | None, name: str, timeout: float = 60) -> bo
     staged or unstaged changes, untracked files that are not ignored, a checked-out submodule at another
     commit or with changes of its own. Raises SourceError naming `name` when git cannot tell."""
     paths = ["--", scope] if scope not in (None, "", ".") else []
-    env = {**os.environ, **safe_env(), "LC_ALL": "C"}
+    env = {**os.environ, **safe_env(), "LC_ALL": "C", "GIT_LITERAL_PATHSPECS": "1"}  # a directory named `*`
     git = ["git", "-C", str(top)]
     staged = _git([*git, "diff-index", "--cached", "--quiet", "HEAD", *paths], env, timeout, name, ok=(0, 1))
     if staged.returncode == 1:
