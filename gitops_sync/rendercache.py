@@ -47,6 +47,7 @@ from gitops_sync.render.charts import CHART_SOURCE_FILE
 from gitops_sync.render.snapshot import read as read_snapshot
 from gitops_sync.resource import DesiredObject
 from gitops_sync.source import Checkout
+from gitops_sync.source.safegit import safe_env
 
 log = get_logger(__name__)
 
@@ -404,8 +405,9 @@ def _tree(git_dir: Path, revision: str, path: str) -> tuple[str, list[str]]:
 
 
 def _git(git_dir: Path, *args: str) -> str:
+    env = {**os.environ, **safe_env()}  # a local repository's git dir: nothing it configures runs (safegit.py)
     done = subprocess.run(
-        ["git", f"--git-dir={git_dir}", *args], capture_output=True, text=True, timeout=60, check=True
+        ["git", f"--git-dir={git_dir}", *args], capture_output=True, text=True, timeout=60, check=True, env=env
     )
     return done.stdout.strip()
 

@@ -27,9 +27,11 @@ from gitops_sync.source.gitdir import might_be_repository
 from gitops_sync.source.giterrors import run_remote, stderr_tail
 from gitops_sync.source.identity import SourceIdentity, identify
 from gitops_sync.source.refs import up_to_date
-from gitops_sync.source.remote import GIT_ENV, Remote, is_remote, mask_url
+from gitops_sync.source.remote import Remote, is_remote, mask_url
 from gitops_sync.source.revisions import DIRTY, is_ancestor, knows_commit, short_revision
+from gitops_sync.source.safegit import safe_env
 from gitops_sync.source.submodules import commit_gitlinks, gitlinks, work_tree_submodules
+from gitops_sync.source.worktree import is_dirty
 
 if TYPE_CHECKING:
     import git
@@ -189,12 +191,12 @@ def _fetch_local(repo: str, revision: str | None, path: str | None, cache: Path,
         local = git.Repo(given, search_parent_directories=True)
     except (InvalidGitRepositoryError, NoSuchPathError):
         return _plain_directory(repo, revision, path, given)
-    local.git.update_environment(**GIT_ENV)
+    local.git.update_environment(**safe_env())  # no command its own configuration names runs (safegit.py)
     with local:
         if revision is None and not local.bare:
             root = _sub_path(given, path, repo)
-            submodules, holes = work_tree_submodules(local, given, repo)
-            revision = _work_tree_revision(local, root, repo, submodules=bool(submodules))
+            holes = work_tree_submodules(local, given, repo)[1]
+            revision = _work_tree_revision(local, root, repo)
             return Checkout(root, revision, repo, "", given, holes=holes)
         # A revision of a local repository: materialise it in the cache, the user's tree stays as it is.
         sha = _resolve(local, revision or "HEAD", repo, timeout)
@@ -232,24 +234,16 @@ def _inside(root: Path, tree: Path) -> str | None:
     return "" if rel == "." else rel
 
 
-def _work_tree_revision(local: git.Repo, root: Path, name: str, *, submodules: bool = False) -> str:
+def _work_tree_revision(local: git.Repo, root: Path, name: str) -> str:
     """HEAD's SHA, `-dirty` when what we render differs from it (untracked files count: we render them; so do
-    those inside a checked-out submodule, which `is_dirty` does not see, hence `git status` with `submodules`)."""
-    from git.exc import GitCommandError
-
+    those inside a checked-out submodule), told by worktree.py without running what the repository configures."""
     try:
         sha = local.head.commit.hexsha
     except ValueError:  # no commit yet
         return ""
     top = Path(local.working_tree_dir or ".").resolve()
     scope = str(root.relative_to(top)) if root.is_relative_to(top) else None
-    try:
-        dirty = local.is_dirty(untracked_files=True, path=scope)
-        if not dirty and submodules:
-            dirty = bool(local.git.execute(["git", "status", "--porcelain", "--", scope or "."]).strip())
-    except GitCommandError as err:
-        raise SourceError(f"{name}: cannot read the Git status: {stderr_tail(err.stderr)}") from None
-    return f"{sha}{DIRTY}" if dirty else sha
+    return f"{sha}{DIRTY}" if is_dirty(top, scope, name) else sha
 
 
 def _sub_path(base: Path, path: str | None, name: str) -> Path:

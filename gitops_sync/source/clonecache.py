@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from gitops_sync.errors import SourceError
 from gitops_sync.source.giterrors import stderr_tail
 from gitops_sync.source.remote import GIT_ENV, mask_url
+from gitops_sync.source.treewrite import write_commit
 
 if TYPE_CHECKING:
     import git
@@ -60,28 +61,23 @@ def open_bare(git_dir: Path, name: str) -> git.Repo:
 
 def materialise(repo: git.Repo, sha: str, trees: Path, name: str, timeout: float) -> Path:
     """The files of commit `sha` in `trees/<sha>`, written aside and renamed into place (atomic)."""
-    from git.exc import GitCommandError
-
     final = trees / sha
     if final.is_dir():
         os.utime(final)  # mark as recently used, so pruning keeps it
         return final
     trees.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{sha[:12]}-", dir=trees))
-    index = staging.with_suffix(".index")
-    # A private index and work tree: the repository's own index, HEAD and work tree are never touched.
-    env = {"GIT_INDEX_FILE": str(index)}
+    # Written from the blobs (treewrite.py), never `checkout-index`: no filter or conversion the repository's
+    # own configuration names runs; the repository's index, HEAD and work tree are never touched.
     try:
-        for args in (["read-tree", sha], ["checkout-index", "--all", "--force"]):
-            repo.git.execute(["git", f"--work-tree={staging}", *args], env=env, kill_after_timeout=timeout)
+        write_commit(Path(repo.git_dir), sha, staging, timeout)
         os.rename(staging, final)
-    except GitCommandError as err:
-        raise SourceError(f"{mask_url(name)}: cannot check out {sha}: {stderr_tail(err.stderr)}") from None
+    except SourceError as err:
+        raise SourceError(f"{mask_url(name)}: cannot check out {sha}: {err}") from None
     except OSError:
         if not final.is_dir():  # someone else renamed the same commit into place first: theirs serves
             raise
     finally:
-        index.unlink(missing_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
     _prune_trees(trees, keep=final)
     return final

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from gitops_sync.source.gitdir import might_be_repository
 from gitops_sync.source.remote import is_remote
+from gitops_sync.source.safegit import safe_env
 
 if TYPE_CHECKING:
     from gitops_sync.source.checkout import Checkout
@@ -40,6 +41,7 @@ def knows_commit(repo: str, sha: str) -> bool:
         local = git.Repo(Path(repo).expanduser(), search_parent_directories=True)
     except (InvalidGitRepositoryError, NoSuchPathError, OSError):
         return False
+    local.git.update_environment(**safe_env())  # a repository we do not own (safegit.py)
     with local:
         try:
             local.git.execute(["git", "cat-file", "-e", f"{sha}^{{commit}}"])
@@ -68,6 +70,7 @@ def is_ancestor(checkout: Checkout, older: str, newer: str) -> bool | None:
         repo = git.Repo(where, search_parent_directories=True)
     except (InvalidGitRepositoryError, NoSuchPathError, OSError):
         return None
+    repo.git.update_environment(**safe_env())
     with repo:
         try:
             repo.git.execute(["git", "merge-base", "--is-ancestor", a, b])

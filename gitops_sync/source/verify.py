@@ -27,6 +27,7 @@ from pathlib import Path
 from gitops_sync.errors import SourceError
 from gitops_sync.gnupg import private_home
 from gitops_sync.source.checkout import Checkout, short_revision
+from gitops_sync.source.safegit import safe_env
 
 
 class VerificationFailed(SourceError):
@@ -171,7 +172,8 @@ def _trusting(git_dir: Path, keys: TrustedKeys) -> Iterator[tuple[list[str], dic
     with private_home("gitops-sync-verify-") as home:
         signers = home.path / "allowed_signers"
         signers.write_bytes(keys.allowed_signers)
-        env = {**home.env, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
+        # The git dir may be a local repository's: safegit's environment keeps its gpg.program & co. from running.
+        env = {**home.env, **safe_env(inherit=False), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
         for armored in keys.pgp_public_keys:
             _trust(home.import_keys(armored, "--trusted-pgp-keys", SourceError, keys.timeout), env, keys.timeout)
         config = ["-c", f"gpg.ssh.allowedSignersFile={signers}", "-c", "gpg.minTrustLevel=fully"]
