@@ -11,14 +11,15 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.conftest import KubeCluster
 from tests.gitservers import HttpsGitServer, SshGitServer, bare_repository, https_server, ssh_server
-from tests.integration.daemon_support import Daemon, configmap
-from tests.integration.test_fleet import cm_data, crd
+from tests.integration.daemon_support import Daemon, configmap, wait_until
+from tests.integration.test_fleet import cm_data, condition, crd
 from tests.integration.test_private_repositories_fleet import Kept, Servers, daemon_env, fleet, servers
 
 pytestmark = pytest.mark.cluster
@@ -107,3 +108,17 @@ def test_the_gitsync_examples_run(
         heredoc = script.split("<<'EOF'\n", 1)[1].split("\nEOF", 1)[0]
         Kept(kube, namespace, [json.dumps(yaml.safe_load(heredoc)) + "\n"]).ready("app-ssh")
         assert cm_data(kube, namespace, "from-ssh") is not None
+        # The table's tenant rule: the same two GitSyncs without spec.secretRef fetch with no credentials.
+        unauthenticated = [json.loads(docs[1]), yaml.safe_load(heredoc)]
+        for gs in unauthenticated:
+            del gs["spec"]["secretRef"]
+            gs["metadata"]["name"] += "-none"
+        kube.kubectl("apply", "-f", "-", input="---\n".join(json.dumps(gs) for gs in unauthenticated))
+        wait_until("both refused", lambda: all(failed(kube, namespace, gs) for gs in unauthenticated), 90, 0.3)
+        https, ssh = (condition(kube, namespace, gs["metadata"]["name"], "Ready") for gs in unauthenticated)
+        assert https["reason"] == "SourceFailed" and https["message"].startswith("authentication failed for "), https
+        assert ssh["reason"] == "CredentialsUnavailable" and "it has no spec.secretRef" in ssh["message"], ssh
+
+
+def failed(kube: KubeCluster, namespace: str, gs: dict[str, Any]) -> bool:
+    return condition(kube, namespace, gs["metadata"]["name"], "Ready").get("status") == "False"
