@@ -65,12 +65,12 @@ def test_the_spec_decryption_example_runs_as_written(
     armored = "\n".join(f"    {ln}" for ln in pgp.private.read_text().strip().splitlines())
     assert "AGE-SECRET-KEY-1…" in block and "    -----BEGIN PGP PRIVATE KEY BLOCK-----\n    …\n" in block
     text = (
-        block.replace("team-a", namespace)
-        .replace("https://git.example.com/team-a/deploy.git", str(repo.root))
+        block.replace("https://git.example.com/team-a/deploy.git", str(repo.root))
+        .replace("team-a", namespace)
         .replace("AGE-SECRET-KEY-1…", identity)
         .replace("    -----BEGIN PGP PRIVATE KEY BLOCK-----\n    …\n", armored + "\n")
     )
-    tenant(kube, namespace, "web-deployer", "secrets")  # get the key Secret, apply the two it deploys
+    tenant(kube, namespace, "web-deployer", "configmaps,secrets")  # its inventory; the key Secret; the two it applies
     apply_as_written(kube, text)
     args = [*fleet_args(namespace, repos), "--cache-dir", str(tmp_path / "cache")]
     with Daemon(args, env_of(kube, secret_tools, tmp_path), tmp_path / "fleet.log") as d:
