@@ -4,7 +4,7 @@ and a ```yaml block holding only a `spec:` (a fragment, such as fleet.md's spec.
 GitSync `fragment` in namespace `default`.
 
 Read by tests/unit/test_doc_gitsync_examples.py (each parsed and checked against the shipped CRD's schema) and
-tests/integration/test_doc_gitsync_examples.py (each sent to the real API server with a server-side dry run).
+tests/integration/test_doc_gitsync_examples_apiserver.py (each sent to the real API server with a server-side dry run).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every GitSync example of README.md and docs/*.md (tests/doc_examples.py finds them) is one the shipped CRD
 admits and `gitsync.parse` reads: each field is walked against the CRD's openAPIV3Schema (type, unknown
 fields, required, enum, pattern, lengths, items), then parsed. The same examples on the real API server, with
-the CEL rules this walk does not evaluate: tests/integration/test_doc_gitsync_examples.py.
+the CEL rules this walk does not evaluate: tests/integration/test_doc_gitsync_examples_apiserver.py.
 
 Why: a reader copies these; a field renamed in the CRD, or a misspelt one in a doc (pruned without a word by
 an API server that does not validate strictly), leaves an example that looks right and does nothing."""
