@@ -11,14 +11,15 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.conftest import KubeCluster
 from tests.gitservers import HttpsGitServer, SshGitServer, bare_repository, https_server, ssh_server
-from tests.integration.daemon_support import Daemon, configmap
-from tests.integration.test_fleet import cm_data, crd
+from tests.integration.daemon_support import Daemon, configmap, wait_until
+from tests.integration.test_fleet import cm_data, condition, crd
 from tests.integration.test_private_repositories_fleet import Kept, Servers, daemon_env, fleet, servers
 
 pytestmark = pytest.mark.cluster
@@ -107,3 +108,22 @@ def test_the_gitsync_examples_run(
         heredoc = script.split("<<'EOF'\n", 1)[1].split("\nEOF", 1)[0]
         Kept(kube, namespace, [json.dumps(yaml.safe_load(heredoc)) + "\n"]).ready("app-ssh")
         assert cm_data(kube, namespace, "from-ssh") is not None
+    # The table's tenant rule: the same two GitSyncs without spec.secretRef fetch with no credentials. The
+    # controller trusts the test server's CA as it would a public one (not before: ca.crt above is the Secret's).
+    unauthenticated = [json.loads(docs[1]), yaml.safe_load(heredoc)]
+    for gs in unauthenticated:
+        del gs["spec"]["secretRef"]
+        gs["metadata"]["name"] += "-none"
+    kube.kubectl("apply", "-f", "-", input="---\n".join(json.dumps(gs) for gs in unauthenticated))
+    (tmp_path / "again").mkdir()
+    env = {**daemon_env(kube, tmp_path / "again"), "GIT_SSL_CAINFO": str(https_server.ca)}
+    with Daemon(fleet(namespace, tmp_path), env, tmp_path / "fleet-again.log") as d:
+        d.wait_ready(60)
+        wait_until("both refused", lambda: all(failed(kube, namespace, gs) for gs in unauthenticated), 90, 0.3)
+        https, ssh = (condition(kube, namespace, gs["metadata"]["name"], "Ready") for gs in unauthenticated)
+        assert https["reason"] == "SourceFailed" and https["message"].startswith("authentication failed for "), https
+        assert ssh["reason"] == "CredentialsUnavailable" and "it has no spec.secretRef" in ssh["message"], ssh
+
+
+def failed(kube: KubeCluster, namespace: str, gs: dict[str, Any]) -> bool:
+    return condition(kube, namespace, gs["metadata"]["name"], "Ready").get("status") == "False"
