@@ -32,7 +32,8 @@ from tests.integration.daemon_support import GitRepo, configmap, wait_until
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("image")]
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE = f"localhost/gitops-sync-test:{__version__}"
+# One tag per test session: the container storage is the machine's, shared by every checkout that runs this.
+IMAGE = f"localhost/gitops-sync-test:{__version__}-{uuid.uuid4().hex[:8]}"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOOLS = ("buildah", "podman", "mmdebstrap")
 
@@ -46,7 +47,7 @@ def _podman_run_flags() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def image() -> str:
+def image() -> Iterator[str]:
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if missing or os.geteuid() != 0:
         pytest.skip(f"the image builder is not installed ({', '.join(missing) or 'not root'}): .ci/run installs it")
@@ -63,7 +64,8 @@ def image() -> str:
     report = dict(line.split(maxsplit=1) for line in done.stdout.splitlines() if line.strip())
     assert report["image"] == IMAGE
     assert report["digest"].startswith("sha256:") and report["id"].startswith("sha256:")
-    return IMAGE
+    yield IMAGE
+    _podman("rmi", IMAGE)
 
 
 _TREE = (
