@@ -94,14 +94,15 @@ build() {
 }
 
 normalise() {
-  # buildah 1.28 stamps the real time of each RUN step on its layer's root directory (every other path
-  # already has SOURCE_DATE_EPOCH's time: measured), so the layers and the image ID of two builds differed.
+  # The image ID of a plain `buildah bud` depends on the base's image ID (its history carries the base's
+  # import time, which `podman import` stamps on the base's config, and intermediate IDs): a rebuilt base with
+  # the same layer (measured: mmdebstrap gives the same layer twice) gives another config, so another ID. Two
+  # no-cache builds on one base gave one ID here (measured), so the real RUN time on a layer's root that
+  # buildah 1.28 was said to record did not show (the root of a `buildah mount` is the working container's).
   # The image is therefore one layer of the built tree with every path's time set to SOURCE_DATE_EPOCH (in
   # place, links not followed), committed by `commit --squash --timestamp`: created is the commit's time;
   # ENTRYPOINT, CMD, USER, ENV, EXPOSE and the labels are kept. --omit-history: the only history entry of a
-  # squashed image is "FROM <name of the unsquashed image>", a name, not content. The base's layer is part of
-  # that one layer, so a rebuilt base with the same packages gives the same image ID (`podman import` stamps
-  # the import time on the base's own config, so the base's ID changes with every rebuild; its layer does not).
+  # squashed image is "FROM <name of the unsquashed image>", a name, not content.
   local built=$1 ctr mnt
   ctr=$(buildah from --pull-never "$built")
   mnt=$(buildah mount "$ctr")

@@ -95,8 +95,9 @@ def _config(image: str) -> dict[str, Any]:
 
 def test_two_builds_of_one_commit_give_the_same_image_id_and_digest(image: str) -> None:
     """A second build is the same image, ID and digest: times from the commit, byte code checked by hash, the
-    wheels and tools from the context (build.sh uses no layer cache), and the normalisation that sets the time
-    buildah 1.28 stamps on each RUN layer's root back and squashes the image into one layer. The image keeps
+    wheels and tools from the context (build.sh uses no layer cache), and the normalisation that sets every time to the
+    commit's and squashes the image into one layer (no history naming the base's ID, which changes whenever
+    the base is imported again). The image keeps
     what it is: one layer, created at the commit's time, no path of another time, entrypoint, command, user,
     environment, port and labels. When the IDs differ, the files that differ are named."""
     env = {**os.environ, "IMAGE": f"{image}-again"}
