@@ -4,7 +4,8 @@
 # digest and writes its SBOM to .cache/image/sbom/. Subcommands (default: all):
 #   base      the base image localhost/gitops-sync-base:bookworm (skipped when present; IMAGE_BASE_REBUILD=1)
 #   context   stage the build context in .cache/image/context (also what `docker build` elsewhere uses)
-#   build     buildah bud of deploy/Containerfile on that context and base
+#   build     buildah bud of deploy/Containerfile on that context and base, then normalised into one layer
+#             with every time SOURCE_DATE_EPOCH's: two builds of one commit give the same image ID and digest
 #   all       the three, then the digest and the SBOM
 #   report    the digest and the SBOM of the image built last
 # Needs root (mmdebstrap --mode=root, buildah's storage), buildah, podman and mmdebstrap (.ci/run installs them).
@@ -80,15 +81,35 @@ build() {
   log "build: $IMAGE on $BASE_IMAGE (sha256:$base_id), commit $COMMIT"
   # --isolation chroot: RUN steps need no OCI runtime (crun cannot run on this machine's hybrid cgroups);
   # the network of RUN is the host's (pip reaches the package index as pip does here).
-  # Every step runs again (two such builds of one commit give the same image ID): buildah's layer cache
-  # ignores --timestamp, so a cached step would carry the creation time of the commit that first built it.
-  # IMAGE_CACHE=1 reuses layers (quicker while iterating; the ID may then differ from a fresh build's).
+  # Every step runs again: buildah's layer cache ignores --timestamp, so a cached step would carry the times
+  # of the commit that first built it (normalise sets every file's time again, but IMAGE_CACHE=1 is for
+  # iterating: quicker, reuses layers, not what the reproducibility test builds).
   local cache=(--no-cache)
   [ -n "${IMAGE_CACHE:-}" ] && cache=(--layers)
   buildah bud --isolation chroot --network host "${cache[@]}" --timestamp "$SOURCE_DATE_EPOCH" \
     --build-arg BASE="sha256:$base_id" --build-arg GITOPS_SYNC_COMMIT="$COMMIT" \
     --build-arg GITOPS_SYNC_VERSION="$VERSION" \
-    -f deploy/Containerfile -t "$IMAGE" "$ctx" >&2
+    --iidfile "$OUT/built.iid" -f deploy/Containerfile "$ctx" >&2
+  normalise "$(cat "$OUT/built.iid")"
+}
+
+normalise() {
+  # The image ID of a plain `buildah bud` depends on the base's image ID (its history carries the base's
+  # import time, which `podman import` stamps on the base's config, and intermediate IDs): a rebuilt base with
+  # the same layer (measured: mmdebstrap gives the same layer twice) gives another config, so another ID. Two
+  # no-cache builds on one base gave one ID here (measured), so the real RUN time on a layer's root that
+  # buildah 1.28 was said to record did not show (the root of a `buildah mount` is the working container's).
+  # The image is therefore one layer of the built tree with every path's time set to SOURCE_DATE_EPOCH (in
+  # place, links not followed), committed by `commit --squash --timestamp`: created is the commit's time;
+  # ENTRYPOINT, CMD, USER, ENV, EXPOSE and the labels are kept. --omit-history: the only history entry of a
+  # squashed image is "FROM <name of the unsquashed image>", a name, not content.
+  local built=$1 ctr mnt
+  ctr=$(buildah from --pull-never "$built")
+  mnt=$(buildah mount "$ctr")
+  find "$mnt" -xdev -exec touch -h -d "@$SOURCE_DATE_EPOCH" -- {} +
+  buildah umount "$ctr" >/dev/null
+  buildah commit --quiet --squash --omit-history --timestamp "$SOURCE_DATE_EPOCH" --rm "$ctr" "$IMAGE" >&2
+  buildah rmi "$built" >/dev/null 2>&1 || true
 }
 
 report() {

@@ -19,6 +19,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -31,7 +32,8 @@ from tests.integration.daemon_support import GitRepo, configmap, wait_establishe
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("image")]
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE = f"localhost/gitops-sync-test:{__version__}"
+# One tag per test session: the container storage is the machine's, shared by every checkout that runs this.
+IMAGE = f"localhost/gitops-sync-test:{__version__}-{uuid.uuid4().hex[:8]}"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOOLS = ("buildah", "podman", "mmdebstrap")
 
@@ -45,7 +47,7 @@ def _podman_run_flags() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def image() -> str:
+def image() -> Iterator[str]:
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if missing or os.geteuid() != 0:
         pytest.skip(f"the image builder is not installed ({', '.join(missing) or 'not root'}): .ci/run installs it")
@@ -62,7 +64,8 @@ def image() -> str:
     report = dict(line.split(maxsplit=1) for line in done.stdout.splitlines() if line.strip())
     assert report["image"] == IMAGE
     assert report["digest"].startswith("sha256:") and report["id"].startswith("sha256:")
-    return IMAGE
+    yield IMAGE
+    _podman("rmi", IMAGE)
 
 
 _TREE = (
@@ -71,22 +74,32 @@ _TREE = (
 )
 
 
-def _tree(image: str) -> str:
-    """Every file of the image: path, time, size, mode, owner, link target and content hash."""
+def _tree(image: str, script: str = _TREE) -> str:
+    """Every file of the image: path, time, size, mode, owner, link target and content hash (or what `script`
+    prints in the mounted image)."""
     ctr = subprocess.run(["buildah", "from", "--pull-never", image], capture_output=True, text=True, check=True).stdout
     try:
         mnt = subprocess.run(["buildah", "mount", ctr.strip()], capture_output=True, text=True, check=True).stdout
         return subprocess.run(
-            ["sh", "-c", _TREE.format(m=mnt.strip())], capture_output=True, text=True, timeout=300, check=True
+            ["sh", "-c", script.format(m=mnt.strip())], capture_output=True, text=True, timeout=300, check=True
         ).stdout
     finally:
         subprocess.run(["buildah", "rm", ctr.strip()], capture_output=True, check=False)
 
 
-def test_two_builds_of_one_commit_give_the_same_files(image: str) -> None:
-    """A second build holds the same files as the first, times and owners included: times from the commit,
-    byte code checked by hash, the wheels and tools from the context (build.sh uses no layer cache). Not
-    the same image ID: buildah 1.28 records the real time of each RUN step on the layer's root directory."""
+def _config(image: str) -> dict[str, Any]:
+    done = subprocess.run(["buildah", "inspect", "--type", "image", image], capture_output=True, text=True, check=True)
+    config: dict[str, Any] = json.loads(done.stdout)["OCIv1"]
+    return config
+
+
+def test_two_builds_of_one_commit_give_the_same_image_id_and_digest(image: str) -> None:
+    """A second build is the same image, ID and digest: times from the commit, byte code checked by hash, the
+    wheels and tools from the context (build.sh uses no layer cache), and the normalisation that sets every time to the
+    commit's and squashes the image into one layer (no history naming the base's ID, which changes whenever
+    the base is imported again). The image keeps
+    what it is: one layer, created at the commit's time, no path of another time, entrypoint, command, user,
+    environment, port and labels. When the IDs differ, the files that differ are named."""
     env = {**os.environ, "IMAGE": f"{image}-again"}
     done = subprocess.run(
         ["bash", str(ROOT / "deploy" / "image" / "build.sh"), "all"],
@@ -98,8 +111,33 @@ def test_two_builds_of_one_commit_give_the_same_files(image: str) -> None:
         assert first.count("\n") > 1000
         differ = [line for line in set(first.splitlines()) ^ set(again.splitlines())][:10]
         assert not differ, differ
+        ids = [
+            _podman("image", "inspect", "--format", "{{.Id}} {{.Digest}}", i).stdout for i in (image, f"{image}-again")
+        ]
+        assert ids[0].strip() and ids[0] == ids[1], ids
+        print(f"two builds: {ids}")
+        report = dict(line.split(maxsplit=1) for line in done.stdout.splitlines() if line.strip())
+        assert ids[0].split() == [report["id"].removeprefix("sha256:"), report["digest"]], (ids, report)
     finally:
         _podman("rmi", f"{image}-again")
+    epoch = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%ct"], capture_output=True, text=True)
+    # Not the mount's root: that is the working container's own layer, not the image's.
+    times = _tree(image, "cd {m} && find . -xdev ! -path . -printf '%T@\\n' | sort -u").split()
+    assert times == [f"{epoch.stdout.strip()}.0000000000"], times[:5]
+    config = _config(image)
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(epoch.stdout)))
+    assert config["created"] == created and len(config["rootfs"]["diff_ids"]) == 1, config
+    c = config["config"]
+    kept = (c["Entrypoint"], c["Cmd"], c["User"], c["ExposedPorts"])
+    assert kept == (["gitops-sync"], ["run"], "65532:65532", {"8080/tcp": {}}), kept
+    assert {"GITOPS_SYNC_CACHE_DIR=/var/cache/gitops-sync", "PYTHONDONTWRITEBYTECODE=1"} <= set(c["Env"]), c["Env"]
+    assert c["Labels"]["org.opencontainers.image.version"] == __version__
+    assert c["Labels"]["org.opencontainers.image.revision"].startswith(_head()), c["Labels"]
+
+
+def _head() -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
 
 
 def _free_port() -> int:
