@@ -326,7 +326,7 @@ class GitopsSync(Tool):
             return {}
         fleet = json.loads(body).get("fleet") or {}
         return {
-            "requests": fleet.get("requests") or {},
+            "requests": {**(fleet.get("requests") or {}), "bytesRead": fleet.get("bytesRead", 0)},
             "cache_objects": sum(w.get("objects", 0) for w in fleet.get("watches") or []),
         }
 

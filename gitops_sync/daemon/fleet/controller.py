@@ -24,7 +24,7 @@ from gitops_sync.cluster.discovery import Discovery
 from gitops_sync.cluster.kubeconfig import context_namespace
 from gitops_sync.daemon.fleet import gitsync
 from gitops_sync.daemon.fleet.clusters import KubeConfigError, RemoteClusters
-from gitops_sync.daemon.fleet.documents import Documents, requests_of
+from gitops_sync.daemon.fleet.documents import Documents, bytes_read_of, requests_of
 from gitops_sync.daemon.fleet.finalizer import Finalizer
 from gitops_sync.daemon.fleet.gitsync import GitSync, InvalidSpec
 from gitops_sync.daemon.fleet.poller import Poller
@@ -137,13 +137,8 @@ class Fleet(Process[FleetKey]):
 
     def _lease_namespace(self) -> str:
         """The pod's namespace in a cluster (opts.leader_namespace), else the kubeconfig context's, as kubectl."""
-        opts = self.opts
-        return (
-            opts.leader_namespace
-            or context_namespace(opts.kubeconfig, opts.context)
-            or opts.watch_namespace
-            or "default"
-        )
+        o = self.opts
+        return o.leader_namespace or context_namespace(o.kubeconfig, o.context) or o.watch_namespace or "default"
 
     def _declare(self) -> None:
         """The components, in their groups: start order is the groups' (runtime/manager.py), stop the reverse."""
@@ -492,7 +487,8 @@ class Fleet(Process[FleetKey]):
             "queueDepth": len(self.queue),
             "threads": self.supervisor.status(),
             "watches": self.cache.status(),
-            "requests": requests_of([self.client, self.aux, self.watch_client, *self.registry.clients()]),
+            "requests": requests_of(clients := [self.client, self.aux, self.watch_client, *self.registry.clients()]),
+            "bytesRead": bytes_read_of(clients),
             "clusters": self.remotes.status(),
         }
 

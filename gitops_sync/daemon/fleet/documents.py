@@ -138,8 +138,12 @@ def requests_of(clients: list[Client]) -> dict[str, int]:
         "writes": sum(c.stats.writes for c in clients),
         "dryRuns": sum(c.stats.dry_runs for c in clients),
         "throttled": sum(c.stats.throttled for c in clients),
-        "bytesRead": sum(c.stats.bytes_read for c in clients),
     }
+
+
+def bytes_read_of(clients: list[Client]) -> int:
+    """The bodies of every answer the clients read (watch streams aside): what listing costs in decoding."""
+    return sum(c.stats.bytes_read for c in clients)
 
 
 def _identity(rec: FieldRecord) -> tuple[str, ...]:
@@ -168,4 +172,4 @@ def _spec(gs: GitSync) -> dict[str, Any]:
     }
 
 
-__all__ = ["Documents", "requests_of"]
+__all__ = ["Documents", "bytes_read_of", "requests_of"]

@@ -327,8 +327,9 @@ class Daemon(Process[QueueKey]):
                 "writes": self.client.stats.writes,
                 "dryRuns": self.client.stats.dry_runs,
                 "throttled": self.client.stats.throttled,
-                "bytesRead": self.client.stats.bytes_read,
             },
+            # the bodies of every answer (watch streams aside): not a request count, so beside `requests`
+            "bytesRead": self.client.stats.bytes_read,
         }
         return doc
 
