@@ -46,8 +46,9 @@ base() {
 }
 
 tools_dir() {
-  # The local control plane's build (a no-op when current); its last line is the bin dir.
-  python3 deploy/local-cluster/cluster.py build | tail -n 1
+  # The local control plane's build with sops (a no-op when current); its last line is the bin dir. sops is
+  # built here, not picked up when present: two builds of one commit must copy in the same tools.
+  python3 deploy/local-cluster/cluster.py build --with sops | tail -n 1
 }
 
 context() {
@@ -71,7 +72,8 @@ context() {
   for t in kubectl helm sops; do
     if [ -x "$bin/$t" ]; then install -m 0755 "$bin/$t" "$ctx/tools/$t"; fi
   done
-  [ -x "$ctx/tools/kubectl" ] && [ -x "$ctx/tools/helm" ] || { echo "error: kubectl/helm missing in $bin" >&2; exit 1; }
+  [ -x "$ctx/tools/kubectl" ] && [ -x "$ctx/tools/helm" ] && [ -x "$ctx/tools/sops" ] ||
+    { echo "error: kubectl/helm/sops missing in $bin" >&2; exit 1; }
   echo "$ctx"
 }
 
