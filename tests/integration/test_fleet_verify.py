@@ -11,7 +11,6 @@ refused, and no GitSync can name another namespace's Secret.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -19,52 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import git
 import pytest
 
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, configmap, wait_until
-from tests.integration.secrets.secret_tools import PgpKey, SecretTools
+from tests.integration.secrets.secret_tools import Repo, SecretTools, pgp_signing, ssh_signing
 from tests.integration.test_fleet import cm_data, condition, crd, fleet_args, gs_status, tenant_account
 
 pytestmark = pytest.mark.cluster
 __all__ = ["crd"]
-
-
-class Repo:
-    """A work tree whose commits are signed (or not) with real keys; the GitSync reads its branch main."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.git = git.Repo.init(root, initial_branch="main")
-        self.git.config_writer().set_value("user", "name", "t").set_value("user", "email", "t@t").release()
-
-    def commit(
-        self, files: dict[str, str | None], signing: list[str] | None = None, env: dict[str, str] | None = None
-    ) -> str:
-        for name, text in files.items():
-            if text is None:
-                (self.root / name).unlink()
-            else:
-                (self.root / name).write_text(text)
-        self.git.git.add("-A")
-        config = [arg for setting in signing or [] for arg in ("-c", setting)]
-        subprocess.run(
-            ["git", *config, "commit", "-q", "-m", "change", *(["-S"] if signing else [])],
-            cwd=self.root,
-            env={**os.environ, **(env or {})},
-            check=True,
-            capture_output=True,
-        )
-        return self.git.head.commit.hexsha
-
-
-def ssh_signing(key: Path) -> list[str]:
-    return ["gpg.format=ssh", f"user.signingkey={key}"]
-
-
-def pgp_signing(key: PgpKey) -> tuple[list[str], dict[str, str]]:
-    return ["gpg.format=openpgp", f"user.signingkey={key.fingerprint}"], {"GNUPGHOME": str(key.home)}
 
 
 def fingerprint(public_key: Path) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import git
 import pytest
 
 LAUNCHER = Path(__file__).resolve().parents[3] / "deploy" / "local-cluster" / "cluster.py"
@@ -120,3 +121,40 @@ def secret_tools_fixture() -> Iterator[SecretTools]:
     finally:
         tools.stop_agents()
         shutil.rmtree(work, ignore_errors=True)
+
+
+class Repo:
+    """A work tree whose commits are signed (or not) with real keys (test_signed_commits, test_fleet_verify)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.git = git.Repo.init(root, initial_branch="main")
+        self.git.config_writer().set_value("user", "name", "t").set_value("user", "email", "t@t").release()
+
+    def commit(
+        self, files: dict[str, str | None], signing: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> str:
+        """Write (None: remove) files and commit them, signed when `signing` holds the `-c` settings."""
+        for name, text in files.items():
+            if text is None:
+                (self.root / name).unlink()
+            else:
+                (self.root / name).write_text(text)
+        self.git.git.add("-A")
+        config = [arg for setting in signing or [] for arg in ("-c", setting)]
+        subprocess.run(
+            ["git", *config, "commit", "-q", "-m", "change", *(["-S"] if signing else [])],
+            cwd=self.root,
+            env={**os.environ, **(env or {})},
+            check=True,
+            capture_output=True,
+        )
+        return self.git.head.commit.hexsha
+
+
+def ssh_signing(key: Path) -> list[str]:
+    return ["gpg.format=ssh", f"user.signingkey={key}"]
+
+
+def pgp_signing(key: PgpKey) -> tuple[list[str], dict[str, str]]:
+    return ["gpg.format=openpgp", f"user.signingkey={key.fingerprint}"], {"GNUPGHOME": str(key.home)}

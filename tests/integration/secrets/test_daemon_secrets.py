@@ -10,8 +10,8 @@ import os
 import uuid
 from pathlib import Path
 
-from secret_tools import MARKS, SecretTools, secret_tools_fixture  # noqa: F401  (the fixture `secret_tools`)
-from test_signed_commits import Repo, configmap, ssh_signing
+from secret_tools import MARKS, Repo, SecretTools, secret_tools_fixture, ssh_signing  # noqa: F401  (the fixture `secret_tools`)
+from test_signed_commits import configmap
 
 from tests.conftest import KubeCluster
 from tests.integration.daemon_support import Daemon, wait_until

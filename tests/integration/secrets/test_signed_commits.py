@@ -12,8 +12,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import git
-from secret_tools import MARKS, PgpKey, SecretTools, secret_tools_fixture  # noqa: F401  (the fixture `secret_tools`)
+from secret_tools import (  # noqa: F401  (the fixture `secret_tools`)
+    MARKS,
+    PgpKey,
+    Repo,
+    SecretTools,
+    pgp_signing,
+    secret_tools_fixture,
+    ssh_signing,
+)
 
 from tests.conftest import KubeCluster
 
@@ -22,41 +29,6 @@ pytestmark = MARKS
 
 def configmap(name: str, value: str) -> str:
     return f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  setting: {value}\n"
-
-
-class Repo:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.git = git.Repo.init(root, initial_branch="main")
-        self.git.config_writer().set_value("user", "name", "t").set_value("user", "email", "t@t").release()
-
-    def commit(
-        self, files: dict[str, str | None], *, signing: list[str] | None = None, env: dict[str, str] | None = None
-    ) -> str:
-        """Write (None: remove) files and commit them, signed when `signing` holds the `-c` settings."""
-        for name, text in files.items():
-            if text is None:
-                (self.root / name).unlink()
-            else:
-                (self.root / name).write_text(text)
-        self.git.git.add("-A")
-        config = [arg for setting in signing or [] for arg in ("-c", setting)]
-        subprocess.run(
-            ["git", *config, "commit", "-q", "-m", "change", *(["-S"] if signing else [])],
-            cwd=self.root,
-            env={**os.environ, **(env or {})},
-            check=True,
-            capture_output=True,
-        )
-        return self.git.head.commit.hexsha
-
-
-def ssh_signing(key: Path) -> list[str]:
-    return ["gpg.format=ssh", f"user.signingkey={key}"]
-
-
-def pgp_signing(key: PgpKey) -> tuple[list[str], dict[str, str]]:
-    return ["gpg.format=openpgp", f"user.signingkey={key.fingerprint}"], {"GNUPGHOME": str(key.home)}
 
 
 def gs(kube: KubeCluster, *args: str) -> subprocess.CompletedProcess[str]:
