@@ -10,10 +10,19 @@ switches the command-running keys off, and GIT_ALLOW_PROTOCOL allowing no transp
 `protocol.*.allow`), so no object is fetched from anywhere. Filter drivers cannot be switched off by name
 (the repository chooses the names), so gitops-sync never runs a git command that applies them: a commit is
 written from its blobs (clonecache.py) and a work tree compared with raw hashes (worktree.py).
+`run_git` is the one runner of those local gits (beside giterrors.run_remote, for a remote).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+
+from gitops_sync.errors import SourceError
+from gitops_sync.source.giterrors import stderr_tail
 from gitops_sync.source.remote import GIT_ENV, git_config_env
 
 SAFE_CONFIG: tuple[tuple[str, str], ...] = (
@@ -46,3 +55,54 @@ def safe_env(*, inherit: bool = True) -> dict[str, str]:
         "GIT_ALLOW_PROTOCOL": NO_PROTOCOL,
         "GIT_NO_LAZY_FETCH": "1",  # git >= 2.44; older ones find no protocol allowed
     }
+
+
+def run_git(
+    argv: Sequence[str], env: dict[str, str], timeout: float, *, prefix: str = "", ok: tuple[int, ...] = (0,)
+) -> subprocess.CompletedProcess[bytes]:
+    """Run a local `git` (argv[0]) to its end; a SourceError `prefix` + why when it cannot start, runs past
+    `timeout` (the whole process group is killed; the subcommand is named) or exits with a status not in
+    `ok` (git's `fatal:` lines and last line on stderr). `prefix` says what was being done, e.g.
+    "repo: cannot read the Git status: "."""
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # whatever it starts dies with it on a timeout
+        )
+    except FileNotFoundError:
+        raise SourceError(f"{prefix}the `git` command is not installed (it must be on PATH)") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise SourceError(f"{prefix}git {subcommand(argv)} timed out after {timeout:g}s") from None
+    if proc.returncode not in ok:
+        raise SourceError(prefix + failure(err, timeout, proc.returncode))
+    return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+
+
+def subcommand(argv: Sequence[str]) -> str:
+    """The git subcommand of `argv` (`git -C dir --git-dir=x ls-tree …` -> `ls-tree`)."""
+    words = iter(argv[1:])
+    for word in words:
+        if word in ("-C", "-c"):
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return "(no subcommand)"
+
+
+def failure(stderr: bytes, timeout: float, code: int) -> str:
+    """Why a git that exited with `code` failed: its `fatal:`/`error:` lines and its last line on stderr, else
+    what the status says."""
+    if said := stderr_tail(stderr, lines=1):
+        return said
+    if code < 0:
+        return f"git was stopped by signal {-code} (timeout {timeout:g}s?)"
+    return f"git exited with status {code}"

@@ -23,7 +23,7 @@ from subprocess import PIPE
 from typing import IO
 
 from gitops_sync.errors import SourceError
-from gitops_sync.source.safegit import safe_env
+from gitops_sync.source.safegit import failure, run_git, safe_env
 
 _GITLINK, _SYMLINK, _EXECUTABLE = b"160000", b"120000", b"100755"
 _REFUSED = (b"", b".", b"..", b".git")
@@ -35,7 +35,7 @@ def write_commit(git_dir: Path, sha: str, staging: Path, timeout: float) -> None
     Raises SourceError (the caller names the repository) when git fails or a path is refused."""
     env = {**os.environ, **safe_env(), "LC_ALL": "C"}
     git = ["git", f"--git-dir={git_dir}"]
-    listing = _run([*git, "ls-tree", "-r", "-z", "--full-tree", sha], env, timeout)
+    listing = run_git([*git, "ls-tree", "-r", "-z", "--full-tree", sha], env, timeout).stdout
     files: list[tuple[bytes, bytes, bytes]] = []
     made = _Dirs(os.fsencode(staging))
     for record in listing.split(b"\0"):
@@ -113,7 +113,7 @@ def _write_blobs(
         errors.seek(0)
         stderr = errors.read()
     if proc.returncode != 0:
-        raise SourceError(_failure(stderr, timeout, proc.returncode))
+        raise SourceError(failure(stderr, timeout, proc.returncode))
 
 
 def _write_one(stream: IO[bytes], size: int, mode: bytes, target: bytes) -> None:
@@ -148,22 +148,3 @@ def _feed(stdin: IO[bytes], blobs: Iterator[bytes]) -> None:
         stdin.close()
     except (BrokenPipeError, ValueError, OSError):
         pass  # git was killed or failed: the reader reports it
-
-
-def _run(argv: list[str], env: dict[str, str], timeout: float) -> bytes:
-    try:
-        done = subprocess.run(argv, env=env, capture_output=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        raise SourceError("the `git` command is not installed (it must be on PATH)") from None
-    except subprocess.TimeoutExpired:
-        raise SourceError(f"git {argv[2]} timed out after {timeout:g}s") from None
-    if done.returncode != 0:
-        raise SourceError(_failure(done.stderr, timeout, done.returncode))
-    return done.stdout
-
-
-def _failure(stderr: bytes, timeout: float, code: int) -> str:
-    text = stderr.decode(errors="replace").strip().splitlines()
-    if code < 0 and not text:
-        return f"git was stopped (timeout {timeout:g}s?)"
-    return text[-1] if text else f"git exited with status {code}"

@@ -20,8 +20,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from gitops_sync.errors import SourceError
-from gitops_sync.source.safegit import safe_env
+from gitops_sync.source.safegit import run_git, safe_env
 
 _GITLINK, _SYMLINK, _EXECUTABLE = "160000", "120000", "100755"
 
@@ -103,13 +102,4 @@ def _file_id(path: bytes, size: int, sha: str) -> str:
 def _git(
     argv: list[str], env: dict[str, str], timeout: float, name: str, ok: tuple[int, ...] = (0,)
 ) -> subprocess.CompletedProcess[bytes]:
-    try:
-        done = subprocess.run(argv, env=env, capture_output=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        raise SourceError("the `git` command is not installed (it must be on PATH)") from None
-    except subprocess.TimeoutExpired:
-        raise SourceError(f"{name}: cannot read the Git status: git timed out after {timeout:g}s") from None
-    if done.returncode not in ok:
-        tail = done.stderr.decode(errors="replace").strip().splitlines()
-        raise SourceError(f"{name}: cannot read the Git status: {tail[-1] if tail else done.returncode}")
-    return done
+    return run_git(argv, env, timeout, prefix=f"{name}: cannot read the Git status: ", ok=ok)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from gitops_sync.source.safegit import SAFE_CONFIG, safe_env
+from gitops_sync.errors import SourceError
+from gitops_sync.source.safegit import SAFE_CONFIG, run_git, safe_env, subcommand
 
 
 def _repo(tmp_path: Path, config: str) -> Path:
@@ -46,3 +48,51 @@ def test_no_transport_runs_whatever_protocol_the_repository_allows(tmp_path: Pat
     # the same without our environment does run it (the test can fail)
     subprocess.run(["git", "-C", str(top), "fetch", url], capture_output=True, check=False)
     assert marker.exists()
+
+
+def hanging_repository(tmp_path: Path) -> tuple[Path, str]:
+    """A committed work tree (its commit's SHA) in which every git that reads an object hangs: its alternates
+    file is a FIFO nobody writes, as a stalled network file system would leave a real git."""
+    top = tmp_path / "hung"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(top)], check=True)
+    (top / "cm.yaml").write_text("kind: ConfigMap\n")
+    subprocess.run(["git", "-C", str(top), "add", "."], check=True)
+    who = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "-C", str(top), *who, "commit", "-q", "-m", "one"], check=True)
+    sha = subprocess.run(["git", "-C", str(top), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    os.mkfifo(top / ".git" / "objects" / "info" / "alternates")
+    return top, sha.stdout.strip()
+
+
+def test_run_git_names_what_was_done_and_the_subcommand_that_hung(tmp_path: Path) -> None:
+    top, sha = hanging_repository(tmp_path)
+    env = {**os.environ, **safe_env()}
+    started = time.monotonic()
+    with pytest.raises(SourceError) as caught:
+        run_git(["git", "-C", str(top), "ls-tree", "-r", sha], env, 1, prefix="repo: cannot list it: ")
+    assert str(caught.value) == "repo: cannot list it: git ls-tree timed out after 1s"
+    assert time.monotonic() - started < 10
+
+
+def test_run_git_says_git_s_last_line_or_returns_an_accepted_status(tmp_path: Path) -> None:
+    top = _repo(tmp_path, "")
+    env = {**os.environ, **safe_env()}
+    argv = ["git", "-C", str(top), "rev-parse", "--verify", "nope"]
+    with pytest.raises(SourceError) as caught:
+        run_git(argv, env, 30, prefix="repo: cannot resolve: ")
+    assert str(caught.value) == "repo: cannot resolve: fatal: Needed a single revision"
+    assert run_git(argv, env, 30, ok=(0, 128)).returncode == 128
+    with pytest.raises(SourceError, match=r"^repo: the `git` command is not installed \(it must be on PATH\)$"):
+        run_git(argv, {**env, "PATH": str(tmp_path / "nowhere")}, 30, prefix="repo: ")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["git", "-C", "/x", "--git-dir=/y", "ls-tree", "-r"], "ls-tree"),
+        (["git", "-c", "a.b=c", "cat-file", "--batch"], "cat-file"),
+        (["git", "--version"], "(no subcommand)"),
+    ],
+)
+def test_the_subcommand_is_found_past_git_s_own_options(argv: list[str], expected: str) -> None:
+    assert subcommand(argv) == expected

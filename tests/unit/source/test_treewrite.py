@@ -87,3 +87,14 @@ def test_a_missing_blob_fails_naming_it_without_waiting(tmp_path: Path) -> None:
     staging.mkdir()
     with pytest.raises(SourceError, match=f"cannot read blob {gone} of b"):
         write_commit(Path(repo.git_dir), tree, staging, 60)
+
+
+def test_a_git_that_hangs_ends_the_checkout_with_the_subcommand_and_the_timeout(tmp_path: Path) -> None:
+    from tests.unit.source.test_safegit import hanging_repository
+
+    top, sha = hanging_repository(tmp_path)
+    repo = git.Repo(top)
+    with pytest.raises(SourceError) as caught:
+        materialise(repo, sha, tmp_path / "trees", "work", 1)
+    assert str(caught.value) == f"work: cannot check out {sha}: git ls-tree timed out after 1s"
+    assert [p.name for p in (tmp_path / "trees").iterdir()] == []  # nothing half-written left
