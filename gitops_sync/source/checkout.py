@@ -29,7 +29,7 @@ from gitops_sync.source.identity import SourceIdentity, identify
 from gitops_sync.source.refs import up_to_date
 from gitops_sync.source.remote import Remote, is_remote, mask_url
 from gitops_sync.source.revisions import DIRTY, is_ancestor, knows_commit, short_revision
-from gitops_sync.source.safegit import safe_env
+from gitops_sync.source.safegit import run_git, safe_env
 from gitops_sync.source.submodules import commit_gitlinks, gitlinks, work_tree_submodules
 from gitops_sync.source.worktree import is_dirty
 
@@ -196,7 +196,7 @@ def _fetch_local(repo: str, revision: str | None, path: str | None, cache: Path,
         if revision is None and not local.bare:
             root = _sub_path(given, path, repo)
             holes = work_tree_submodules(local, given, repo)[1]
-            revision = _work_tree_revision(local, root, repo)
+            revision = _work_tree_revision(local, root, repo, timeout)
             return Checkout(root, revision, repo, "", given, holes=holes)
         # A revision of a local repository: materialise it in the cache, the user's tree stays as it is.
         sha = _resolve(local, revision or "HEAD", repo, timeout)
@@ -234,16 +234,15 @@ def _inside(root: Path, tree: Path) -> str | None:
     return "" if rel == "." else rel
 
 
-def _work_tree_revision(local: git.Repo, root: Path, name: str) -> str:
+def _work_tree_revision(local: git.Repo, root: Path, name: str, timeout: float) -> str:
     """HEAD's SHA, `-dirty` when what we render differs from it (untracked files count: we render them; so do
     those inside a checked-out submodule), told by worktree.py without running what the repository configures."""
-    try:
-        sha = local.head.commit.hexsha
-    except ValueError:  # no commit yet
+    sha = _resolve(local, "HEAD", name, timeout)  # not GitPython's: it reads the object with no timeout
+    if sha is None:  # no commit yet
         return ""
     top = Path(local.working_tree_dir or ".").resolve()
     scope = str(root.relative_to(top)) if root.is_relative_to(top) else None
-    return f"{sha}{DIRTY}" if is_dirty(top, scope, name) else sha
+    return f"{sha}{DIRTY}" if is_dirty(top, scope, name, timeout) else sha
 
 
 def _sub_path(base: Path, path: str | None, name: str) -> Path:
@@ -263,18 +262,15 @@ def _sub_path(base: Path, path: str | None, name: str) -> Path:
 
 
 def _resolve(repo: git.Repo, revision: str, name: str, timeout: float) -> str | None:
-    """Full SHA of a branch, tag (peeled), full or abbreviated SHA; None when nothing matches."""
-    from git.exc import GitCommandError
-
-    try:
-        sha: str = repo.git.execute(
-            ["git", "rev-parse", "--verify", "--end-of-options", f"{revision}^{{commit}}"],
-            kill_after_timeout=timeout,
-        )
-    except GitCommandError as err:
-        stderr = str(err.stderr or "")
+    """Full SHA of a branch, tag (peeled), full or abbreviated SHA; None when nothing matches. A git that
+    hangs (a stalled file system) ends in a SourceError naming the repository, never in "unknown revision"."""
+    env = {**os.environ, **repo.git.environment(), "LC_ALL": "C"}
+    argv = ["git", f"--git-dir={repo.git_dir}", "rev-parse", "--verify", "--end-of-options", f"{revision}^{{commit}}"]
+    where = mask_url(name)
+    done = run_git(argv, env, timeout, prefix=f"{where}: cannot resolve {revision!r}: ", ok=(0, 128))
+    if done.returncode != 0:
+        stderr = done.stderr.decode(errors="replace")
         if "ambiguous" in stderr:
-            where = mask_url(name)
             raise SourceError(f"revision {revision!r} is ambiguous in {where}: {stderr_tail(stderr)}") from None
         return None
-    return sha.strip() or None
+    return done.stdout.decode().strip() or None

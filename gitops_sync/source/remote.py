@@ -19,7 +19,13 @@ _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:(?!//)")  # git@github.com:org/repo.gi
 # (An `@` in a path makes this hide more than needed, never less.)
 _USERINFO = re.compile(r"(?<=://)[^\s'\"<>]*@")
 # Never prompt: a sync in CI must fail on bad credentials rather than hang on a password prompt.
-GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never", "GIT_ASKPASS": "true"}
+# Never a lazy fetch: a `file://` remote's upload-pack runs in a repository someone else may write, and git
+# strips GIT_CONFIG_* on its local transport (safegit's configuration never reaches it); if that repository is
+# a partial clone, the lazy `git fetch` it would start runs its promisor remote's `uploadpack`,
+# `core.sshCommand`, ... as us. upload-pack (git >= 2.39.4) sets GIT_NO_LAZY_FETCH=1 itself only when the
+# environment does not say otherwise; the variable crosses the local transport, so ours wins. Our caches
+# are never partial clones: nothing here needs a lazy fetch.
+GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never", "GIT_ASKPASS": "true", "GIT_NO_LAZY_FETCH": "1"}
 # Credentials from a URL reach git through the environment only, never its command line (`ps` shows that
 # to every user): a credential helper, configured by GIT_CONFIG_* variables, prints these two variables.
 _USER_VAR, PASSWORD_VAR = "GITOPS_SYNC_CREDENTIAL_USERNAME", "GITOPS_SYNC_CREDENTIAL_PASSWORD"
