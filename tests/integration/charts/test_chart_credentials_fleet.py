@@ -157,3 +157,66 @@ def test_gitsyncs_pull_private_charts_with_the_credentials_of_their_own_secrets(
         seen += kube.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
         for value in (registries.password, WRONG):
             assert value not in seen
+
+
+def _pull_secret(kube: KubeCluster, name: str, namespace: str, server: str, login: tuple[str, str], ca: str) -> str:
+    """A Secret of type kubernetes.io/dockerconfigjson as users have them for image pulls (made by `kubectl create
+    secret docker-registry`), with the registry's CA beside it."""
+    made = kube.kubectl(
+        "create", "secret", "docker-registry", name, "-n", namespace, f"--docker-server={server}",
+        f"--docker-username={login[0]}", f"--docker-password={login[1]}", "--dry-run=client", "-o", "json",
+    )  # fmt: skip
+    doc = json.loads(made.stdout)
+    assert doc["type"] == "kubernetes.io/dockerconfigjson"
+    return json.dumps({**doc, "stringData": {"ca.crt": ca}}) + "\n"
+
+
+def test_an_image_pull_secret_pulls_an_oci_chart(
+    registries: Registries, published: Published, kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """The OCI registry's login in a `.dockerconfigjson` Secret: the entry of the chart URL's host is used; one
+    for another host only is CredentialsUnavailable naming the hosts; a wrong password is refused by the
+    registry. No password in the status, Events, the log or /status."""
+    oci, ca = f"oci://{registries.oci}", registries.ca_file.read_text()
+    right, other = (registries.username, registries.password), ("someone", WRONG)
+    repos = {name: GitRepo(tmp_path / name, {"apps/web/helm-chart.yaml": _chart_file(published.oci, name)})
+             for name in ("pull", "elsewhere", "pull-wrong")}  # fmt: skip
+    _tenant(kube, namespace, ("pull", "elsewhere", "pull-wrong"))
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    wait_established(kube.env, "gitsyncs.gitops-sync.io", 60)
+    docs = [
+        _pull_secret(kube, "pull", namespace, registries.oci, right, ca),
+        _pull_secret(kube, "elsewhere", namespace, "registry.example:5000", right, ca),
+        _pull_secret(kube, "pull-wrong", namespace, f"https://{registries.oci}/v1/", other, ca),
+        *(_gitsync(n, namespace, str(r.path), chartCredentials=_creds(oci, n)) for n, r in repos.items()),
+    ]
+    kube.kubectl("apply", "-f", "-", input="---\n".join(docs))
+    env = {k: v for k, v in kube.env.items() if not k.startswith(("HELM_", "GITOPS_SYNC_", "SSL_CERT"))}
+    env["PATH"] = f"{registries.bin_dir}{os.pathsep}{env['PATH']}"
+    args = fleet_args(namespace, tmp_path, "--cache-dir", str(tmp_path / "cache"), "--allow-chart-repository", oci)
+    log = tmp_path / "fleet.log"
+    with Daemon(args, env, log) as d:
+        d.wait_ready(90)
+
+        def reason(name: str) -> dict[str, Any]:
+            return condition(kube, namespace, name, "Ready")
+
+        wait_until("pull Ready", lambda: reason("pull").get("status") == "True", 120)
+        assert kube.find("configmap", "pull-config", namespace)
+        wait_until("elsewhere refused", lambda: reason("elsewhere").get("reason") == "CredentialsUnavailable", 60)
+        message = reason("elsewhere")["message"]
+        assert f"Secret {namespace}/elsewhere (spec.chartCredentials[0])" in message
+        assert f"has no entry for {registries.oci} (it has: registry.example:5000)" in message
+        wait_until(
+            "pull-wrong refused",
+            lambda: "refused the configured credentials" in reason("pull-wrong").get("message", ""),
+            60,
+        )
+        assert f"Secret {namespace}/pull-wrong" in reason("pull-wrong")["message"]
+        for name in ("elsewhere", "pull-wrong"):
+            assert kube.find("configmap", f"{name}-config", namespace) is None
+        seen = json.dumps(d.status()) + log.read_text()
+        seen += json.dumps([kube.get("gitsync", n, namespace).get("status") for n in repos])
+        seen += kube.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+        for value in (registries.password, WRONG):
+            assert value not in seen

@@ -8,12 +8,13 @@ credentials, is tests/integration/charts/test_chart_credentials_fleet.py; here t
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import pytest
 
 from gitops_sync.daemon.fleet import gitsync
-from gitops_sync.daemon.fleet.chart_credentials import ChartSecrets
+from gitops_sync.daemon.fleet.chart_credentials import ChartSecrets, registry_host
 from gitops_sync.errors import CredentialsUnavailable
 from gitops_sync.render import charts
 from tests.unit.fakes import FakeApi, fake_client
@@ -93,7 +94,7 @@ def test_each_secret_is_read_once_as_the_serviceaccount_and_becomes_a_tenant_ent
 @pytest.mark.parametrize(
     ("data", "problem"),
     [
-        ({}, "holds none of the keys username, password, ca.crt"),
+        ({}, "holds none of the keys username, password, ca.crt, .dockerconfigjson"),
         ({"password": "s3cret"}, "one of username and password without the other"),
         ({"username": "deploy"}, "one of username and password without the other"),
     ],
@@ -130,3 +131,74 @@ def test_tenant_entries_come_after_the_file_and_without_it(tmp_path: Any) -> Non
     creds = tmp_path / "c.yaml"
     creds.write_text("repositories:\n  - url: https://o\n")
     assert [e.url for e in charts.load_access(creds, extra=(tenant,))] == ["https://o", "https://t"]
+
+
+def _docker(auths: dict[str, Any]) -> dict[str, str]:
+    return {".dockerconfigjson": json.dumps({"auths": auths})}
+
+
+def _basic(user: str, password: str) -> str:
+    return base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+@pytest.mark.parametrize(
+    ("key", "host"),
+    [
+        ("registry.example", "registry.example"),
+        ("Registry.Example:5000", "registry.example:5000"),
+        ("https://registry.example/v1/", "registry.example"),
+        ("http://registry.example:5000", "registry.example:5000"),
+        ("registry.example/team", "registry.example"),
+        ("oci://registry.example:5000/charts", "registry.example:5000"),
+        ("https://charts.example/team", "charts.example"),
+    ],
+)
+def test_a_registry_host_is_host_and_port_of_a_docker_config_key_or_a_url(key: str, host: str) -> None:
+    assert registry_host(key) == host
+
+
+def test_an_image_pull_secret_gives_the_login_of_the_entry_for_the_url_s_host() -> None:
+    auths = {
+        "registry.example": {"auth": _basic("no-port", "wrong")},  # another host: the port is part of it
+        "https://registry.example:5000/v1/": {"auth": _basic("deploy", "s3:cret")},  # a password may hold ':'
+        "other.example": {"username": "other", "password": "pw-other"},
+    }
+    reader, api = _reader(
+        {"pull": {**_docker(auths), "ca.crt": "PEM\n"}},
+        (("oci://registry.example:5000/charts", "pull"), ("oci://other.example", "pull")),
+    )
+    got = reader()
+    assert [(a.url, a.username, a.password, a.ca_data) for a in got] == [
+        ("oci://registry.example:5000/charts", "deploy", "s3:cret", "PEM\n"),
+        ("oci://other.example", "other", "pw-other", "PEM\n"),
+    ]
+    assert len(api.calls) == 1 and all(a.origin == "Secret team-a/pull" and not a.allows for a in got)
+    assert "s3:cret" not in repr(got) and "pw-other" not in repr(got)
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (
+            _docker({"a.example": {"auth": _basic("u", "s3cret")}}),
+            r"has no entry for registry\.example \(it has: a\.example\)",
+        ),
+        (
+            _docker({"registry.example": {"identitytoken": "s3cret"}}),
+            "entry for registry.example holds no username and password",
+        ),
+        (
+            _docker({"registry.example": {"auth": "s3cret"}}),
+            "entry for registry.example holds no username and password",
+        ),
+        ({".dockerconfigjson": "s3cret"}, "is not a JSON object with `auths`"),
+        ({".dockerconfigjson": '["s3cret"]'}, "is not a JSON object with `auths`"),
+        ({**_docker({"registry.example": {"auth": _basic("u", "p")}}), "password": "s3cret"}, "holds both"),
+    ],
+)
+def test_an_unusable_image_pull_secret_is_refused_naming_it_never_a_value(data: dict[str, str], problem: str) -> None:
+    reader, _ = _reader({"pull": data}, (("oci://registry.example/charts", "pull"),))
+    with pytest.raises(CredentialsUnavailable, match=problem) as err:
+        reader()
+    assert str(err.value).startswith("Secret team-a/pull (spec.chartCredentials[0])")
+    assert "s3cret" not in str(err.value) and err.value.reason == "CredentialsUnavailable"
