@@ -35,6 +35,7 @@ _NETWORK = (
     "connection reset",
     "could not read from remote repository",
 )
+_MISSING = ("does not appear to be a git repository", "repository not found")
 _AUTH = (
     "authentication failed",
     "could not read username",
@@ -94,7 +95,9 @@ def explain(url: str, stderr: str, timeout: float) -> str:
             return f"permission denied reading {masked}: {denied}"
     if "host key verification failed" in low:
         return f"{_host_key_problem(low, host)} fetching {masked}: {detail}"
-    if any(m in low for m in ("does not appear to be a git repository", "repository not found", "404")):
+    # Status codes as words: a port or path holding the digits (`127.0.0.1:40479`) is no 404 (a flaky test
+    # once a random port held them).
+    if any(m in low for m in _MISSING) or re.search(r"\b404\b|repository '[^']*' not found", low):
         return f"no Git repository at {masked}: {detail}"
     if any(a in low for a in _AUTH) or re.search(r"\b40[13]\b", low):
         return f"authentication failed for {masked} (host {host}): {detail}"
