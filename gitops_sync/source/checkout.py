@@ -195,7 +195,7 @@ def _fetch_local(repo: str, revision: str | None, path: str | None, cache: Path,
     with local:
         if revision is None and not local.bare:
             root = _sub_path(given, path, repo)
-            holes = work_tree_submodules(local, given, repo)[1]
+            holes = work_tree_submodules(local, given, repo, timeout)[1]
             revision = _work_tree_revision(local, root, repo, timeout)
             return Checkout(root, revision, repo, "", given, holes=holes)
         # A revision of a local repository: materialise it in the cache, the user's tree stays as it is.

@@ -11,9 +11,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gitops_sync.errors import SourceError
-from gitops_sync.source.giterrors import stderr_tail
 from gitops_sync.source.remote import mask_url
+from gitops_sync.source.safegit import run_git
 
 if TYPE_CHECKING:
     import git
@@ -42,22 +41,20 @@ def gitlinks(listing: str, under: str = "") -> tuple[str, ...]:
 
 def commit_gitlinks(repo: git.Repo, sha: str, under: str, name: str, timeout: float) -> tuple[str, ...]:
     """Every submodule of commit `sha` under `under`: none of them has its files in the materialised tree."""
-    from git.exc import GitCommandError
-
-    try:
-        listing: str = repo.git.execute(["git", "ls-tree", "-r", "-z", "--full-tree", sha], kill_after_timeout=timeout)
-    except GitCommandError as err:
-        raise SourceError(f"{mask_url(name)}: cannot list the files of {sha}: {stderr_tail(err.stderr)}") from None
-    return gitlinks(listing, under)
+    argv = ["git", f"--git-dir={repo.git_dir}", "ls-tree", "-r", "-z", "--full-tree", sha]
+    done = run_git(argv, _env(repo), timeout, prefix=f"{mask_url(name)}: cannot list the files of {sha}: ")
+    return gitlinks(done.stdout.decode(errors="surrogateescape"), under)
 
 
-def work_tree_submodules(local: git.Repo, given: Path, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def work_tree_submodules(
+    local: git.Repo, given: Path, name: str, timeout: float = 60
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The submodules of the work tree under `given` (those of checked-out submodules too, read from their own
     index), and those of them not checked out (their directory holds no `.git`: `git submodule update --init`
     was never run, or `deinit` was), relative to `given`."""
     top = Path(local.working_tree_dir or ".").resolve()
     inside = given.relative_to(top).as_posix() if given.is_relative_to(top) else ""
-    pending = list(gitlinks(_index(local, top, name), "" if inside == "." else inside))
+    pending = list(gitlinks(_index(local, top, name, timeout), "" if inside == "." else inside))
     found: list[str] = []
     holes: list[str] = []
     while pending:
@@ -66,16 +63,17 @@ def work_tree_submodules(local: git.Repo, given: Path, name: str) -> tuple[tuple
         if not os.path.lexists(given / path / ".git"):
             holes.append(path)
             continue
-        pending += [f"{path}/{inner}" for inner in gitlinks(_index(local, given / path, name))]
+        pending += [f"{path}/{inner}" for inner in gitlinks(_index(local, given / path, name, timeout))]
     return tuple(sorted(found)), tuple(sorted(holes))
 
 
-def _index(local: git.Repo, directory: Path, name: str) -> str:
+def _index(local: git.Repo, directory: Path, name: str, timeout: float) -> str:
     """`git ls-files -s -z` of the repository whose work tree `directory` is the top of."""
-    from git.exc import GitCommandError
+    argv = ["git", "-C", str(directory), "ls-files", "-s", "-z", "--full-name"]
+    done = run_git(argv, _env(local), timeout, prefix=f"{name}: cannot read the Git index of {directory}: ")
+    return done.stdout.decode(errors="surrogateescape")
 
-    try:
-        listing: str = local.git.execute(["git", "-C", str(directory), "ls-files", "-s", "-z", "--full-name"])
-    except GitCommandError as err:
-        raise SourceError(f"{name}: cannot read the Git index of {directory}: {stderr_tail(err.stderr)}") from None
-    return listing
+
+def _env(repo: git.Repo) -> dict[str, str]:
+    """The environment GitPython gives `repo`'s gits (safegit's for a local repository), over ours."""
+    return {**os.environ, **repo.git.environment(), "LC_ALL": "C"}

@@ -130,3 +130,17 @@ def test_a_local_repository_whose_git_hangs_ends_with_the_subcommand_named(tmp_p
         fetch(str(top), cache_dir=tmp_path / "cache", timeout=1)
     assert str(caught.value) == f"{top}: cannot resolve 'HEAD': git rev-parse timed out after 1s"
     assert time.monotonic() - started < 15
+
+
+def test_a_work_tree_whose_index_hangs_ends_with_the_subcommand_named(tmp_path: Path) -> None:
+    """ls-files of the submodule look-up ran with no timeout at all: an index that is a FIFO (a repository
+    someone else writes) hung the fetch for ever."""
+    top, _ = hanging_repository(tmp_path)
+    os.unlink(top / ".git" / "objects" / "info" / "alternates")
+    os.unlink(top / ".git" / "index")
+    os.mkfifo(top / ".git" / "index")
+    started = time.monotonic()
+    with pytest.raises(SourceError) as caught:
+        fetch(str(top), cache_dir=tmp_path / "cache", timeout=1)
+    assert str(caught.value) == f"{top}: cannot read the Git index of {top}: git ls-files timed out after 1s"
+    assert time.monotonic() - started < 15
