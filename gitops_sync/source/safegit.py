@@ -53,7 +53,7 @@ def safe_env(*, inherit: bool = True) -> dict[str, str]:
         **GIT_ENV,
         **git_config_env(SAFE_CONFIG, inherit=inherit),
         "GIT_ALLOW_PROTOCOL": NO_PROTOCOL,
-        "GIT_NO_LAZY_FETCH": "1",  # git >= 2.44; older ones find no protocol allowed
+        "GIT_NO_LAZY_FETCH": "1",  # git >= 2.44 and 2.39.4+; older ones find no protocol allowed
     }
 
 
