@@ -169,3 +169,25 @@ def test_status_history_keeps_fields_that_changed_unless_all_are_asked_for() -> 
     (changed,) = h.to_dict()
     assert list(changed["fields"]) == [".spec.replicas"]
     assert [r["value"] for r in changed["fields"][".spec.replicas"]] == [3, 10]
+
+
+def test_an_observed_object_has_its_managed_fields_read_once_not_once_per_field(monkeypatch: Any) -> None:
+    # The watch shows every object the daemon creates: at 20,000 objects, reading managedFields again for
+    # each of an object's fields was most of the watch threads' time during a cold apply.
+    from gitops_sync.plan import ownership
+
+    reads: list[object] = []
+    real = ownership.managed_fields
+
+    def counting(obj: Any) -> list[ownership.ManagedFieldsEntry]:
+        reads.append(obj)
+        return real(obj)
+
+    monkeypatch.setattr(ownership, "managed_fields", counting)
+    h = OwnershipHistory(clock=FakeClock().wall)
+    both = mf("gitops-sync", {"f:spec": {**REPLICAS["f:spec"], **IMAGE["f:spec"]}}, op="Apply")
+    h.observe(KEY, PATHS, deployment(3, [both], rv=1))
+    assert len(reads) == 1
+    assert [r.manager for p in PATHS for r in h.fields(KEY)[p]] == ["gitops-sync", "gitops-sync"]
+    h.observe(KEY, PATHS, deployment(3, [both], rv=2))  # nothing changed: nothing to attribute
+    assert len(reads) == 1
