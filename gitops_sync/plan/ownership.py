@@ -116,11 +116,13 @@ def owners(obj: Manifest | Sequence[ManagedFieldsEntry], path: Path | str) -> li
     return owners_among(entries, live, parse(path) if isinstance(path, str) else path)
 
 
-def owners_among(entries: Sequence[ManagedFieldsEntry], live: Any, query: Path) -> list[ManagedFieldsEntry]:
-    """`owners` with the entries already read (`managed_fields(live)`) and the path parsed: asking about
-    every field of one object (the daemon's history of each watched object) reads its managedFields once,
-    not once per field. `live` None: the ancestor's type is not checked."""
-    text = query.format()
+def owners_among(
+    entries: Sequence[ManagedFieldsEntry], live: Any, query: Path, text: str = ""
+) -> list[ManagedFieldsEntry]:
+    """`owners` with the entries already read (`managed_fields(live)`) and the path parsed (`text`: its
+    `format()`, when known): asking about every field of one object (the daemon's history of each watched
+    object) reads its managedFields once, not once per field. `live` None: the ancestor's type is not checked."""
+    text = text or query.format()
     exact = [e for e in entries if text in e.owned_paths]
     if exact:
         return exact

@@ -12,6 +12,7 @@ same edit made again after the revert is.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -153,7 +154,7 @@ class OwnershipHistory:
         with self._lock:
             hist = self._objects.setdefault(key, _ObjectHistory())
             for path in paths:
-                parsed = fieldpath.parse(path)
+                parsed, text = _parsed(path)
                 value = fieldpath.get(live, parsed)
                 value = None if value is fieldpath.MISSING else value
                 if is_secret(key) and value is not None:
@@ -163,7 +164,7 @@ class OwnershipHistory:
                     continue
                 if entries is None:
                     entries = ownership.managed_fields(live)
-                record = _record(live, entries, parsed, value, now, rv)
+                record = _record(live, entries, parsed, text, value, now, rv)
                 if fh is None:
                     fh = hist.fields[path] = _FieldHistory([])
                 fh.records.append(record)
@@ -250,10 +251,24 @@ def is_fight(managers: list[str], min_takes: int = 2) -> bool:
     return sum(1 for n in takes.values() if n >= min_takes) >= 2
 
 
+@functools.lru_cache(maxsize=8192)
+def _parsed(path: str) -> tuple[fieldpath.Path, str]:
+    """A tracked path parsed, and spelled as managedFields spell it: once for all the objects that share it
+    (every object of a template), not at every watch event of each."""
+    parsed = fieldpath.parse(path)
+    return parsed, parsed.format()
+
+
 def _record(
-    live: Manifest, entries: list[ownership.ManagedFieldsEntry], path: fieldpath.Path, value: Any, now: float, rv: str
+    live: Manifest,
+    entries: list[ownership.ManagedFieldsEntry],
+    path: fieldpath.Path,
+    text: str,
+    value: Any,
+    now: float,
+    rv: str,
 ) -> FieldRecord:
-    holders = ownership.owners_among(entries, live, path)
+    holders = ownership.owners_among(entries, live, path, text)
     # After a change the writer is (normally) the only owner; with shared owners, the most recent one.
     writer = max(holders, key=lambda e: e.time, default=None)
     return FieldRecord(
