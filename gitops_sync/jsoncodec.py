@@ -23,12 +23,16 @@ def loads(data: bytes | str) -> Any:
     return orjson.loads(data)
 
 
-def dumps(obj: Any, *, indent: bool = False, default: Callable[[Any], Any] | None = None) -> bytes:
-    """UTF-8 JSON: compact, or indented by two spaces (the report's layout)."""
+def dumps(
+    obj: Any, *, indent: bool = False, default: Callable[[Any], Any] | None = None, sort_keys: bool = False
+) -> bytes:
+    """UTF-8 JSON: compact, or indented by two spaces (the report's layout); `sort_keys` for a digest."""
+    option = _OPTIONS | (orjson.OPT_INDENT_2 if indent else 0) | (orjson.OPT_SORT_KEYS if sort_keys else 0)
     try:
-        return orjson.dumps(obj, default=default, option=_OPTIONS | (orjson.OPT_INDENT_2 if indent else 0))
+        return orjson.dumps(obj, default=default, option=option)
     except TypeError:  # an integer beyond 64 bits (or a type `default` does not turn into JSON)
-        return json.dumps(obj, default=default, indent=2 if indent else None, ensure_ascii=False).encode()
+        text = json.dumps(obj, default=default, indent=2 if indent else None, ensure_ascii=False, sort_keys=sort_keys)
+        return text.encode()
 
 
 # Strings up to this long are shared through `sys.intern` by `intern_strings` (names of managers, timestamps,

@@ -23,6 +23,7 @@ __all__ = [
     "ManagedFieldsEntry",
     "managed_fields",
     "owners",
+    "owners_among",
     "owners_excluding",
     "parse_conflicts",
 ]
@@ -112,8 +113,17 @@ def owners(obj: Manifest | Sequence[ManagedFieldsEntry], path: Path | str) -> li
     is given), so the label `app` is never mistaken for an ancestor of `app.kubernetes.io/name`.
     """
     entries, live = _entries(obj)
-    query = parse(path) if isinstance(path, str) else path
-    exact = [e for e in entries if e.owns(query)]
+    return owners_among(entries, live, parse(path) if isinstance(path, str) else path)
+
+
+def owners_among(
+    entries: Sequence[ManagedFieldsEntry], live: Any, query: Path, text: str = ""
+) -> list[ManagedFieldsEntry]:
+    """`owners` with the entries already read (`managed_fields(live)`) and the path parsed (`text`: its
+    `format()`, when known): asking about every field of one object (the daemon's history of each watched
+    object) reads its managedFields once, not once per field. `live` None: the ancestor's type is not checked."""
+    text = text or query.format()
+    exact = [e for e in entries if text in e.owned_paths]
     if exact:
         return exact
     for ancestor in query.prefixes():

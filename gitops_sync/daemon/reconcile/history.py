@@ -12,6 +12,7 @@ same edit made again after the revert is.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -149,17 +150,21 @@ class OwnershipHistory:
         now = self._clock()
         rv = resource_version(live)
         found: list[Fight] = []
+        entries: list[ownership.ManagedFieldsEntry] | None = None  # read once, when a field changed
         with self._lock:
             hist = self._objects.setdefault(key, _ObjectHistory())
             for path in paths:
-                value = fieldpath.get(live, path)
+                parsed, text = _parsed(path)
+                value = fieldpath.get(live, parsed)
                 value = None if value is fieldpath.MISSING else value
                 if is_secret(key) and value is not None:
                     value = MASK
                 fh = hist.fields.get(path)
                 if fh is not None and fh.records and fh.records[-1].value == value:
                     continue
-                record = _record(live, path, value, now, rv)
+                if entries is None:
+                    entries = ownership.managed_fields(live)
+                record = _record(live, entries, parsed, text, value, now, rv)
                 if fh is None:
                     fh = hist.fields[path] = _FieldHistory([])
                 fh.records.append(record)
@@ -246,8 +251,24 @@ def is_fight(managers: list[str], min_takes: int = 2) -> bool:
     return sum(1 for n in takes.values() if n >= min_takes) >= 2
 
 
-def _record(live: Manifest, path: str, value: Any, now: float, rv: str) -> FieldRecord:
-    holders = ownership.owners(live, path)
+@functools.lru_cache(maxsize=8192)
+def _parsed(path: str) -> tuple[fieldpath.Path, str]:
+    """A tracked path parsed, and spelled as managedFields spell it: once for all the objects that share it
+    (every object of a template), not at every watch event of each."""
+    parsed = fieldpath.parse(path)
+    return parsed, parsed.format()
+
+
+def _record(
+    live: Manifest,
+    entries: list[ownership.ManagedFieldsEntry],
+    path: fieldpath.Path,
+    text: str,
+    value: Any,
+    now: float,
+    rv: str,
+) -> FieldRecord:
+    holders = ownership.owners_among(entries, live, path, text)
     # After a change the writer is (normally) the only owner; with shared owners, the most recent one.
     writer = max(holders, key=lambda e: e.time, default=None)
     return FieldRecord(

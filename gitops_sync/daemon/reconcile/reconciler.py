@@ -18,9 +18,9 @@ from typing import Any
 from gitops_sync.daemon.reconcile import views
 from gitops_sync.daemon.reconcile.access import ReadAccess
 from gitops_sync.daemon.reconcile.conditions import ClusterProbe, Condition
-from gitops_sync.daemon.reconcile.desired import DesiredSource, DesiredState, SourceSpec, digest
+from gitops_sync.daemon.reconcile.desired import DesiredSource, DesiredState, SourceSpec, TrackedPaths, digest
 from gitops_sync.daemon.reconcile.health import SourceHealth
-from gitops_sync.daemon.reconcile.history import OwnershipHistory, tracked_paths
+from gitops_sync.daemon.reconcile.history import OwnershipHistory
 from gitops_sync.daemon.reconcile.live import PassYields
 from gitops_sync.daemon.reconcile.outcome import SOURCE_FAILED, Fault, FaultKind, Outcome, SourceSnapshot
 from gitops_sync.daemon.reconcile.passes import PassRunner
@@ -265,13 +265,10 @@ class SourceReconciler(PassRunner):
         except Exception as exc:
             self._source_failed(masked(exc, Redactor(o.manifest for o in objects)), checkout.revision)
             return False
+        by_key = {t.key: t for t in targets}
         self._take(
             DesiredState(
-                checkout=checkout,
-                targets=targets,
-                digest=new_digest,
-                by_key={t.key: t for t in targets},
-                paths={t.key: tracked_paths(t.manifest) for t in targets},
+                checkout=checkout, targets=targets, digest=new_digest, by_key=by_key, paths=TrackedPaths(by_key)
             )
         )
         return True
@@ -389,7 +386,7 @@ class SourceReconciler(PassRunner):
         if src is None or key not in src.by_key or key in self.refused:
             return  # a refused object: not observed, not queued (each full pass asks again)
         if obj is not None:
-            fights = self.history.observe(key, src.paths.get(key, ()), obj)
+            fights = self.history.observe(key, src.paths.get(key), obj)
             if fights and self.active():
                 for fight in fights:
                     self.reporter.fight(fight, obj)

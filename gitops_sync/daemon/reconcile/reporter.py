@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from gitops_sync import jsoncodec
 from gitops_sync.conventions import MASK
 from gitops_sync.daemon.reconcile.history import Fight
 from gitops_sync.daemon.reconcile.yields import Yield
@@ -394,7 +395,7 @@ def fingerprint(obj: Manifest | None) -> str:
     for k in ("resourceVersion", "managedFields", "generation"):
         meta.pop(k, None)
     body["metadata"] = meta
-    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(jsoncodec.dumps(body, sort_keys=True, default=str)).hexdigest()
 
 
 def _value(key: ObjectKey, value: Any) -> str:

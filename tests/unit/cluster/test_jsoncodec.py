@@ -51,3 +51,17 @@ def test_intern_strings_shares_short_values_of_documents_decoded_apart_and_chang
     assert one == two == jsoncodec.loads(raw)
     assert one["a"] is two["a"] and one["b"][0] is two["b"][0] and one["b"][1]["c"] is two["b"][1]["c"]
     assert one["f"] is not two["f"], "longer strings (data, messages) are left alone"
+
+
+def test_sort_keys_spells_equal_documents_alike_whatever_their_key_order_big_integers_too() -> None:
+    # what the daemon's digests of a desired state and fingerprints of a live object hash
+    one = {"b": 1, "a": {"y": [1, {"q": 2, "p": 3}], "x": None}}
+    two = {"a": {"x": None, "y": [1, {"p": 3, "q": 2}]}, "b": 1}
+    assert (
+        jsoncodec.dumps(one, sort_keys=True)
+        == jsoncodec.dumps(two, sort_keys=True)
+        == (b'{"a":{"x":null,"y":[1,{"p":3,"q":2}]},"b":1}')
+    )
+    assert jsoncodec.dumps(one) != jsoncodec.dumps(two)
+    big = {"b": 2**70, "a": 1}  # beyond orjson's 64 bits: the json fallback sorts as well
+    assert jsoncodec.dumps(big, sort_keys=True) == b'{"a": 1, "b": 1180591620717411303424}'

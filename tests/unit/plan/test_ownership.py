@@ -12,6 +12,7 @@ from gitops_sync.plan.ownership import (
     ManagedFieldsEntry,
     managed_fields,
     owners,
+    owners_among,
     owners_excluding,
     parse_conflicts,
 )
@@ -342,6 +343,7 @@ def managers(found: list[ManagedFieldsEntry]) -> list[str]:
 def test_owners(path: str, expected: list[str]) -> None:
     assert managers(owners(LIVE, path)) == expected
     assert managers(owners(LIVE, parse(path))) == expected
+    assert managers(owners_among(managed_fields(LIVE), LIVE, parse(path))) == expected
 
 
 def test_owners_label_is_not_an_atomic_ancestor_of_a_dotted_label() -> None:

@@ -169,3 +169,46 @@ def test_status_history_keeps_fields_that_changed_unless_all_are_asked_for() -> 
     (changed,) = h.to_dict()
     assert list(changed["fields"]) == [".spec.replicas"]
     assert [r["value"] for r in changed["fields"][".spec.replicas"]] == [3, 10]
+
+
+def test_an_observed_object_has_its_managed_fields_read_once_not_once_per_field(monkeypatch: Any) -> None:
+    # The watch shows every object the daemon creates: at 20,000 objects, reading managedFields again for
+    # each of an object's fields was most of the watch threads' time during a cold apply.
+    from gitops_sync.plan import ownership
+
+    reads: list[object] = []
+    real = ownership.managed_fields
+
+    def counting(obj: Any) -> list[ownership.ManagedFieldsEntry]:
+        reads.append(obj)
+        return real(obj)
+
+    monkeypatch.setattr(ownership, "managed_fields", counting)
+    h = OwnershipHistory(clock=FakeClock().wall)
+    both = mf("gitops-sync", {"f:spec": {**REPLICAS["f:spec"], **IMAGE["f:spec"]}}, op="Apply")
+    h.observe(KEY, PATHS, deployment(3, [both], rv=1))
+    assert len(reads) == 1
+    assert [r.manager for p in PATHS for r in h.fields(KEY)[p]] == ["gitops-sync", "gitops-sync"]
+    h.observe(KEY, PATHS, deployment(3, [both], rv=2))  # nothing changed: nothing to attribute
+    assert len(reads) == 1
+
+
+def test_a_tracked_path_is_parsed_once_for_every_object_that_has_it(monkeypatch: Any) -> None:
+    from gitops_sync.daemon.reconcile import history
+    from gitops_sync.plan import fieldpath
+
+    parsed: list[str] = []
+    real = fieldpath.parse
+
+    def counting(text: str) -> fieldpath.Path:
+        parsed.append(text)
+        return real(text)
+
+    monkeypatch.setattr(fieldpath, "parse", counting)
+    history._parsed.cache_clear()
+    h = OwnershipHistory(clock=FakeClock().wall)
+    both = mf("gitops-sync", {"f:spec": {**REPLICAS["f:spec"], **IMAGE["f:spec"]}}, op="Apply")
+    for name in ("a", "b", "c"):
+        h.observe(ObjectKey("apps", "Deployment", "ns", name), PATHS, deployment(3, [both], rv=1))
+    assert sorted(parsed) == sorted(PATHS)
+    assert h.fields(ObjectKey("apps", "Deployment", "ns", "c"))[PATHS[0]][0].manager == "gitops-sync"

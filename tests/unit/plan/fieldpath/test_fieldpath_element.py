@@ -23,3 +23,15 @@ def test_path_helpers() -> None:
     assert path.child(Field("x")).format() == '.spec.containers[name="api"].image.x'
     assert repr(parse(".a")) == "Path('.a')"
     assert isinstance(path.parent, Path)
+
+
+def test_a_key_or_set_element_is_spelled_once_however_many_leaves_and_objects_print_it() -> None:
+    from gitops_sync.plan.fieldpath import element
+
+    key, value = Key.of({"name": "web", "port": 8080}), Value.of("example.com/x")
+    first = (key.format(), value.format())
+    hits = element._format_key.cache_info().hits + element._format_value.cache_info().hits
+    again = (Key.of({"port": 8080, "name": "web"}).format(), Value.of("example.com/x").format())
+    assert first == again == ('[name="web",port=8080]', '[="example.com/x"]')
+    assert element._format_key.cache_info().hits + element._format_value.cache_info().hits == hits + 2
+    assert Key.of({"name": "api"}).format() == '[name="api"]'  # another value, another spelling
