@@ -650,17 +650,24 @@ def main(argv: list[str] | None = None) -> int:
                     run[tool.name] = run_tool(ctx, tool, n)
                 doc["runs"].append(run)
                 print(json.dumps(run, default=str) if args.ready_only else fleet_report.text(run))
+                _save(args, doc, started)  # after each size: a long run stopped later keeps what it measured
     finally:
         server.stop()
         cluster.stop()
+    _save(args, doc, started)
+    log(f"done in {doc['duration_seconds'] / 60:.1f} min (work dir {work})")
+    return 0
+
+
+def _save(args: argparse.Namespace, doc: dict[str, Any], started: float) -> None:
     doc["duration_seconds"] = round(time.monotonic() - started)
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1, default=str))
-    if args.output and not args.ready_only:
+    if args.output and not args.ready_only and doc["runs"]:
+        from bench import fleet_report
+
         fleet_report.write(args.output, doc)
         log(f"wrote {args.output}")
-    log(f"done in {doc['duration_seconds'] / 60:.1f} min (work dir {work})")
-    return 0
 
 
 if __name__ == "__main__":

@@ -41,6 +41,11 @@ def _lat(d: dict[str, Any] | None) -> str:
     return f"p50 {_s(d['p50'])} / p95 {_s(d['p95'])}{missed}"
 
 
+def _load(d: dict[str, Any]) -> str:
+    load = d.get("ready_load")
+    return f"{float(load[0]):.1f}" if load else DASH
+
+
 def rows(run: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     """(measure, gitops-sync, Flux, ratio, target, result) for one size."""
     g, f = run.get("gitops-sync") or {}, run.get("flux") or {}
@@ -65,6 +70,9 @@ def rows(run: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
 
     at = " (set at 1,000 sources)" if run["sources"] < 1000 else ""
     add("sources created → all Ready", get(g, "ready_s"), get(f, "ready_s"), _s, "ready", at)
+    # The machine is shared: the load at that moment says how far the two times can be compared.
+    loads = [_load(d) for d in (g, f)]
+    out.append(("load average (1 min) when all Ready", loads[0], loads[1], DASH, DASH, ""))
     add(
         "peak memory: PSS of every process incl. children",
         get(g, "peak_rss"),

@@ -73,3 +73,11 @@ def test_a_size_rerun_replaces_its_section_and_keeps_the_rest(tmp_path: Path) ->
 
 def test_go_durations() -> None:
     assert seconds("1m") == 60 and seconds("10s") == 10 and seconds("1m30s") == 90 and seconds("500ms") == 0.5
+
+
+def test_the_load_at_all_ready_is_shown_per_tool() -> None:
+    """The machine is shared: each tool's all-Ready time is read beside the load it ran under."""
+    g, f = tool(ready=40, pss=1, rpm=1, drift_p95=1), tool(ready=100, pss=1, rpm=1, drift_p95=1)
+    g["ready_load"], f["ready_load"] = (3.14, 2.0, 1.0), None
+    row = {r[0]: r for r in fleet_report.rows({"sources": 10, "objects": 1, "gitops-sync": g, "flux": f})}
+    assert row["load average (1 min) when all Ready"][1:3] == ("3.1", "–")
