@@ -37,9 +37,11 @@ def upgrade(client: Client, t: Target, live: Manifest, field_manager: str) -> bo
     server-side apply under another name can only drop its own claim.
     """
     meta = live.get("metadata") or {}
-    entries = meta.get("managedFields") or []
     if not has_client_side_apply(live):
         return False
+    # Copies: `ours` is changed below, and a live object (the watch cache's, its entries shared between
+    # objects: daemon/runtime/kept.py) is read-only.
+    entries = [dict(e) for e in meta.get("managedFields") or []]
     ours = next((e for e in entries if e.get("manager") == field_manager and e.get("operation") == "Apply"), None)
     upgraded: list[Manifest] = []
     for e in entries:

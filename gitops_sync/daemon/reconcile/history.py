@@ -13,6 +13,7 @@ same edit made again after the revert is.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,7 +28,8 @@ from gitops_sync.resource import Manifest, ObjectKey, is_secret, resource_versio
 
 def tracked_paths(desired: Manifest) -> list[str]:
     """The fields of a desired object whose history is kept: what Git sets, minus bookkeeping."""
-    return [p for p in fieldpath.leaf_paths(desired) if not p.startswith(HISTORY_SKIP_PREFIXES)]
+    # Interned: the objects of one template share their paths (here and as the history's keys).
+    return [sys.intern(p) for p in fieldpath.leaf_paths(desired) if not p.startswith(HISTORY_SKIP_PREFIXES)]
 
 
 def object_dict(key: ObjectKey) -> dict[str, str]:
@@ -123,7 +125,13 @@ class _FieldHistory:
 
 @dataclass
 class _ObjectHistory:
-    fields: dict[str, _FieldHistory] = field(default_factory=dict)
+    # A field seen with one value only (most of them, for good) holds its record alone, without a
+    # _FieldHistory and a list around it (~140 bytes a field); its second value makes it a _FieldHistory.
+    fields: dict[str, FieldRecord | _FieldHistory] = field(default_factory=dict)
+
+
+def _records(fh: FieldRecord | _FieldHistory) -> list[FieldRecord]:
+    return [fh] if type(fh) is FieldRecord else list(fh.records)  # type: ignore[union-attr]
 
 
 class OwnershipHistory:
@@ -159,14 +167,20 @@ class OwnershipHistory:
                 value = None if value is fieldpath.MISSING else value
                 if is_secret(key) and value is not None:
                     value = MASK
-                fh = hist.fields.get(path)
-                if fh is not None and fh.records and fh.records[-1].value == value:
+                seen = hist.fields.get(path)
+                if type(seen) is FieldRecord:
+                    if seen.value == value:
+                        continue
+                    seen = hist.fields[path] = _FieldHistory([seen])
+                elif seen is not None and seen.records and seen.records[-1].value == value:  # type: ignore[union-attr]
                     continue
                 if entries is None:
                     entries = ownership.managed_fields(live)
                 record = _record(live, entries, parsed, text, value, now, rv)
-                if fh is None:
-                    fh = hist.fields[path] = _FieldHistory([])
+                if seen is None:  # the first value: nothing to fight over yet
+                    hist.fields[path] = record
+                    continue
+                fh: _FieldHistory = seen  # type: ignore[assignment]
                 fh.records.append(record)
                 if len(fh.records) > self._max:
                     del fh.records[0]
@@ -193,7 +207,7 @@ class OwnershipHistory:
     def fields(self, key: ObjectKey) -> dict[str, list[FieldRecord]]:
         with self._lock:
             hist = self._objects.get(key)
-            return {p: list(fh.records) for p, fh in hist.fields.items()} if hist else {}
+            return {p: _records(fh) for p, fh in hist.fields.items()} if hist else {}
 
     def to_dict(self, *, changed_only: bool = True) -> list[dict[str, Any]]:
         """For /status: per object, per field, the recorded values and owners (oldest first).
@@ -207,9 +221,9 @@ class OwnershipHistory:
             out = []
             for key in sorted(self._objects):
                 fields = {
-                    p: [r.to_dict() for r in fh.records]
-                    for p, fh in sorted(self._objects[key].fields.items())
-                    if len(fh.records) >= least
+                    p: [r.to_dict() for r in records]
+                    for p, records in sorted((p, _records(fh)) for p, fh in self._objects[key].fields.items())
+                    if len(records) >= least
                 }
                 if fields or not changed_only:
                     out.append(

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gitops_sync import jsoncodec
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.cluster.client import Client
 from gitops_sync.cluster.discovery import ResourceInfo
+from gitops_sync.daemon.runtime import kept
 from gitops_sync.daemon.runtime.listwatch import BACKOFF, STOP, Callbacks, ListWatch, Retry
 from gitops_sync.daemon.runtime.queue import Backoff
 from gitops_sync.errors import ForbiddenError
@@ -295,11 +295,12 @@ class WatchCache:
         return obj if key in self._interest else _KEEP
 
     def compact(self, key: ObjectKey, obj: Manifest) -> None:
-        """A body the cache will keep (until the next event of it) shares its short strings with the rest
-        (jsoncodec.intern_strings). On the loop's thread, before the lock: a racy look at the interest
-        costs at most a wasted walk of an object that is then not kept."""
+        """A body the cache will keep (until the next event of it) shares its short strings and identical
+        managedFields entries with the rest (`kept.compact`; what is kept and why: runtime/kept.py). On the
+        loop's thread, before the lock: a racy look at the interest costs at most a wasted walk of an object
+        that is then not kept."""
         if key in self._interest:
-            jsoncodec.intern_strings(obj)
+            kept.compact(obj)
 
     def replace(self, unit: _Unit, items: dict[ObjectKey, Manifest]) -> list[_Change]:
         """A fresh list: swap the unit's objects, return the interesting changes since the last one."""

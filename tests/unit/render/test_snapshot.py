@@ -5,6 +5,7 @@ disk, and the private copy kustomize and helm read holds the same files."""
 from __future__ import annotations
 
 import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,20 @@ def test_the_private_copy_holds_the_snapshot_and_reads_nothing_of_the_origin(tmp
     assert os.readlink(dest / "abs.yaml") == str(dest / "a.yaml")
     assert os.readlink(dest / "out.yaml") == "/etc/hostname"
     assert snap(dest).files == taken.files
+
+
+def test_reading_a_small_file_allocates_its_size_not_the_budget(tmp_path: Path) -> None:
+    """Files read with `read(budget)` each allocated the whole 64 MB budget first (the traced peak of a
+    daemon's load of the bench workload); now their size. Content and the budget check are unchanged."""
+    root = write(tmp_path / "t", {f"f{i}.yaml": CM.format(name=f"n{i}") * 50 for i in range(5)})
+    tracemalloc.start()
+    try:
+        found = read(root, max_bytes=64 << 20, max_files=100)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found is not None and found.files["f0.yaml"] == (root / "f0.yaml").read_bytes()
+    assert peak < 1 << 20, peak
+    total = sum(len(data) for data in found.files.values())
+    assert read(root, max_bytes=total, max_files=100) is not None
+    assert read(root, max_bytes=total - 1, max_files=100) is None  # past the budget: not read
