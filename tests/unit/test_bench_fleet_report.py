@@ -9,7 +9,7 @@ from typing import Any
 
 from bench import fleet_report
 from bench.fleet_flux import seconds
-from bench.report import TIMES
+from bench.report import DASH, TIMES
 
 
 def tool(ready: float, pss: float, rpm: float, drift_p95: float, missed: int = 0) -> dict[str, Any]:
@@ -80,4 +80,4 @@ def test_the_load_at_all_ready_is_shown_per_tool() -> None:
     g, f = tool(ready=40, pss=1, rpm=1, drift_p95=1), tool(ready=100, pss=1, rpm=1, drift_p95=1)
     g["ready_load"], f["ready_load"] = (3.14, 2.0, 1.0), None
     row = {r[0]: r for r in fleet_report.rows({"sources": 10, "objects": 1, "gitops-sync": g, "flux": f})}
-    assert row["load average (1 min) when all Ready"][1:3] == ("3.1", "–")
+    assert row["load average (1 min) when all Ready"][1:3] == ("3.1", DASH)
