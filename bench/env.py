@@ -334,6 +334,13 @@ def machine() -> dict[str, Any]:
     }
 
 
+def cli_version(output: str) -> str:
+    """The release from `gitops-sync --version` ("gitops-sync, version 0.1.0 (commit …)"): the commit is named
+    apart, from the work tree the bench measures."""
+    m = re.search(r"version (\S+)", output)
+    return m.group(1) if m else "?"
+
+
 def versions(cluster: BenchCluster, python: str) -> dict[str, str]:
     out: dict[str, str] = {"python": platform.python_version()}
     r = cluster.run_kubectl("version", "-o", "json", check=False, timeout=30)
@@ -344,7 +351,7 @@ def versions(cluster: BenchCluster, python: str) -> dict[str, str]:
     g = subprocess.run(
         [python, "-m", "gitops_sync", "--version"], capture_output=True, text=True, check=False, cwd=REPO
     )
-    version = (g.stdout.strip().rsplit(" ", 1) or ["?"])[-1]
+    version = cli_version(g.stdout)
     head = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()

@@ -81,3 +81,10 @@ def test_the_load_at_all_ready_is_shown_per_tool() -> None:
     g["ready_load"], f["ready_load"] = (3.14, 2.0, 1.0), None
     row = {r[0]: r for r in fleet_report.rows({"sources": 10, "objects": 1, "gitops-sync": g, "flux": f})}
     assert row["load average (1 min) when all Ready"][1:3] == ("3.1", DASH)
+
+
+def test_the_release_is_read_from_version_output_without_the_commit() -> None:
+    from bench.env import cli_version
+
+    assert cli_version("gitops-sync, version 0.1.0 (commit 8529b7f5bc7d-dirty)\n") == "0.1.0"
+    assert cli_version("") == "?"
