@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
@@ -45,30 +46,42 @@ _AUTH = (
 )
 
 
-def run_remote(repo: git.Repo, timeout: float, url: str, remote: Remote, *args: str) -> str:
-    """Run a git command against `url` in the repository `repo` (its whole environment from
-    `remote.environment()`: credentials, or a tenant's hermetic one), translating failures into a SourceError
-    naming the host; the credentials' values are masked out of whatever git said."""
+def spawn_git(
+    argv: Sequence[str], env: dict[str, str], timeout: float, *, cwd: str | None = None, prefix: str = ""
+) -> tuple[int, bytes, bytes, bool]:
+    """Run a `git` (argv[0]) to its end in a session of its own: (status, stdout, stderr, timed out). Past
+    `timeout` the whole process group (its ssh, git-remote-https, index-pack) is killed. A SourceError
+    `prefix` + why when git cannot start. The one spawn of run_remote and safegit.run_git."""
     try:
         proc = subprocess.Popen(
-            ["git", *args],
-            cwd=repo.git_dir,
-            env=remote.environment(),
+            list(argv),
+            cwd=cwd,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,  # its ssh or git-remote-https too: a timeout kills the whole group
+            start_new_session=True,
         )
     except FileNotFoundError:
-        raise SourceError("the `git` command is not installed (it must be on PATH)") from None
+        raise SourceError(f"{prefix}the `git` command is not installed (it must be on PATH)") from None
     try:
         out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err, False
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
+        return proc.returncode, out, err, True
+
+
+def run_remote(repo: git.Repo, timeout: float, url: str, remote: Remote, *args: str) -> str:
+    """Run a git command against `url` in the repository `repo` (its whole environment from
+    `remote.environment()`: credentials, or a tenant's hermetic one), translating failures into a SourceError
+    naming the host; the credentials' values are masked out of whatever git said."""
+    code, out, err, timed_out = spawn_git(["git", *args], remote.environment(), timeout, cwd=str(repo.git_dir))
+    if timed_out:
         err += f"\nTimeout: the command timed out after {timeout:g}s".encode()
-    if proc.returncode != 0:
+    if code != 0:
         stderr = err.decode(errors="replace")
         for secret in remote.secrets:
             stderr = stderr.replace(secret, "***")

@@ -15,14 +15,11 @@ written from its blobs (clonecache.py) and a work tree compared with raw hashes 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 from collections.abc import Sequence
 
 from gitops_sync.errors import SourceError
-from gitops_sync.source.giterrors import stderr_tail
+from gitops_sync.source.giterrors import spawn_git, stderr_tail
 from gitops_sync.source.remote import GIT_ENV, git_config_env
 
 SAFE_CONFIG: tuple[tuple[str, str], ...] = (
@@ -64,27 +61,12 @@ def run_git(
     `timeout` (the whole process group is killed; the subcommand is named) or exits with a status not in
     `ok` (git's `fatal:` lines and last line on stderr). `prefix` says what was being done, e.g.
     "repo: cannot read the Git status: "."""
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # whatever it starts dies with it on a timeout
-        )
-    except FileNotFoundError:
-        raise SourceError(f"{prefix}the `git` command is not installed (it must be on PATH)") from None
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise SourceError(f"{prefix}git {subcommand(argv)} timed out after {timeout:g}s") from None
-    if proc.returncode not in ok:
-        raise SourceError(prefix + failure(err, timeout, proc.returncode))
-    return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+    code, out, err, timed_out = spawn_git(argv, env, timeout, prefix=prefix)
+    if timed_out:
+        raise SourceError(f"{prefix}git {subcommand(argv)} timed out after {timeout:g}s")
+    if code not in ok:
+        raise SourceError(prefix + failure(err, timeout, code))
+    return subprocess.CompletedProcess(list(argv), code, out, err)
 
 
 def subcommand(argv: Sequence[str]) -> str:
