@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import flux
+from bench import fleet_report, flux
 from bench.daemon import DaemonProcess, percentile
 from bench.env import BENCH_USER_AGENT, REPO, AuditCounter, BenchCluster, log, machine, versions
 from bench.gitserver import GitHTTPServer
@@ -595,8 +595,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench import fleet_report
-
     args = parse_args(argv)
     configure_logging("auto", "warning")
     started = time.monotonic()
@@ -664,8 +662,6 @@ def _save(args: argparse.Namespace, doc: dict[str, Any], started: float) -> None
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1, default=str))
     if args.output and not args.ready_only and doc["runs"]:
-        from bench import fleet_report
-
         fleet_report.write(args.output, doc)
         log(f"wrote {args.output}")
 
