@@ -231,8 +231,10 @@ tool is started and healthy before the clock starts.
   Kustomization with `Ready=True` for its current generation (polled every 0.5 s).
 - **peak memory**: the sum of PSS (proportional set size, /proc/PID/smaps_rollup: a page shared by several
   processes counted once in all) over the tool's processes and their children (gitops-sync runs `git`),
-  sampled every 0.25 s for the whole run; the row under it is the kernel's high-water mark (VmHWM) of the
-  tool's own processes alone (gitops-sync's one, Flux's two summed). MB = 10^6 bytes.
+  sampled every 0.25 s for the whole run. A child still sharing its parent's memory (Python starts `git`
+  with vfork: until it execs, its smaps_rollup is its parent's) is not counted twice: kcmp(2) tells. The row
+  under it is the kernel's high-water mark (VmHWM) of the tool's own processes alone (gitops-sync's one,
+  Flux's two summed). MB = 10^6 bytes.
 - **CPU seconds**: utime + stime of the processes and their waited-for children (/proc/PID/stat).
 - **API requests**: the audit log's events by user agent (`gitops-sync/`, `source-controller`,
   `kustomize-controller`): writes, dry-run writes, and gets/lists of the admin identity (both tools use
