@@ -22,7 +22,7 @@ from gitops_sync.daemon.reconcile.triggers import WEBHOOK_SECRET_ENV, load_webho
 from gitops_sync.daemon.runtime.auth import AUTH_MODES
 from gitops_sync.daemon.single.controller import Daemon
 from gitops_sync.engine import PassOptions, SourceOptions
-from gitops_sync.errors import GitOpsError
+from gitops_sync.errors import GitOpsError, SourceError
 from gitops_sync.log import get_logger
 from gitops_sync.options import (
     DURATION,
@@ -34,6 +34,7 @@ from gitops_sync.options import (
     log_options,
     safety_options,
 )
+from gitops_sync.source.lazyfetch import serving_lazy_fetches
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = get_logger("gitops_sync.daemon")
@@ -241,6 +242,8 @@ def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, **flags: 
             "--allow-local-repository is for the fleet (run without --repo): the --repo of `run` is the "
             "operator's own and is not checked"
         )
+    if f.allow_local_repository:
+        _refuse_lazy_fetching_git()
     if source.credentials is not None and not source.repo:
         raise click.UsageError(
             "Git credential flags and variables are for --repo: a GitSync names its own in spec.secretRef "
@@ -252,6 +255,21 @@ def run(logs: LogChoices, source: SourceOptions, cluster: ClusterArgs, **flags: 
             "the controller's Git credentials and read files of the controller's disk"
         )
     _serve(_options(source, cluster, f))
+
+
+def _refuse_lazy_fetching_git() -> None:
+    """A tenant's `file://` repository must not run a command as us through a lazy fetch: this git must keep
+    its upload-pack from starting one (source/lazyfetch.py; docs/safety.md)."""
+    try:
+        unsafe = serving_lazy_fetches()
+    except SourceError as err:
+        raise click.UsageError(f"--allow-local-repository: {err}") from None
+    if unsafe:
+        raise click.UsageError(
+            "--allow-local-repository: this machine's git starts a lazy fetch when it serves a file:// fetch of "
+            "a partial clone, which runs that repository's remote.<name>.uploadpack as the controller; use a "
+            "git with the upload-pack fix (2.39.4, 2.40.2, 2.41.1, 2.42.2, 2.43.4, 2.44.1, 2.45.1 or later)"
+        )
 
 
 def _options(source: SourceOptions, cluster: ClusterArgs, f: RunFlags) -> DaemonOptions:
