@@ -54,6 +54,16 @@ def test_a_drift_never_corrected_is_a_miss_not_a_number() -> None:
     assert row[5] == "MISS" and "timed out" in row[1] and "1 of 5 missed" in row[1]
 
 
+def test_a_flux_p95_that_timed_out_is_said_not_shown_as_a_ratio_of_zero() -> None:
+    f = tool(ready=1, pss=1, rpm=1, drift_p95=math.inf, missed=6)
+    run = {"sources": 5, "objects": 2, "gitops-sync": tool(ready=1, pss=1, rpm=1, drift_p95=0.2), "flux": f}
+    rows = {r[0]: r for r in fleet_report.rows(run)}
+    drift, commit = rows["drift → corrected (Flux at 1m)"], rows["new commit → applied (Flux at 1m; gitops-sync at 1m)"]
+    for row in (drift, commit):
+        assert row[3] == f"→ 0{TIMES} (Flux's p95 timed out)" and "6 of 5 missed" in row[2]
+    assert drift[5] == "PASS"
+
+
 def test_a_size_rerun_replaces_its_section_and_keeps_the_rest(tmp_path: Path) -> None:
     out = tmp_path / "BENCHMARKS-fleet.md"
     small = {"sources": 5, "objects": 2, "gitops-sync": tool(1, 1, 1, 1), "flux": tool(2, 2, 2, 60)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -243,7 +244,7 @@ class SourceFactory:
         )
 
     def _due(self, gs: GitSync) -> float:
-        return self.clock() + gs.interval
+        return self.clock() + first_poll(gs.ref, gs.interval)
 
     def _client(self, gs: GitSync, may_write: Callable[[], bool], share: Client) -> SourceClient:
         # No Impersonate-Group: for a ServiceAccount user the API server adds its groups itself, and the
@@ -256,6 +257,14 @@ class SourceFactory:
             impersonate=gs.impersonate,
             share=share,
         )
+
+
+def first_poll(ref: str, interval: float) -> float:
+    """Seconds from a source's load to its first Git poll: within the first interval, at a point of its own
+    (a hash of its name; never later than one interval), and then every interval. GitSyncs created together
+    (a fleet's start, an import) would otherwise all poll in the same second of every interval, and the
+    other sources' work wait behind that burst."""
+    return interval * zlib.crc32(ref.encode()) / 2**32
 
 
 def stub_of(obj: Manifest) -> GitSync:

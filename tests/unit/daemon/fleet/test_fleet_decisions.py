@@ -22,7 +22,7 @@ from gitops_sync.daemon.fleet.crd import CRD_NAME, CRD_PATH
 from gitops_sync.daemon.fleet.poller import Poller
 from gitops_sync.daemon.fleet.registry import Registry
 from gitops_sync.daemon.fleet.scheduler import SLOW_PASS, Scheduler
-from gitops_sync.daemon.fleet.sources import Source
+from gitops_sync.daemon.fleet.sources import Source, first_poll
 from gitops_sync.daemon.fleet.watch import GitSyncWatch
 from gitops_sync.daemon.process.controller import DaemonOptions
 from gitops_sync.daemon.reconcile.history import OwnershipHistory
@@ -149,6 +149,34 @@ def test_slow_passes_stop_counting_against_the_workers() -> None:
     scheduler.offer([("a/hung", SOURCE)])
     scheduler.start_waiting()
     assert scheduler.finish("a/hung") == {SOURCE}, "keys of a running source wait for its pass to end"
+
+
+def test_a_source_asked_by_an_event_starts_before_those_only_polled() -> None:
+    """A drift (an object's key) does not wait behind a minute's Git polls and whole passes."""
+    started: list[tuple[str, set[QueueKey]]] = []
+    scheduler = Scheduler(1, lambda ref, keys: None, submit=lambda run, ref, keys: started.append((ref, keys)))
+    drifted = ObjectKey("", "ConfigMap", "team-a", "cm")
+    scheduler.offer([("a/busy", SOURCE)])
+    scheduler.start_waiting()
+    assert started == [("a/busy", {SOURCE})]
+    scheduler.offer([("a/p1", SOURCE), ("a/p2", FULL), ("a/drift", SOURCE), ("a/drift", drifted)])
+    scheduler.offer([("a/busy", drifted), ("a/other", MINE)])
+    scheduler.start_waiting()
+    assert len(started) == 1, "one worker: the others wait"
+    for _ in range(5):
+        scheduler.finish(started[-1][0])  # the one worker's pass ends: the next starts
+        scheduler.start_waiting()
+    order = [ref for ref, _ in started]
+    assert order == ["a/busy", "a/drift", "a/busy", "a/other", "a/p1", "a/p2"], "events first, each in order"
+    assert started[1] == ("a/drift", {SOURCE, drifted}), "its poll goes along with its event"
+
+
+def test_sources_loaded_together_poll_spread_over_the_interval() -> None:
+    firsts = sorted(first_poll(f"team-a/app-{i}", 60.0) for i in range(1000))
+    assert firsts[0] >= 0 and firsts[-1] < 60, "never later than one interval after the load"
+    per_second = [sum(1 for t in firsts if s <= t < s + 1) for s in range(60)]
+    assert max(per_second) < 40, f"no second holds a burst (1,000 over 60 s: ~17 a second), got {max(per_second)}"
+    assert first_poll("team-a/app-1", 60.0) == first_poll("team-a/app-1", 60.0), "a source keeps its own point"
 
 
 def test_the_poller_queues_each_source_at_its_own_interval() -> None:
