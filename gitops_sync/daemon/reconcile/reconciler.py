@@ -117,7 +117,7 @@ class SourceReconciler(PassRunner):
 
     def _reporting(self, field_manager: str) -> None:
         """The source's ownership history, yields and reporter (what it tells people of each object)."""
-        self.history = OwnershipHistory()
+        self.history = OwnershipHistory(paths_of=self._tracked_paths)
         self.yields = Yields(
             threshold=self.spec.fight_threshold,
             window=self.spec.fight_window,
@@ -141,6 +141,11 @@ class SourceReconciler(PassRunner):
             active=self.active,
             api=self.engine.client,
         )
+
+    def _tracked_paths(self, key: ObjectKey) -> list[str]:
+        """The fields of `key` whose history is kept, under the desired state held now ([] when none wants it)."""
+        src = self.desired.state
+        return src.paths.get(key) if src is not None else []
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -386,7 +391,7 @@ class SourceReconciler(PassRunner):
         if src is None or key not in src.by_key or key in self.refused:
             return  # a refused object: not observed, not queued (each full pass asks again)
         if obj is not None:
-            fights = self.history.observe(key, src.paths.get(key), obj)
+            fights = self.history.observe(key, None, obj)  # its paths are worked out when a value is read
             if fights and self.active():
                 for fight in fights:
                     self.reporter.fight(fight, obj)
