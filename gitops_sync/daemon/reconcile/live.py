@@ -101,7 +101,7 @@ class PassYields:
                 src.by_key[y.key].info.api_version,
                 self.active(),
             )
-        scope = src.targets if only is None else [t for t in src.targets if t.key in only]
+        scope = src.scope(only)
         hpas: dict[str, list[Manifest] | None] = {}
         refused = self._refused()
         autoscaled = self.yields.autoscaled_keys()
@@ -129,9 +129,11 @@ class PassYields:
             for y in self.yields.for_autoscaler(t, live, hpa):
                 if self.active():
                     self.reporter.yielded(y, live)
+        # A partial pass hands the engine its own targets only: the engine's pick of `only` among every
+        # target was a walk of all of them for each pass of a few objects.
         if not any(self.yields.has(t.key) for t in scope):
-            return src.targets
-        return [self.yields.body(t, live_map.get(t.key)) if (only is None or t.key in only) else t for t in src.targets]
+            return scope
+        return [self.yields.body(t, live_map.get(t.key)) for t in scope]
 
     def since_from_history(self, e: Entry) -> None:
         """A live-changed field whose writer's managedFields entry has no time (the scale subresource records

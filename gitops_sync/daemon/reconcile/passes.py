@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -24,7 +25,7 @@ from gitops_sync.daemon.reconcile.yields import Yields
 from gitops_sync.daemon.runtime.cache import WatchCache
 from gitops_sync.daemon.runtime.events import NORMAL, WARNING
 from gitops_sync.daemon.runtime.manager import Requests
-from gitops_sync.daemon.runtime.metrics import Metrics
+from gitops_sync.daemon.runtime.metrics import Metrics, object_state
 from gitops_sync.errors import ClusterError, GitOpsError
 from gitops_sync.formatting import rfc3339
 from gitops_sync.log import get_logger
@@ -83,6 +84,7 @@ class PassRunner(LiveReads):
         self.failing = False  # the last pass failed (its Warning Event was sent): the next clean one says so
         self.attempted = ""  # revision of the last pass that ran (clean or not)
         self.recheck = 0.0  # seconds until the next look at a pending deletion (0: none pending)
+        self.states: Counter[str] = Counter()  # the entries by object state (`_count_states`), for the gauge
 
     @property
     def forcing(self) -> bool:
@@ -124,7 +126,7 @@ class PassRunner(LiveReads):
         return self._passed(src, cs, only, took), held
 
     def _plan_and_apply(self, src: DesiredState, only: set[ObjectKey] | None, opts: Any) -> ChangeSet:
-        scope = src.targets if only is None else [t for t in src.targets if t.key in only]
+        scope = src.scope(only)
         self.set_refused(scope, only is None)
         # One picture of the cluster for the whole pass: the yield check and the plan read the same live
         # objects. Read twice, an HPA's scale landing between the two reads was corrected (the plan saw
@@ -241,13 +243,14 @@ class PassRunner(LiveReads):
 
     def _absorb(self, src: DesiredState, cs: ChangeSet, full: bool, *, retry_objects: bool, retry_in: float) -> None:
         unresolved = self.health.faults.unresolved
+        new = {e.key: e for e in cs.entries}
         with self.state:
+            replaced = {} if full else {k: self.entries.get(k) for k in new}
             if full:
-                self.entries = {e.key: e for e in cs.entries}
+                self.entries = new
                 self.pass_errors = list(cs.errors) + ([unresolved.error] if unresolved else [])
             else:
-                self.entries.update((e.key, e) for e in cs.entries)
-            entries = list(self.entries.values())
+                self.entries.update(new)
         for error in cs.errors:  # once per retry: the delay doubles each time
             log.error(
                 "pass error",
@@ -261,8 +264,29 @@ class PassRunner(LiveReads):
             if self.active():
                 self.reporter.foreign(e)
         if self.gauges:
-            self.metrics.set_objects(entries, applied=not cs.dry_run, forcing=self.forcing)
+            self._count_states(new, replaced, full, applied=not cs.dry_run)
             self.metrics.cache_objects.set(self.cache.objects())
+
+    def _count_states(
+        self, new: dict[ObjectKey, Entry], replaced: dict[ObjectKey, Entry | None], full: bool, *, applied: bool
+    ) -> None:
+        """The objects gauge: counted afresh by a full pass, moved by a partial one for its own objects only.
+        A recount of every entry at each partial pass made the watch's second looks quadratic: at 20,000
+        objects each of ~1,600 partial passes counted all 20,000 (a third of their time, py-spy)."""
+
+        def state(e: Entry) -> str:
+            return object_state(e, applied=applied, forcing=self.forcing)
+
+        if full:
+            self.states = Counter(state(e) for e in new.values() if not e.left_git)
+        else:
+            for key, e in new.items():
+                old = replaced.get(key)
+                if old is not None and not old.left_git:
+                    self.states[state(old)] -= 1
+                if not e.left_git:
+                    self.states[state(e)] += 1
+        self.metrics.set_object_counts(self.states)
 
 
 __all__ = ["PENDING_RECHECK", "PENDING_RECHECK_MAX", "PassRunner"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter as _Tally
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -157,7 +158,12 @@ class Metrics:
         self.revision.labels(revision, source).set(1)
 
     def set_objects(self, entries: list[Entry], *, applied: bool, forcing: bool) -> None:
-        tally = _Tally(object_state(e, applied=applied, forcing=forcing) for e in entries if not e.left_git)
+        self.set_object_counts(
+            _Tally(object_state(e, applied=applied, forcing=forcing) for e in entries if not e.left_git)
+        )
+
+    def set_object_counts(self, tally: Mapping[str, int]) -> None:
+        """The objects gauge from counts by state kept elsewhere (a partial pass updates them for its objects)."""
         for state in OBJECT_STATES:
             self.objects.labels(state).set(tally.get(state, 0))
 

@@ -276,7 +276,7 @@ class Daemon(Process[QueueKey]):
         problems = []
         if not self.cluster_condition.ok:
             problems.append(f"cluster unreachable: {self.cluster_condition.error}")
-        snap = self.source.snapshot()
+        snap = self.source.snapshot(objects=False)
         problems += views.problems(snap)
         if problems:
             return False, "\n".join(problems)

@@ -7,6 +7,7 @@ the test's clock, settled by the real reconcile handler, so what is checked is w
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from gitops_sync.apply.manager import LiveMap
 from gitops_sync.cluster.discovery import ResourceInfo
+from gitops_sync.daemon.reconcile import views
 from gitops_sync.daemon.reconcile.desired import SourceSpec
 from gitops_sync.daemon.reconcile.outcome import Outcome
 from gitops_sync.daemon.reconcile.reconciler import Shared, SourceReconciler
@@ -208,3 +210,14 @@ def test_a_handling_that_raises_retries_every_key_with_backoff(source: Source) -
 
     assert not reconcile_handler(source.queue, [SOURCE, FULL], boom)
     assert source.queue.failures(SOURCE) == 1 and source.queue.failures(FULL) == 1
+
+
+def test_a_snapshot_without_objects_says_all_that_readiness_reads(source: Source) -> None:
+    for step in ((), (SOURCE,)):
+        if step:
+            source.handle(*step)
+        full, brief = source.r.snapshot(), source.r.snapshot(objects=False)
+        assert brief.entries == () and brief.desired == frozenset()
+        assert replace(full, entries=(), desired=frozenset()) == brief
+        assert source.r.problems() == views.problems(full)
+    assert full.entries and full.desired and full.first_sync, "a full pass ran: the full snapshot has its objects"
