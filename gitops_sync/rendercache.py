@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -73,13 +74,15 @@ class Unchanged(Exception):  # not an error: the answer of a look-up that found 
 
 class MemoryStore:
     """The daemon's store: the last `max_entries` renders, least recently used dropped first. Two by default:
-    the commit being reconciled and the one before it (a revert); an entry is ~0.35 MB per 1,000 objects of
-    the bench workload, and the daemon's memory budget is tight (BENCHMARKS.md, case 5). Each entry has a
-    digest of its payload (`digest`): the daemon tells a render it holds from a new one without decoding."""
+    the commit being reconciled and the one before it (a revert). The payload is kept compressed (zlib, level
+    1: 0.35 MB of JSON per 1,000 objects of the bench workload become ~0.03 MB), as the daemon's memory
+    budget is tight (BENCHMARKS.md, cases 5 and 6); a hit is rare (the second look at a work tree, a revert).
+    Each entry has a digest of its payload (`digest`): the daemon tells a render it holds from a new one
+    without decoding it."""
 
     def __init__(self, max_entries: int = 2) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[str, tuple[bytes, str]] = OrderedDict()  # key -> (payload, its digest)
+        self._entries: OrderedDict[str, tuple[bytes, str]] = OrderedDict()  # key -> (compressed payload, digest)
         self._lock = threading.Lock()
 
     def get(self, key: str) -> list[DesiredObject] | None:
@@ -87,7 +90,7 @@ class MemoryStore:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
-        return None if entry is None else _decode(entry[0], key)
+        return None if entry is None else _decode(zlib.decompress(entry[0]), key)
 
     def digest(self, key: str) -> str | None:
         """SHA-256 of the entry's payload (the objects as stored), None when there is no entry."""
@@ -100,7 +103,7 @@ class MemoryStore:
         if data is None:
             return
         with self._lock:
-            self._entries[key] = (data, hashlib.sha256(data).hexdigest())
+            self._entries[key] = (zlib.compress(data, 1), hashlib.sha256(data).hexdigest())
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
