@@ -216,6 +216,7 @@ class RenderCache:
         entry = self.store.digest(key) if isinstance(self.store, MemoryStore) else None
         if entry is not None and held is not None and held(checkout.revision, entry):
             self.hits += 1
+            log.info("render cache: served", revision=checkout.revision, held=True)  # the state held: not decoded
             raise Unchanged(key)
         cached = self.store.get(key)
         if cached is not None:
