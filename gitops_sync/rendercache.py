@@ -33,8 +33,9 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import zlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -67,29 +68,42 @@ class Store(Protocol):
     def put(self, key: str, objects: list[DesiredObject]) -> None: ...
 
 
+class Unchanged(Exception):  # not an error: the answer of a look-up that found nothing new
+    """The entry a render would be served from is the one the caller holds (`RenderCache.render`'s `held`)."""
+
+
 class MemoryStore:
     """The daemon's store: the last `max_entries` renders, least recently used dropped first. Two by default:
-    the commit being reconciled and the one before it (a revert); an entry is ~0.35 MB per 1,000 objects of
-    the bench workload, and the daemon's memory budget is tight (BENCHMARKS.md, case 5)."""
+    the commit being reconciled and the one before it (a revert). The payload is kept compressed (zlib, level
+    1: 0.35 MB of JSON per 1,000 objects of the bench workload become ~0.03 MB), as the daemon's memory
+    budget is tight (BENCHMARKS.md, cases 5 and 6); a hit is rare (the second look at a work tree, a revert).
+    Each entry has a digest of its payload (`digest`): the daemon tells a render it holds from a new one
+    without decoding it."""
 
     def __init__(self, max_entries: int = 2) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[str, bytes] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[bytes, str]] = OrderedDict()  # key -> (compressed payload, digest)
         self._lock = threading.Lock()
 
     def get(self, key: str) -> list[DesiredObject] | None:
         with self._lock:
-            data = self._entries.get(key)
-            if data is not None:
+            entry = self._entries.get(key)
+            if entry is not None:
                 self._entries.move_to_end(key)
-        return None if data is None else _decode(data, key)
+        return None if entry is None else _decode(zlib.decompress(entry[0]), key)
+
+    def digest(self, key: str) -> str | None:
+        """SHA-256 of the entry's payload (the objects as stored), None when there is no entry."""
+        with self._lock:
+            entry = self._entries.get(key)
+        return None if entry is None else entry[1]
 
     def put(self, key: str, objects: list[DesiredObject]) -> None:
         data = _encode(objects, key)
         if data is None:
             return
         with self._lock:
-            self._entries[key] = data
+            self._entries[key] = (zlib.compress(data, 1), hashlib.sha256(data).hexdigest())
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
@@ -171,8 +185,20 @@ class RenderCache:
         self.store = store
         self.hits = 0
         self.misses = 0
+        # The payload digest of the MemoryStore entry the last render's objects are (served, or stored by it);
+        # None when they are in no entry. One caller at a time (a daemon's source, on its worker).
+        self.digest: str | None = None
 
-    def render(self, checkout: Checkout, opts: RenderOptions, render: Render) -> list[DesiredObject]:
+    def render(
+        self,
+        checkout: Checkout,
+        opts: RenderOptions,
+        render: Render,
+        held: Callable[[str, str], bool] | None = None,
+    ) -> list[DesiredObject]:
+        """The objects of this checkout. `held(revision, entry digest)`: True when the caller holds that
+        entry's objects already; it raises Unchanged instead of decoding them (20,000 objects are ~50 MB)."""
+        self.digest = None
         tree = None if _is_commit(checkout) else _read_directory(checkout, opts)
         found = _commit_files(checkout) if _is_commit(checkout) else tree and (tree.source, tree.names)
         keyed = self._key(found, opts) if found else None
@@ -187,8 +213,14 @@ class RenderCache:
             key = hashlib.sha256(jsoncodec.dumps([key, charts])).hexdigest()[:40]
         if isinstance(self.store, MemoryStore) and opts.decryption:
             key = hashlib.sha256(f"{key}\n{opts.decryption.fingerprint()}".encode()).hexdigest()[:40]
+        entry = self.store.digest(key) if isinstance(self.store, MemoryStore) else None
+        if entry is not None and held is not None and held(checkout.revision, entry):
+            self.hits += 1
+            log.info("render cache: served", revision=checkout.revision, held=True)  # the state held: not decoded
+            raise Unchanged(key)
         cached = self.store.get(key)
         if cached is not None:
+            self.digest = entry
             self.hits += 1
             log.info("render cache: served", revision=checkout.revision, objects=len(cached))
             return cached
@@ -200,6 +232,7 @@ class RenderCache:
         # Decrypted Secrets never reach the disk; the daemon's memory holds them anyway (its desired state).
         if storable and not pulled and (isinstance(self.store, MemoryStore) or not sops.any_decrypted(objects)):
             self.store.put(key, objects)
+            self.digest = self.store.digest(key) if isinstance(self.store, MemoryStore) else None
         return objects
 
     def _key(self, found: tuple[dict[str, str], set[str]], opts: RenderOptions) -> tuple[str, list[_Value]] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 from dataclasses import dataclass, field
 
@@ -46,8 +47,10 @@ from gitops_sync.resource import Manifest, ObjectKey
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
 
+@functools.lru_cache(maxsize=256)
 def applyset_id(name: str, namespace: str, kind: str = "ConfigMap", group: str = "") -> str:
-    """The id kubectl derives for a parent: base64url(sha256(name.namespace.kind.group)), unpadded."""
+    """The id kubectl derives for a parent: base64url(sha256(name.namespace.kind.group)), unpadded. One string
+    per parent: it labels every member, and the daemon's desired state held a copy per object (2 MB at 20,000)."""
     digest = hashlib.sha256(f"{name}.{namespace}.{kind}.{group}".encode()).digest()
     return "applyset-" + base64.urlsafe_b64encode(digest).decode().rstrip("=") + "-v1"
 

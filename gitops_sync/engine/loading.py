@@ -6,6 +6,7 @@ ends the command or the daemon's pass before any request is sent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from gitops_sync.engine.hooks import split as split_hooks
@@ -58,10 +59,13 @@ def _fetch_artifact(source: SourceOptions) -> Checkout:
     return Checkout(root=root, revision=digest, repo=source.repo, ref=ref.reference, repo_root=tree, identity=identity)
 
 
-def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Checkout, list[DesiredObject]]:
+def load(
+    source: SourceOptions, cache: RenderCache | None = None, held: Callable[[str, str], bool] | None = None
+) -> tuple[Checkout, list[DesiredObject]]:
     """Fetch and render; raises SourceError/RenderError before anything touches the cluster.
 
-    `cache`: renders of a commit already rendered are served from it (gitops_sync.rendercache)."""
+    `cache`: renders of a commit already rendered are served from it (gitops_sync.rendercache); `held`: see
+    `RenderCache.render` (rendercache.Unchanged when the caller holds the entry already)."""
     source = with_chart_credentials(source)
     keys = source.verify() if callable(source.verify) else source.verify  # a Secret's: read before each fetch
     checkout = fetch_source(source)
@@ -74,7 +78,7 @@ def load(source: SourceOptions, cache: RenderCache | None = None) -> tuple[Check
         opts = replace(opts, decryption=source.decryption())
     if opts.chart_cache is None:  # charts from repositories (helm-chart.yaml) are kept by digest beside the clones
         opts = replace(opts, chart_cache=cache_root(source.cache_dir))
-    objects = render(checkout.root, opts) if cache is None else cache.render(checkout, opts, render)
+    objects = render(checkout.root, opts) if cache is None else cache.render(checkout, opts, render, held)
     plain, hooks = split_hooks(objects)  # helm.sh/hook objects run as phases of a pass, never applied as objects
     return replace(checkout, charts=pulled_charts(objects), hooks=tuple(hooks)), plain
 

@@ -18,7 +18,7 @@ from typing import Any
 from gitops_sync.daemon.reconcile import views
 from gitops_sync.daemon.reconcile.access import ReadAccess
 from gitops_sync.daemon.reconcile.conditions import ClusterProbe, Condition
-from gitops_sync.daemon.reconcile.desired import DesiredSource, DesiredState, SourceSpec, TrackedPaths, digest
+from gitops_sync.daemon.reconcile.desired import DesiredSource, DesiredState, SourceSpec, TrackedPaths
 from gitops_sync.daemon.reconcile.health import SourceHealth
 from gitops_sync.daemon.reconcile.history import OwnershipHistory
 from gitops_sync.daemon.reconcile.live import PassYields
@@ -243,7 +243,7 @@ class SourceReconciler(PassRunner):
         Any exception of fetch or render marks the source failed (masked); an API server that cannot
         be reached while resolving the new revision is the cluster's condition, not the source's."""
         try:
-            checkout, objects = self.desired.load()
+            loaded = self.desired.load()
         except Exception as exc:
             reasoned = (
                 RepositoryNotAllowed,
@@ -255,10 +255,10 @@ class SourceReconciler(PassRunner):
             reason = exc.reason if isinstance(exc, reasoned) else SOURCE_FAILED
             self._source_failed(masked(exc, self.desired.redactor()), self.desired.failed_revision(exc), reason)
             return False
-        new_digest = digest(checkout.revision, objects)
-        if self.desired.unchanged(new_digest):
-            self._resolved(checkout.revision)  # Git is back at the state held: passes act on what Git wants
+        if loaded is None:  # Git is (back) at the state held: passes act on what Git wants
+            self._resolved(self._kept())
             return False
+        checkout, objects, new_digest = loaded
         wait = self.desired.wait_before_acting(new_digest)
         if wait > 0:
             self.requests.add_after(SOURCE, wait)

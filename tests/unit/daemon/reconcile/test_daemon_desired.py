@@ -1,4 +1,5 @@
-"""The quiet-period check of a live work tree (daemon/desired.py): a render is acted on only once confirmed."""
+"""The desired state of a source (daemon/reconcile/desired.py): the quiet-period check of a live work tree, and
+what a load costs when Git has not changed."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gitops_sync import rendercache
 from gitops_sync.cluster.discovery import ResourceInfo
 from gitops_sync.daemon.reconcile import desired
 from gitops_sync.daemon.reconcile.desired import DesiredSource
@@ -23,7 +25,6 @@ def test_a_new_render_of_a_work_tree_is_settling_until_its_second_look(tmp_path:
     assert desired.wait_before_acting("d1") == 0.0
     assert not desired.settling
     assert desired.wait_before_acting("d2") > 0 and desired.settling
-    assert not desired.unchanged("d2") and desired.settling  # nothing held yet: still waiting
 
 
 def test_a_remote_commit_never_settles(tmp_path: Path) -> None:
@@ -54,3 +55,49 @@ def test_tracked_paths_are_worked_out_at_an_objects_first_look_not_when_the_sour
     assert paths.get(keys[7]) == [".data.a"] and paths.get(keys[7]) is paths.get(keys[7])
     assert walked == ["cm-7"]  # once, then remembered
     assert paths.get(ObjectKey("", "ConfigMap", "ns", "not-in-git")) == []
+
+
+def _configmap(path: Path, value: str) -> None:
+    path.write_text(f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  k: {value}\n")
+
+
+def test_the_render_cache_entry_the_state_was_taken_from_is_not_decoded_again(tmp_path: Path, monkeypatch: Any) -> None:
+    """A full pass reads the source again: the entry it would be served from is the state held, so the ~50 MB
+    copy of 20,000 objects it used to decode (the daemon's peak of memory, bench case 6) is never made."""
+    _configmap(tmp_path / "cm.yaml", "a")
+    source = DesiredSource(SourceOptions(repo=str(tmp_path)), debounce=0.05)
+    first = source.load()
+    assert first is not None and source.render_cache.misses == 1
+    checkout, objects, digest = first
+    again = source.load()  # nothing held yet: served (decoded), the same identity as the render it stored
+    assert again is not None and again[2] == digest and source.render_cache.hits == 1
+    assert [o.manifest for o in again[1]] == [o.manifest for o in objects]
+    source.state = desired.DesiredState(checkout, [], digest, {}, desired.TrackedPaths({}))
+    decoded: list[str] = []  # keys of entries decoded
+
+    def get(store: rendercache.MemoryStore, key: str) -> Any:
+        found = real_get(store, key)
+        if found is not None:
+            decoded.append(key)
+        return found
+
+    real_get = rendercache.MemoryStore.get
+    monkeypatch.setattr(rendercache.MemoryStore, "get", get)
+    source.wait_before_acting("pending")
+    assert source.load() is None and decoded == [] and not source.settling  # held: nothing decoded, nothing pending
+    _configmap(tmp_path / "cm.yaml", "b")
+    changed = source.load()
+    assert changed is not None and changed[2] != digest and changed[1][0].manifest["data"] == {"k": "b"}
+    _configmap(tmp_path / "cm.yaml", "a")  # back at the state held: served from its entry without a decode
+    assert source.load() is None and decoded == []
+
+
+def test_a_render_in_no_cache_entry_is_known_by_its_objects(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(rendercache.MemoryStore, "put", lambda store, key, objects: None)  # nothing stored
+    _configmap(tmp_path / "cm.yaml", "a")
+    source = DesiredSource(SourceOptions(repo=str(tmp_path)), debounce=0.05)
+    first = source.load()
+    assert first is not None and source.render_cache.digest is None
+    assert first[2] == desired.digest(first[0].revision, first[1])
+    source.state = desired.DesiredState(first[0], [], first[2], {}, desired.TrackedPaths({}))
+    assert source.load() is None and source.render_cache.misses == 2  # rendered again, and known as the same

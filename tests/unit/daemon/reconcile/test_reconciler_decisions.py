@@ -132,7 +132,7 @@ class Source:
         """What a fetch and render of the repository gives from now on."""
         checkout = Checkout(root=self.root, revision=revision, repo="https://git.example/r.git", ref="")
         objects = [DesiredObject(cm(n, "ns", k="v"), origin=f"{n}.yaml#0") for n in names]
-        self.r.desired.load = lambda: (checkout, objects)  # type: ignore[method-assign]
+        self.r.desired.render = lambda _held: (checkout, objects)  # type: ignore[method-assign]
 
     def handle(self, *keys: QueueKey) -> Outcome:
         """One handling, settled on the queue by the reconcile handler (as a controller's worker does)."""
