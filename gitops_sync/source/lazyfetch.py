@@ -14,13 +14,13 @@ remote's `uploadpack` would leave a marker. No marker: safe. The fleet's start (
 from __future__ import annotations
 
 import contextlib
-import subprocess
+import os
 import tempfile
 from pathlib import Path
 
 from gitops_sync.errors import SourceError
 from gitops_sync.source.checkout import fetch
-from gitops_sync.source.giterrors import stderr_tail
+from gitops_sync.source.safegit import run_git
 
 _WHO = ("-c", "user.name=gitops-sync", "-c", "user.email=probe@gitops-sync.invalid")
 
@@ -53,12 +53,7 @@ def _partial_clone(tmp: Path, timeout: float) -> tuple[Path, Path]:
 
 def _git(timeout: float, command: str, *args: str, where: Path | None = None, pre: tuple[str, ...] = ()) -> None:
     argv = ["git", *(("-C", str(where)) if where else ()), *pre, command, *args]
-    try:
-        subprocess.run(argv, check=True, capture_output=True, timeout=timeout)
-    except subprocess.CalledProcessError as err:
-        raise SourceError(f"cannot probe git's lazy fetch (git {command}): {stderr_tail(err.stderr)}") from None
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise SourceError(f"cannot probe git's lazy fetch (git {command}): {err}") from None
+    run_git(argv, dict(os.environ), timeout, prefix=f"cannot probe git's lazy fetch (git {command}): ")
 
 
 __all__ = ["serving_lazy_fetches"]
