@@ -85,6 +85,7 @@ class PassRunner(LiveReads):
         self.attempted = ""  # revision of the last pass that ran (clean or not)
         self.recheck = 0.0  # seconds until the next look at a pending deletion (0: none pending)
         self.states: Counter[str] = Counter()  # the entries by object state (`_count_states`), for the gauge
+        self._counted_as: tuple[bool, bool] | None = None  # (applied, forcing) that `states` was counted under
 
     @property
     def forcing(self) -> bool:
@@ -272,13 +273,20 @@ class PassRunner(LiveReads):
     ) -> None:
         """The objects gauge: counted afresh by a full pass, moved by a partial one for its own objects only.
         A recount of every entry at each partial pass made the watch's second looks quadratic: at 20,000
-        objects each of ~1,600 partial passes counted all 20,000 (a third of their time, py-spy)."""
+        objects each of ~1,600 partial passes counted all 20,000 (a third of their time, py-spy). A state
+        depends on the pass (applied or dry-run, forcing) too: a partial pass of another kind than the last
+        count recounts every entry, so an entry is never taken off a count it was not put on."""
+        flags = (applied, self.forcing)
 
         def state(e: Entry) -> str:
-            return object_state(e, applied=applied, forcing=self.forcing)
+            return object_state(e, applied=applied, forcing=flags[1])
 
         if full:
             self.states = Counter(state(e) for e in new.values() if not e.left_git)
+        elif flags != self._counted_as:
+            with self.state:
+                held = list(self.entries.values())
+            self.states = Counter(state(e) for e in held if not e.left_git)
         else:
             for key, e in new.items():
                 old = replaced.get(key)
@@ -286,6 +294,7 @@ class PassRunner(LiveReads):
                     self.states[state(old)] -= 1
                 if not e.left_git:
                     self.states[state(e)] += 1
+        self._counted_as = flags
         self.metrics.set_object_counts(self.states)
 
 

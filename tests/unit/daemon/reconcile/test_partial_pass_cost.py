@@ -74,3 +74,22 @@ def test_the_objects_gauge_moved_by_partial_passes_equals_a_recount_of_every_ent
             oracle = Metrics()
             oracle.set_objects(list(held.values()), applied=applied, forcing=False)
             assert _gauge(runner.metrics) == _gauge(oracle)
+
+
+def test_a_partial_pass_of_another_kind_than_the_last_count_recounts_every_entry() -> None:
+    """Counted while applying, then a dry-run partial pass (a held write): an entry counted `synced` is not
+    taken off `drifted`, where the dry-run pass would put it."""
+    runner = _Runner()
+    runner.metrics = Metrics()
+    runner.init_pass_state()
+    held = {e.key: e for e in (_entry(i, Action.UPDATE) for i in range(5))}
+    runner.entries = dict(held)
+    runner._count_states(dict(held), {}, True, applied=True)
+    new = {e.key: e for e in [_entry(0, Action.UNCHANGED)]}
+    replaced = {k: held.get(k) for k in new}
+    held.update(new)
+    runner.entries.update(new)
+    runner._count_states(new, replaced, False, applied=False)
+    oracle = Metrics()
+    oracle.set_objects(list(held.values()), applied=False, forcing=False)
+    assert _gauge(runner.metrics) == _gauge(oracle)
