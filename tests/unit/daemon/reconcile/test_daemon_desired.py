@@ -101,3 +101,42 @@ def test_a_render_in_no_cache_entry_is_known_by_its_objects(tmp_path: Path, monk
     assert first[2] == desired.digest(first[0].revision, first[1])
     source.state = desired.DesiredState(first[0], [], first[2], {}, desired.TrackedPaths({}))
     assert source.load() is None and source.render_cache.misses == 2  # rendered again, and known as the same
+
+
+def test_the_second_look_at_a_work_tree_gets_the_first_reads_objects_back_not_a_decoded_copy(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """At start (and at every change of a work tree) the source is read twice, `debounce` apart; at 20,000
+    objects decoding the same entry again took ~0.5 s before the first pass could start."""
+    _configmap(tmp_path / "cm.yaml", "a")
+    source = DesiredSource(SourceOptions(repo=str(tmp_path)), debounce=0.01)
+    first = source.load()
+    assert first is not None and source.wait_before_acting(first[2]) > 0
+    decoded: list[str] = []
+    real_get = rendercache.MemoryStore.get
+
+    def get(store: rendercache.MemoryStore, key: str) -> Any:
+        found = real_get(store, key)
+        if found is not None:
+            decoded.append(key)
+        return found
+
+    monkeypatch.setattr(rendercache.MemoryStore, "get", get)
+    time.sleep(0.06)  # the quiet period is 0.05 s at least
+    second = source.load()
+    assert second is not None and second[2] == first[2] and second[1] is first[1] and decoded == []
+    assert source.wait_before_acting(second[2]) == 0.0 and not source.settling
+    # Taken: a later read that finds the same entry without a state held decodes it (nothing kept twice).
+    third = source.load()
+    assert third is not None and third[1] is not first[1] and len(decoded) == 1
+
+
+def test_a_second_look_that_finds_the_tree_changed_renders_it_anew(tmp_path: Path) -> None:
+    _configmap(tmp_path / "cm.yaml", "a")
+    source = DesiredSource(SourceOptions(repo=str(tmp_path)), debounce=0.01)
+    first = source.load()
+    assert first is not None and source.wait_before_acting(first[2]) > 0
+    _configmap(tmp_path / "cm.yaml", "b")  # written again during the quiet period
+    second = source.load()
+    assert second is not None and second[2] != first[2] and second[1][0].manifest["data"] == {"k": "b"}
+    assert source.wait_before_acting(second[2]) > 0  # the new content gets its own quiet period
