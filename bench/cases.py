@@ -133,7 +133,7 @@ class Runner:
             create_namespace(self.client, name)
         try:
             for tool in order:
-                out["cold"][tool] = self._cold(tool, directory, ns[tool], n)
+                out["cold"][tool] = self.cold(tool, directory, ns[tool], n)
                 log(f"  N={n} #{repeat + 1} cold    {tool:12s} {out['cold'][tool].seconds:7.2f} s")
             out["cold"][FLOOR] = self._floor(cold_floor(self.cluster, directory, ns[FLOOR], self._concurrency), n)
             log(f"  N={n} #{repeat + 1} cold    {FLOOR:12s} {out['cold'][FLOOR].seconds:7.2f} s")
@@ -167,7 +167,7 @@ class Runner:
         note = "" if ok else f"{got['failed']} request(s) failed, {got['objects']} of {n} objects"
         return Measure(seconds=got["seconds"], exit_code=0 if ok else 1, ok=ok, note=note)
 
-    def _cold(self, tool: str, directory: Path, namespace: str, n: int) -> Measure:
+    def cold(self, tool: str, directory: Path, namespace: str, n: int) -> Measure:
         if tool == GITOPS_SYNC:
             return self.timed(
                 tool,

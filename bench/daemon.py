@@ -345,6 +345,26 @@ class RssResult:
         }
 
 
+def _self_heal(gitops_sync: list[str], directory: Path, namespace: str, resync: float | None) -> list[str]:
+    """The daemon of cases 5 and 6: `run --self-heal` on the workload's directory, one namespace."""
+    extra = ["--resync", f"{resync:g}"] if resync else []
+    repo = ["--repo", str(directory), "-n", namespace, "--name", DAEMON_INVENTORY]
+    return [*gitops_sync, "run", *repo, "--self-heal", *extra]
+
+
+def cold_start(
+    cluster: BenchCluster, gitops_sync: list[str], workdir: Path, directory: Path, namespace: str
+) -> float | None:
+    """Case 6g's daemon: seconds from its start to /readyz on an empty `namespace` (the cold apply), then stopped;
+    None when it never became ready."""
+    settle(cluster)
+    d = DaemonProcess(_self_heal(gitops_sync, directory, namespace, None), cluster.env, workdir / f"{namespace}.log")
+    try:
+        return d.wait_ready(1800)
+    finally:
+        d.stop()
+
+
 def _full_pass(ev: dict[str, Any]) -> bool:
     return ev.get("event") == "pass" and ev.get("kind") == "full"
 
@@ -370,23 +390,8 @@ def rss_case(
     create_namespace(c, namespace)
     settle(cluster)
     log(f"daemon applying and managing {n} objects in {namespace}")
-    extra = ["--resync", f"{resync:g}"] if resync else []
-    d = DaemonProcess(
-        [
-            *gitops_sync,
-            "run",
-            "--repo",
-            str(directory),
-            "-n",
-            namespace,
-            "--name",
-            DAEMON_INVENTORY,
-            "--self-heal",
-            *extra,
-        ],
-        cluster.env,
-        workdir / f"daemon-rss-{n}.log",
-    )
+    argv = _self_heal(gitops_sync, directory, namespace, resync)
+    d = DaemonProcess(argv, cluster.env, workdir / f"daemon-rss-{n}.log")
     try:
         ready = d.wait_ready(1800)
         if ready is None:

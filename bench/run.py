@@ -82,6 +82,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated object counts of case 6, one run each (default 20000; --quick 150)",
     )
     p.add_argument("--scale-changes", type=int, default=None, help="out-of-band changes in case 6 (default 30)")
+    p.add_argument(
+        "--scale-pairs",
+        type=int,
+        default=None,
+        help="alternating cold-apply pairs (CLI, then daemon) of case 6g at each size (default 3; --quick 1)",
+    )
     p.add_argument("--chart-objects", type=int, default=None, help="objects the chart of case 7 renders (default 100)")
     p.add_argument("--chart-repeats", type=int, default=None, help="no-op runs of each source in case 7 (default 9)")
     p.add_argument("--concurrency", type=int, default=None, help="pass --concurrency to gitops-sync")
@@ -97,6 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.startup_repeats = args.startup_repeats or (3 if quick else 15)
     args.scale_objects = [int(s) for s in (args.scale_objects or ("150" if quick else "20000")).split(",") if s.strip()]
     args.scale_changes = args.scale_changes or (3 if quick else 30)
+    args.scale_pairs = (1 if quick else 3) if args.scale_pairs is None else args.scale_pairs
     args.chart_objects = args.chart_objects or (20 if quick else 100)
     args.chart_repeats = args.chart_repeats or (1 if quick else 9)
     args.cases = {int(c) for c in (args.cases or ",".join(map(str, ALL_CASES))).split(",") if c.strip()}
@@ -166,6 +173,7 @@ def _run(args: argparse.Namespace, cluster: BenchCluster, workdir: Path, started
             "startup_repeats": args.startup_repeats,
             "scale_objects": args.scale_objects,
             "scale_changes": args.scale_changes,
+            "scale_pairs": args.scale_pairs,
             "chart_objects": args.chart_objects,
             "chart_repeats": args.chart_repeats,
         },
@@ -240,7 +248,17 @@ def _scale(
     try:
         for n in args.scale_objects:
             resync = QUICK_RESYNC if args.quick else RESYNC
-            res = scale_case(cluster, gs, workdir, runner, n, args.scale_changes, daemon=have_daemon, resync=resync)
+            res = scale_case(
+                cluster,
+                gs,
+                workdir,
+                runner,
+                n,
+                args.scale_changes,
+                daemon=have_daemon,
+                resync=resync,
+                pairs=args.scale_pairs if have_daemon else 0,
+            )
             out.append(res.to_dict())
     finally:
         runner.close()

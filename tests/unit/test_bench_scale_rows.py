@@ -60,6 +60,22 @@ def test_rows_name_every_figure_at_scale() -> None:
     assert passes.ours == "start → ready 50.00 s (first pass 40.00 s); re-pass 4.00 s"
     rss = rows["6f. scale: daemon peak RSS"]
     assert rss.ours == "400 MB (380 MB before GET /status)" and rss.note == "20.0 kB per object"
+    assert rss.result == "MISS"  # issue 28: at most 13 kB per object
+
+
+def test_the_cold_apply_target_is_judged_on_the_medians_of_alternating_pairs() -> None:
+    res = _result(20000)
+    res.pairs = [(50.0, 57.0), (58.0, 55.0), (49.0, 66.0)]  # one slow daemon run does not decide it
+    row = _rows(res)["6g. scale: cold apply, daemon vs CLI (3 alternating pairs)"]
+    assert row.ours == "daemon start → ready 57.00 s vs CLI 50.00 s (medians)"
+    assert (row.ratio, row.result) == (f"1.14{TIMES}", "PASS")
+    assert row.note == "each pair, daemon / CLI: 57.00 s / 50.00 s, 55.00 s / 58.00 s, 66.00 s / 49.00 s"
+    res.pairs = [(40.0, 57.0), (41.0, 55.0)]
+    assert _rows(res)["6g. scale: cold apply, daemon vs CLI (2 alternating pairs)"].result == "MISS"
+    res.pairs = [(40.0, None)]  # a daemon that never became ready is no figure
+    assert _rows(res)["6g. scale: cold apply, daemon vs CLI (1 alternating pairs)"].result == "ERROR"
+    res.pairs = []
+    assert not any(r.startswith("6g.") for r in _rows(res))
 
 
 def test_a_failed_run_or_a_missing_pass_is_an_error_not_a_figure() -> None:
