@@ -90,6 +90,8 @@ def test_bench_quick_produces_every_figure(kube: KubeCluster, tmp_path: Path) ->
         assert scale["daemon"]["corrected_seconds"] and None not in scale["daemon"]["corrected_seconds"]
         assert len(scale["daemon"]["pass_seconds"]) >= 2, scale["daemon"]  # the first pass and a resync
         assert scale["daemon"]["peak_bytes"] > 0 and scale["per_object"]["daemon peak kB"] > 0
+        [pair] = scale["cold_pairs"]  # 6g: one pair at the quick size, both runs timed
+        assert pair["cli_seconds"] > 0 and pair["daemon_seconds"] > 0, pair
 
     # Case 7 (bench/charts.py): the chart source's and the plain source's no-op re-syncs, index.yaml only.
     chart = doc["chart"]
@@ -107,8 +109,8 @@ def test_bench_quick_produces_every_figure(kube: KubeCluster, tmp_path: Path) ->
 
     rows = doc["rows"]
     # case 0 (0a, 0b and its floor, 0c and its floor or "not measured"), cases 1-3, the cold and no-op
-    # floors (bench/floor.py), 4a, 4b, 5, case 6 (bench/scale.py: 3 CLI rows, 2 floors, 3 daemon rows)
-    assert len([row for row in rows if row["case"].startswith("6")]) == 5 + (0 if "not_measured" in daemon else 3)
+    # floors (bench/floor.py), 4a, 4b, 5, case 6 (bench/scale.py: 3 CLI rows, 2 floors, 3 daemon rows, 6g's pair)
+    assert len([row for row in rows if row["case"].startswith("6")]) == 5 + (0 if "not_measured" in daemon else 4)
     assert not [row for row in rows if row["result"] == "ERROR"], rows
     assert [row["case"] for row in rows if row["case"][:2] in ("0a", "0b")] == [
         "0a. start-up: `--version` vs `version --client`",
