@@ -37,7 +37,7 @@ def dumps(
 
 # Strings up to this long are shared through `sys.intern` by `intern_strings` (names of managers, timestamps,
 # enum-like values such as "TCP" or "Apply"); longer ones are mostly unique (data, messages).
-_INTERN_MAX = 64
+INTERN_MAX = 64
 
 
 def intern_strings(node: Any) -> None:
@@ -50,7 +50,7 @@ def intern_strings(node: Any) -> None:
     for k, v in items:
         t = type(v)
         if t is str:
-            if len(v) <= _INTERN_MAX:
+            if len(v) <= INTERN_MAX:
                 node[k] = sys.intern(v)
         elif t is dict or t is list:
             intern_strings(v)

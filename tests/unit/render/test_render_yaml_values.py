@@ -57,3 +57,16 @@ def test_a_constructor_error_names_the_first_bad_value_in_the_file(tmp_path: Pat
     with pytest.raises(RenderError) as err:
         render(tmp_path)
     assert str(err.value) == "c.yaml:7:10, ConfigMap/x: invalid YAML: the value cannot be read as !!int"
+
+
+def test_keys_and_short_string_values_are_shared_between_documents_long_values_are_not() -> None:
+    """The daemon keeps every rendered manifest while Git holds it: 20,000 bench objects took 70 MB with a string
+    of their own at each occurrence of `metadata`, `app`, `TCP`..., 38 MB sharing them."""
+    long = "x" * 65
+    doc = "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\ndata:\n  mode: fast-{m}\n  blob: {long}\n"
+    text = "".join(doc.format(i=i, m=i % 2, long=long) for i in range(4))
+    docs = [doc for _n, doc in load_yaml(text, "cms.yaml", 10_000)]
+    first, third = docs[0], docs[2]
+    assert next(iter(first["metadata"])) is next(iter(third["metadata"]))  # the key "name"
+    assert first["data"]["mode"] is third["data"]["mode"]  # "fast-0", written twice in the file
+    assert first["data"]["blob"] == third["data"]["blob"] and first["data"]["blob"] is not third["data"]["blob"]
