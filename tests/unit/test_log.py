@@ -114,3 +114,22 @@ def test_a_second_thread_logging_while_the_configuration_is_applied_waits_for_it
     assert done.stdout == ""
     lines = [json.loads(line) for line in done.stderr.splitlines()]
     assert sorted(line["event"] for line in lines) == ["from-a", "from-b"]
+
+
+_VALUES = """
+import pathlib
+from gitops_sync import log
+log.configure("json", "info")
+log.get_logger("probe").info("values", path=pathlib.Path("/a/b"), text="Grüße", big=2**70, error=ValueError("x"))
+"""
+
+
+def test_a_json_line_holds_any_value_and_writes_text_as_utf8() -> None:
+    """Lines go through orjson (the daemon logs one per object of a cold apply); what it cannot write (a Path,
+    an exception, an integer beyond 64 bits) is written as structlog writes it, and text is not escaped."""
+    done = subprocess.run([sys.executable, "-c", _VALUES], capture_output=True, text=True, timeout=60, check=True)
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("{")]
+    assert "Grüße" in line  # stdlib json.dumps wrote "Gr\\u00fc\\u00dfe"
+    got = json.loads(line)
+    assert (got["path"], got["error"]) == ("PosixPath('/a/b')", "ValueError('x')")  # structlog's repr fallback
+    assert (got["text"], got["big"]) == ("Grüße", 2**70)
