@@ -63,9 +63,19 @@ _NOT_IN_KEY = ("repo_root", "helm_values", "decryption", "chart_access")
 
 
 class Store(Protocol):
+    # True: the store is the process's memory, which holds the decrypted desired state anyway, so a render
+    # that decrypted Secrets may be kept (keyed by the keys that decrypted it). False: it is the disk, which
+    # never gets a decrypted Secret.
+    in_memory: bool
+
     def get(self, key: str) -> list[DesiredObject] | None: ...
 
     def put(self, key: str, objects: list[DesiredObject]) -> None: ...
+
+    def digest(self, key: str) -> str | None:
+        """A digest of the entry's payload known without decoding it; None when there is no entry, or when
+        the store cannot tell without reading it (disk)."""
+        ...
 
 
 class Unchanged(Exception):  # not an error: the answer of a look-up that found nothing new
@@ -79,6 +89,8 @@ class MemoryStore:
     budget is tight (BENCHMARKS.md, cases 5 and 6); a hit is rare (the second look at a work tree, a revert).
     Each entry has a digest of its payload (`digest`): the daemon tells a render it holds from a new one
     without decoding it."""
+
+    in_memory = True
 
     def __init__(self, max_entries: int = 2) -> None:
         self.max_entries = max_entries
@@ -112,9 +124,14 @@ class MemoryStore:
 class DiskStore:
     """The CLI's store: `<directory>/<key>.json`, `<sha256 of the payload>\\n<payload>` each."""
 
+    in_memory = False
+
     def __init__(self, directory: Path, max_entries: int = 32) -> None:
         self.directory = directory
         self.max_entries = max_entries
+
+    def digest(self, key: str) -> str | None:  # the CLI reads its entry anyway: nothing to tell beforehand
+        return None
 
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
@@ -211,9 +228,9 @@ class RenderCache:
         if resolved:
             charts = resolve_chart_sources(checkout.root, opts)
             key = hashlib.sha256(jsoncodec.dumps([key, charts])).hexdigest()[:40]
-        if isinstance(self.store, MemoryStore) and opts.decryption:
+        if self.store.in_memory and opts.decryption:
             key = hashlib.sha256(f"{key}\n{opts.decryption.fingerprint()}".encode()).hexdigest()[:40]
-        entry = self.store.digest(key) if isinstance(self.store, MemoryStore) else None
+        entry = self.store.digest(key)
         if entry is not None and held is not None and held(checkout.revision, entry):
             self.hits += 1
             log.info("render cache: served", revision=checkout.revision, held=True)  # the state held: not decoded
@@ -230,9 +247,9 @@ class RenderCache:
         # tag resolves anew on each pass and the key does not hold it: never stored (issue 24).
         pulled = any("chart_dependencies" in o.extra or ("chart" in o.extra and not resolved) for o in objects)
         # Decrypted Secrets never reach the disk; the daemon's memory holds them anyway (its desired state).
-        if storable and not pulled and (isinstance(self.store, MemoryStore) or not sops.any_decrypted(objects)):
+        if storable and not pulled and (self.store.in_memory or not sops.any_decrypted(objects)):
             self.store.put(key, objects)
-            self.digest = self.store.digest(key) if isinstance(self.store, MemoryStore) else None
+            self.digest = self.store.digest(key)
         return objects
 
     def _key(self, found: tuple[dict[str, str], set[str]], opts: RenderOptions) -> tuple[str, list[_Value]] | None:
