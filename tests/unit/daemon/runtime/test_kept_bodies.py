@@ -190,3 +190,17 @@ def test_maps_with_the_same_items_in_another_order_are_not_shared() -> None:
     kept.share_nodes(first)
     kept.share_nodes(second)
     assert list(second["data"]) == ["b", "a"]
+
+
+def test_desired_manifests_share_among_themselves_never_with_a_kept_body() -> None:
+    live = _kept(next(p for p in LIVE if p.stem == "service-annotated").read_bytes())
+    one, two = prepare_desired(manifest(4)), prepare_desired(manifest(7))
+    before = orjson.dumps(two)
+    kept.compact_desired(one)
+    kept.compact_desired(two)
+    assert orjson.dumps(two) == before
+    assert one["spec"]["ports"] is two["spec"]["ports"] and one["spec"]["selector"] is not two["spec"]["selector"]
+    assert one["metadata"]["labels"] is not two["metadata"]["labels"]
+    assert two["spec"]["ports"][0]["protocol"] is live["spec"]["ports"][0]["protocol"]  # interned
+    assert two["spec"]["ports"] == live["spec"]["ports"]  # equal, and still not the live body's
+    assert two["spec"]["ports"] is not live["spec"]["ports"]
