@@ -279,7 +279,7 @@ class Foreign:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     key: ObjectKey
     api_version: str

@@ -26,6 +26,7 @@ from gitops_sync.daemon.reconcile.outcome import SOURCE_FAILED, Fault, FaultKind
 from gitops_sync.daemon.reconcile.passes import PassRunner
 from gitops_sync.daemon.reconcile.reporter import FULL, SOURCE, KeyQueue, QueueKey, Reporter, fingerprint, masked
 from gitops_sync.daemon.reconcile.yields import Yields
+from gitops_sync.daemon.runtime import kept
 from gitops_sync.daemon.runtime.cache import EventType, WatchCache
 from gitops_sync.daemon.runtime.events import EventRecorder, EventSpec
 from gitops_sync.daemon.runtime.manager import Requests
@@ -274,6 +275,8 @@ class SourceReconciler(PassRunner):
         except Exception as exc:
             self._source_failed(masked(exc, Redactor(o.manifest for o in objects)), checkout.revision)
             return False
+        for t in targets:  # held until the next revision: shared parts, interned strings (runtime/kept.py)
+            kept.compact_desired(t.manifest)
         by_key = {t.key: t for t in targets}
         self._take(
             DesiredState(

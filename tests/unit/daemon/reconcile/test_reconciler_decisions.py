@@ -221,3 +221,13 @@ def test_a_snapshot_without_objects_says_all_that_readiness_reads(source: Source
         assert replace(full, entries=(), desired=frozenset()) == brief
         assert source.r.problems() == views.problems(full)
     assert full.entries and full.desired and full.first_sync, "a full pass ran: the full snapshot has its objects"
+
+
+def test_the_targets_held_share_their_identical_parts_and_keep_their_own_metadata(source: Source) -> None:
+    source.git("b" * 40, "a", "b")
+    source.handle(SOURCE)
+    state = source.r.current
+    assert state is not None
+    a, b = (t.manifest for t in state.targets)
+    assert a["data"] is b["data"]  # both {"k": "v"}: one dict held for both (runtime/kept.py compact_desired)
+    assert a["metadata"] is not b["metadata"] and a["metadata"]["name"] == "a" and b["metadata"]["name"] == "b"

@@ -155,3 +155,52 @@ def test_takeover_of_kubectl_apply_leaves_the_kept_body_as_it_was() -> None:
     (ops,) = client.bodies
     ours = next(e for e in ops[1]["value"] if e["manager"] == MANAGER)
     assert "f:extra" in ours["fieldsV1"]["f:data"]
+
+
+def _numbered(raw: bytes, old: str, new: str) -> dict[str, Any]:
+    """Another object of the same template: its number (names, labels, selector, SHARD) replaced."""
+    return _kept(raw.replace(f"-{old}".encode(), f"-{new}".encode()).replace(f'"{old}"'.encode(), f'"{new}"'.encode()))
+
+
+def test_maps_and_lists_outside_metadata_are_shared_between_objects_of_one_template() -> None:
+    raw = next(p for p in LIVE if p.stem == "deployment").read_bytes()
+    a, b = _numbered(raw, "1001", "7"), _numbered(raw, "1001", "8")
+    assert orjson.dumps(b) == orjson.dumps(orjson.loads(raw.replace(b"-1001", b"-8").replace(b'"1001"', b'"8"')))
+    pod_a, pod_b = a["spec"]["template"]["spec"], b["spec"]["template"]["spec"]
+    assert a["spec"]["strategy"] is b["spec"]["strategy"]
+    assert pod_a["containers"][0]["ports"] is pod_b["containers"][0]["ports"]
+    assert pod_a["containers"][0]["resources"] is pod_b["containers"][0]["resources"]
+    assert pod_a["containers"][0]["env"] is not pod_b["containers"][0]["env"]  # SHARD differs
+    assert pod_a is not pod_b and a["spec"]["selector"] is not b["spec"]["selector"]
+    assert a["metadata"]["annotations"] is not b["metadata"]["annotations"]  # metadata is left as it is
+    assert a["metadata"]["labels"]["bench.gitops-sync.io/set"] is b["metadata"]["labels"]["bench.gitops-sync.io/set"]
+
+
+@pytest.mark.parametrize("values", [(1, True), (1, 1.0), (0.0, -0.0), ("1", 1), (None, {}), ([], {})])
+def test_maps_of_equal_but_differently_typed_or_spelled_values_are_never_shared(values: tuple[Any, Any]) -> None:
+    first, second = ({"spec": {"x": {"v": v}, "l": [v]}} for v in values)
+    kept.share_nodes(first)
+    kept.share_nodes(second)
+    assert orjson.dumps(second) == orjson.dumps({"spec": {"x": {"v": values[1]}, "l": [values[1]]}})
+    assert second["spec"]["x"] is not first["spec"]["x"] and second["spec"]["l"] is not first["spec"]["l"]
+
+
+def test_maps_with_the_same_items_in_another_order_are_not_shared() -> None:
+    first, second = {"data": {"a": "1", "b": "2"}}, {"data": {"b": "2", "a": "1"}}
+    kept.share_nodes(first)
+    kept.share_nodes(second)
+    assert list(second["data"]) == ["b", "a"]
+
+
+def test_desired_manifests_share_among_themselves_never_with_a_kept_body() -> None:
+    live = _kept(next(p for p in LIVE if p.stem == "service-annotated").read_bytes())
+    one, two = prepare_desired(manifest(4)), prepare_desired(manifest(7))
+    before = orjson.dumps(two)
+    kept.compact_desired(one)
+    kept.compact_desired(two)
+    assert orjson.dumps(two) == before
+    assert one["spec"]["ports"] is two["spec"]["ports"] and one["spec"]["selector"] is not two["spec"]["selector"]
+    assert one["metadata"]["labels"] is not two["metadata"]["labels"]
+    assert two["spec"]["ports"][0]["protocol"] is live["spec"]["ports"][0]["protocol"]  # interned
+    assert two["spec"]["ports"] == live["spec"]["ports"]  # equal, and still not the live body's
+    assert two["spec"]["ports"] is not live["spec"]["ports"]
