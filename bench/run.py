@@ -86,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--scale-pairs",
         type=int,
         default=None,
-        help="alternating cold-apply pairs (CLI, then daemon) of case 6g at each size (default 3; --quick 1)",
+        help="alternating cold-apply pairs (CLI, then daemon) of case 6g at each size (default 2; --quick 1)",
     )
     p.add_argument("--chart-objects", type=int, default=None, help="objects the chart of case 7 renders (default 100)")
     p.add_argument("--chart-repeats", type=int, default=None, help="no-op runs of each source in case 7 (default 9)")
@@ -103,7 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.startup_repeats = args.startup_repeats or (3 if quick else 15)
     args.scale_objects = [int(s) for s in (args.scale_objects or ("150" if quick else "20000")).split(",") if s.strip()]
     args.scale_changes = args.scale_changes or (3 if quick else 30)
-    args.scale_pairs = (1 if quick else 3) if args.scale_pairs is None else args.scale_pairs
+    args.scale_pairs = (1 if quick else 2) if args.scale_pairs is None else args.scale_pairs
     args.chart_objects = args.chart_objects or (20 if quick else 100)
     args.chart_repeats = args.chart_repeats or (1 if quick else 9)
     args.cases = {int(c) for c in (args.cases or ",".join(map(str, ALL_CASES))).split(",") if c.strip()}

@@ -12,9 +12,10 @@ than linearly.
 
 6g. Cold apply, the CLI against the daemon, in `--scale-pairs` alternating pairs on fresh namespaces: the CLI's
       cold sync, then a daemon's start → ready, each after the control plane settled. At 20,000 objects the API
-      server's own CPU for the same 20,000 creates varied by ±8% from one run to the next on this 2-core
-      machine (57-66 CPU s), which moved one run's ratio anywhere from 1.0x to 1.5x: the ratio of the medians of
-      several pairs is the figure the target is judged on.
+      server's own CPU for the same 20,000 creates ranged from 47 to 70 CPU s from one run to the next on this
+      2-core machine, which moved one run's ratio anywhere from 0.95x to 1.5x: the ratio of the medians of pairs
+      run back to back is the figure the target is judged on (6a and 6e are not such a pair: they run 13 minutes
+      apart, with the other tools' runs and the deletion of their 60,000 objects in between).
 
 Several sizes (`--scale-objects 1000,5000,20000`) give the per-object figures side by side
 (`per_object`), which is what tells linear from not. The results go to bench/report.py (`scale_rows`).
