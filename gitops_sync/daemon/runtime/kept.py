@@ -61,11 +61,25 @@ from gitops_sync.resource import Manifest
 _TABLE_MAX = 4096  # distinct values per table; ~0.3 MB of keys and slots when full
 
 
-class _Table:
-    """Digest of a value's JSON encoding → the first value seen with that encoding."""
+class _Bounded:
+    """A table of shared values, emptied when full: a value already shared stays shared (its holders keep it),
+    later ones start a new table."""
 
     def __init__(self) -> None:
-        self._values: dict[bytes, Any] = {}
+        self._values: dict[Any, Any] = {}
+
+    def _remember(self, key: Any, value: Any) -> Any:
+        if len(self._values) >= _TABLE_MAX:
+            self._values.clear()
+        self._values[key] = value
+        return value
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+class _Table(_Bounded):
+    """Digest of a value's JSON encoding → the first value seen with that encoding."""
 
     def share(self, value: Any) -> Any:
         """An equal value seen before (the same object from then on), else `value` itself, remembered."""
@@ -77,25 +91,16 @@ class _Table:
         found = self._values.get(digest)
         if found is not None:
             return found if found is value or orjson.dumps(found) == encoded else value
-        if len(self._values) >= _TABLE_MAX:
-            self._values.clear()
-        self._values[digest] = value
-        return value
-
-    def __len__(self) -> int:
-        return len(self._values)
+        return self._remember(digest, value)
 
 
 _TRIES = _Table()
 _ENTRIES = _Table()
 
 
-class _Nodes:
+class _Nodes(_Bounded):
     """Bottom-up sharing of maps and lists: a node's key is its type, its keys in order, its scalars with their
     types and its children's identities (children shared first); the key's children are held by the value."""
-
-    def __init__(self) -> None:
-        self._values: dict[tuple[Any, ...], Any] = {}
 
     def share(self, node: Any) -> Any:
         """`node` with its children shared, or an identical node seen before (the same object from then on)."""
@@ -117,15 +122,7 @@ class _Nodes:
             found = self._values.get(key)
         except TypeError:  # a value no key can hold (not JSON): kept as it is
             return node
-        if found is not None:
-            return found
-        if len(self._values) >= _TABLE_MAX:
-            self._values.clear()
-        self._values[key] = node
-        return node
-
-    def __len__(self) -> int:
-        return len(self._values)
+        return found if found is not None else self._remember(key, node)
 
 
 def _part(value: Any) -> Any:
